@@ -1,0 +1,1 @@
+"""Process-level helpers for running TFF simulations."""
