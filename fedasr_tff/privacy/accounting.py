@@ -23,7 +23,7 @@ import dp_accounting
 import numpy as np
 from scipy import optimize
 
-from fedasr_tff.privacy import validation
+from fedasr_tff import validation
 
 ACCOUNTANTS = ('rdp', 'pld')
 

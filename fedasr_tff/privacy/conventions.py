@@ -16,7 +16,7 @@ Multiply any of them by C for absolute standard deviations. Worked example (spec
 
 import math
 
-from fedasr_tff.privacy import validation
+from fedasr_tff import validation
 
 
 def noise_multiplier_from_sigma_dp(sigma_dp: float, cohort_size: int) -> float:

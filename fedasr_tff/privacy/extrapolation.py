@@ -14,9 +14,9 @@ accounts, e.g., 2034 or 3390 steps after lowering q); by default it is the train
 import dataclasses
 from typing import Optional
 
+from fedasr_tff import validation
 from fedasr_tff.privacy import accounting
 from fedasr_tff.privacy import conventions
-from fedasr_tff.privacy import validation
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,8 @@
+"""TFF aggregation factories for user-level DP with global and per-layer clipping."""
+
+from fedasr_tff.aggregators.allocation import ALLOCATIONS
+from fedasr_tff.aggregators.allocation import group_clips
+from fedasr_tff.aggregators.per_layer_dp import PerLayerDPFactory
+from fedasr_tff.aggregators.per_layer_query import NOISE_PLACEMENTS
+from fedasr_tff.aggregators.per_layer_query import PerLayerClipGaussianSumQuery
+from fedasr_tff.aggregators.per_layer_query import adaptive_value_noise_multiplier

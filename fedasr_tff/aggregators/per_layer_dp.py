@@ -1,0 +1,199 @@
+"""`PerLayerDPFactory`: user-level DP aggregation with per-layer clipping, as a TFF factory.
+
+The factory builds a `PerLayerClipGaussianSumQuery` (see `per_layer_query` for the mechanism and
+its privacy argument) for the value type it is asked to aggregate, wraps it in
+`tfp.NormalizedQuery` (division by `clients_per_round`) and hands it to TFF's own
+`tff.aggregators.DifferentiallyPrivateFactory`. So the process it creates has TFF's state and
+measurements layout: `tff.aggregators.differential_privacy.extract_dp_event_from_state(state)`
+returns the round's `DpEvent`, and the per-group measurements are under `dp_query_metrics`.
+
+Usage, like `tff.aggregators.DifferentiallyPrivateFactory`:
+
+    aggregator = PerLayerDPFactory.gaussian_fixed(
+        noise_multiplier=z, clients_per_round=S, clip=C, allocation='dim')
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn, client_optimizer_fn, model_aggregator=aggregator)
+
+With σ_DP the paper's noise on the averaged update (units of C), z = σ_DP · S
+(`fedasr_tff.privacy.noise_multiplier_from_sigma_dp`).
+"""
+
+from typing import Optional
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from fedasr_tff import validation
+from fedasr_tff.aggregators import allocation as allocation_lib
+from fedasr_tff.aggregators import per_layer_query
+
+
+def _check_noise_placement(noise_placement):
+  if noise_placement not in per_layer_query.NOISE_PLACEMENTS:
+    raise ValueError(f'`noise_placement` must be one of {per_layer_query.NOISE_PLACEMENTS}, '
+                     f'got {noise_placement!r}.')
+
+
+class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Unweighted DP mean of client deltas with global or per-layer clipping.
+
+  Use the named constructors `gaussian_fixed` and `gaussian_adaptive`.
+  """
+
+  @classmethod
+  def gaussian_fixed(cls,
+                     noise_multiplier: float,
+                     clients_per_round: float,
+                     clip: float,
+                     allocation: str = 'dim',
+                     layer_weights: Optional[Sequence[float]] = None,
+                     normalize: bool = False,
+                     noise_placement: str = 'server',
+                     grouping: Optional[Sequence[int]] = None,
+                     diagnostics: bool = True) -> 'PerLayerDPFactory':
+    """Fixed per-layer clipping and Gaussian noise of std `noise_multiplier * clip` on the sum.
+
+    Args:
+      noise_multiplier: z >= 0, noise std on the cohort sum in units of `clip`.
+      clients_per_round: S >= 1; the sum is divided by S.
+      clip: the total clip C > 0.
+      allocation: "global", "uniform", "dim" or "weighted" (`allocation` module).
+      layer_weights: a_h per group, for "weighted" only.
+      normalize: rescale every group to exactly C_h when the delta's norm is >= C, as the
+        paper's released code does; below C the delta is left alone.
+      noise_placement: "server" adds the noise to the sum; "client" adds std z·C/sqrt(S) to each
+        client's clipped delta (the paper's Algorithm 1), which needs exactly S clients a round.
+      grouping: group index of every leaf of the value (flatten order); default one group per
+        leaf tensor.
+      diagnostics: report exact per-group client norms (outside the DP guarantee; see
+        `per_layer_query`).
+    """
+    validation.check_non_negative('noise_multiplier', noise_multiplier)
+    validation.check_positive('clip', clip)
+    return cls(noise_multiplier, clients_per_round, clip, allocation, layer_weights, normalize,
+               noise_placement, grouping, diagnostics, target_quantile=None)
+
+  @classmethod
+  def gaussian_adaptive(cls,
+                        noise_multiplier: float,
+                        clients_per_round: float,
+                        initial_clip: float,
+                        target_quantile: float = 0.5,
+                        learning_rate: float = 0.2,
+                        allocation: str = 'dim',
+                        layer_weights: Optional[Sequence[float]] = None,
+                        clipped_count_stddev: Optional[float] = None,
+                        noise_placement: str = 'server',
+                        grouping: Optional[Sequence[int]] = None,
+                        diagnostics: bool = True) -> 'PerLayerDPFactory':
+    """Per-group adaptive clipping (geometric quantile tracking) and Gaussian noise.
+
+    The clips start at the allocation of `initial_clip` and each group's clip tracks the
+    `target_quantile` of its norms. `noise_multiplier` is the *total* z of a round, shared
+    between the value noise and the H noised clipped counts (see `per_layer_query`).
+
+    Args:
+      noise_multiplier: total z >= 0 of one round.
+      clients_per_round: S >= 1.
+      initial_clip: initial total clip C > 0.
+      target_quantile: γ in (0, 1), fraction of clients per group left unclipped.
+      learning_rate: η >= 0 of the geometric update C_h <- C_h exp(-η (u_h - γ)).
+      allocation, layer_weights, noise_placement, grouping, diagnostics: as in `gaussian_fixed`.
+      clipped_count_stddev: σ_b; default 0.05 * S (TFF's default), 0 when z = 0.
+    """
+    validation.check_non_negative('noise_multiplier', noise_multiplier)
+    validation.check_positive('initial_clip', initial_clip)
+    validation.check_open_unit_interval('target_quantile', target_quantile)
+    validation.check_non_negative('learning_rate', learning_rate)
+    if clipped_count_stddev is not None:
+      validation.check_non_negative('clipped_count_stddev', clipped_count_stddev)
+    return cls(noise_multiplier, clients_per_round, initial_clip, allocation, layer_weights,
+               False, noise_placement, grouping, diagnostics, target_quantile=target_quantile,
+               learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev)
+
+  def __init__(self, noise_multiplier, clients_per_round, clip, allocation, layer_weights,
+               normalize, noise_placement, grouping, diagnostics, *, target_quantile,
+               learning_rate=0.0, clipped_count_stddev=None):
+    """Use `gaussian_fixed` or `gaussian_adaptive`."""
+    validation.check_positive('clients_per_round', clients_per_round)
+    if clients_per_round < 1:
+      raise ValueError(f'`clients_per_round` must be >= 1, got {clients_per_round!r}.')
+    allocation_lib.check_allocation(allocation, layer_weights)
+    _check_noise_placement(noise_placement)
+    if grouping is not None:
+      grouping = [int(g) for g in grouping]
+      if not grouping or min(grouping) < 0:
+        raise ValueError(f'`grouping` must give a group index >= 0 for every leaf, got '
+                         f'{grouping!r}.')
+    self._noise_multiplier = float(noise_multiplier)
+    self._clients_per_round = float(clients_per_round)
+    self._clip = float(clip)
+    self._allocation = allocation
+    self._layer_weights = None if layer_weights is None else list(layer_weights)
+    self._normalize = bool(normalize)
+    self._noise_placement = noise_placement
+    self._grouping = grouping
+    self._diagnostics = bool(diagnostics)
+    self._target_quantile = target_quantile
+    self._learning_rate = float(learning_rate)
+    if clipped_count_stddev is None:
+      clipped_count_stddev = 0.05 * self._clients_per_round if noise_multiplier > 0 else 0.0
+    self._clipped_count_stddev = float(clipped_count_stddev)
+
+  def _groups(self, leaves):
+    """Group index per leaf and number of parameters per group."""
+    if self._allocation == 'global':
+      group_ids = [0] * len(leaves)
+    elif self._grouping is not None:
+      if len(self._grouping) != len(leaves):
+        raise ValueError(f'`grouping` has {len(self._grouping)} entries but the value has '
+                         f'{len(leaves)} tensors.')
+      group_ids = self._grouping
+      if sorted(set(group_ids)) != list(range(max(group_ids) + 1)):
+        raise ValueError(f'`grouping` must use every group index 0..H-1, got {group_ids!r}.')
+    else:
+      group_ids = list(range(len(leaves)))
+    sizes = np.zeros(max(group_ids) + 1)
+    for group, leaf in zip(group_ids, leaves, strict=True):
+      sizes[group] += leaf.shape.num_elements()
+    return group_ids, sizes
+
+  def build_query(self, value_type) -> tfp.DPQuery:
+    """The normalized DPQuery this factory runs for `value_type`."""
+    specs = tff.types.type_to_tf_tensor_specs(value_type)
+    leaves = tf.nest.flatten(specs)
+    if not leaves:
+      raise ValueError(f'`value_type` {value_type} has no tensors to aggregate.')
+    for leaf in leaves:
+      if not leaf.dtype.is_floating:
+        raise ValueError(f'`value_type` must hold only floating-point tensors, got {leaf.dtype} '
+                         f'in {value_type}.')
+      if not leaf.shape.is_fully_defined():
+        raise ValueError(f'`value_type` must have fully defined shapes, got {leaf.shape} in '
+                         f'{value_type}.')
+    group_ids, sizes = self._groups(leaves)
+    clips = allocation_lib.group_clips(self._clip, sizes, self._allocation, self._layer_weights)
+    if self._target_quantile is None:
+      value_noise_multiplier = self._noise_multiplier
+    else:
+      value_noise_multiplier = per_layer_query.adaptive_value_noise_multiplier(
+          self._noise_multiplier, self._clipped_count_stddev, len(clips))
+    query = per_layer_query.PerLayerClipGaussianSumQuery(
+        group_ids,
+        clips,
+        value_noise_multiplier,
+        self._clients_per_round,
+        normalize=self._normalize,
+        noise_placement=self._noise_placement,
+        target_quantile=self._target_quantile,
+        learning_rate=self._learning_rate,
+        clipped_count_stddev=self._clipped_count_stddev,
+        diagnostics=self._diagnostics)
+    return tfp.NormalizedQuery(query, denominator=self._clients_per_round)
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    return tff.aggregators.DifferentiallyPrivateFactory(self.build_query(value_type)).create(
+        value_type)

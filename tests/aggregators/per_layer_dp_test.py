@@ -1,0 +1,307 @@
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import dp_accounting
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import aggregators
+from fedasr_tff import privacy
+
+_SHAPES = [(7, 5), (5,), (3, 3, 4), (1,), (32,), (8, 8), (2,), (16, 3), (4,), (50,), (6, 2)]
+_VALUE_TYPE = tff.types.to_type([tff.TensorType(np.float32, s) for s in _SHAPES])
+_SIZES = np.array([int(np.prod(s)) for s in _SHAPES])
+_EXTRACT_EVENT = tff.aggregators.differential_privacy.extract_dp_event_from_state
+
+
+def _random_delta(rng, scales=None):
+  scales = np.ones(len(_SHAPES)) if scales is None else scales
+  return [(s * rng.normal(size=shape)).astype(np.float32) for s, shape in zip(
+      scales, _SHAPES, strict=True)]
+
+
+def _preprocess(factory, delta):
+  """Runs the factory's own query on one client delta: (clipped delta, C_h)."""
+  query = factory.build_query(_VALUE_TYPE)
+  params = query.derive_sample_params(query.initial_global_state())
+  value, _, _ = query.preprocess_record(params, [tf.constant(x) for x in delta])
+  return [x.numpy() for x in value], params.numpy()
+
+
+def _group_norms(delta):
+  return np.array([np.linalg.norm(x) for x in delta])
+
+
+class ClippingTest(parameterized.TestCase):
+
+  @parameterized.parameters('global', 'uniform', 'dim', 'weighted')
+  def test_group_and_total_norms_are_bounded(self, allocation):
+    rng = np.random.default_rng(1)
+    weights = list(rng.uniform(0.5, 3, len(_SHAPES))) if allocation == 'weighted' else None
+    clip = 0.5
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(
+        0.0, 10, clip, allocation=allocation, layer_weights=weights)
+    for trial in range(20):
+      # Unbalanced groups, as in the paper: some groups far above, some below their bound.
+      delta = _random_delta(rng, scales=10.0**rng.uniform(-3, 1, len(_SHAPES)))
+      clipped, clips = _preprocess(factory, delta)
+      norms = _group_norms(clipped)
+      self.assertLessEqual(np.linalg.norm(norms), clip * (1 + 1e-5), msg=f'trial {trial}')
+      if allocation != 'global':
+        self.assertLen(clips, len(_SHAPES))
+        np.testing.assert_array_less(norms, clips * (1 + 1e-5))
+        # A group already within its bound is untouched (spec §9.2).
+        inside = _group_norms(delta) <= clips
+        for h in np.flatnonzero(inside):
+          np.testing.assert_allclose(clipped[h], delta[h], rtol=1e-6)
+
+  @parameterized.parameters('global', 'uniform', 'dim')
+  def test_normalize_sets_every_group_to_its_bound(self, allocation):
+    rng = np.random.default_rng(2)
+    clip = 0.01
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(
+        0.0, 10, clip, allocation=allocation, normalize=True)
+    delta = _random_delta(rng, scales=10.0**rng.uniform(-3, 0, len(_SHAPES)))
+    self.assertGreater(np.linalg.norm(_group_norms(delta)), clip)
+    clipped, clips = _preprocess(factory, delta)
+    if allocation == 'global':
+      self.assertAlmostEqual(np.linalg.norm(_group_norms(clipped)), clip, delta=1e-6 * clip)
+    else:
+      np.testing.assert_allclose(_group_norms(clipped), clips, rtol=1e-5)
+    # Below C the delta is left alone.
+    small = [x * (0.5 * clip / np.linalg.norm(_group_norms(delta))) for x in delta]
+    unchanged, _ = _preprocess(factory, small)
+    for got, want in zip(unchanged, small, strict=True):
+      np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _run_round(factory, deltas, value_type=_VALUE_TYPE):
+  process = factory.create(value_type)
+  return process.next(process.initialize(), deltas)
+
+
+class AggregationTest(parameterized.TestCase):
+
+  def test_large_clip_and_no_noise_is_the_plain_mean(self):
+    rng = np.random.default_rng(3)
+    deltas = [_random_delta(rng) for _ in range(4)]
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 4, 1e6, allocation='dim')
+    output = _run_round(factory, deltas)
+    for h, got in enumerate(output.result):
+      np.testing.assert_allclose(got, np.mean([d[h] for d in deltas], axis=0), rtol=1e-5,
+                                 atol=1e-6)
+
+  def test_global_allocation_equals_tff_gaussian_fixed(self):
+    rng = np.random.default_rng(4)
+    deltas = [_random_delta(rng) for _ in range(5)]
+    ours = _run_round(aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 5, 2.0, 'global'),
+                      deltas)
+    tffs = _run_round(tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(0.0, 5.0, 2.0),
+                      deltas)
+    for a, b in zip(ours.result, tffs.result, strict=True):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+  @parameterized.parameters('server', 'client')
+  def test_noise_std_on_the_mean_is_sigma_dp_times_clip(self, placement):
+    cohort, clip, sigma_dp = 5, 0.01, 0.3
+    z = privacy.noise_multiplier_from_sigma_dp(sigma_dp, cohort)
+    value_type = tff.types.to_type([tff.TensorType(np.float32, [4000])] * 5)
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(z, cohort, clip, 'dim',
+                                                           noise_placement=placement)
+    process = factory.create(value_type)
+    state = process.initialize()
+    zeros = [[np.zeros(4000, np.float32)] * 5] * cohort
+    samples = []
+    for _ in range(3):
+      output = process.next(state, zeros)
+      state = output.state
+      samples.append(np.concatenate(output.result))
+    std = np.std(np.concatenate(samples))
+    self.assertAlmostEqual(std / (sigma_dp * clip), 1.0, delta=0.03)
+    metrics = output.measurements['dp_query_metrics']
+    np.testing.assert_allclose(metrics['mean_noise_stddev'], sigma_dp * clip, rtol=1e-5)
+
+  def test_nonfinite_delta_is_zeroed_and_counted(self):
+    rng = np.random.default_rng(5)
+    good = [_random_delta(rng) for _ in range(3)]
+    bad = _random_delta(rng)
+    bad[2][0, 0, 0] = np.nan
+    bad[5][1, 1] = np.inf
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 4, 1e6, 'dim')
+    output = _run_round(factory, good + [bad])
+    for h, got in enumerate(output.result):
+      self.assertTrue(np.all(np.isfinite(got)))
+      np.testing.assert_allclose(got, np.sum([d[h] for d in good], axis=0) / 4, rtol=1e-5,
+                                 atol=1e-6)
+    self.assertEqual(output.measurements['dp_query_metrics']['nonfinite_clients'], 1.0)
+
+  def test_measurements_per_group(self):
+    deltas = [[np.full(s, 1.0, np.float32) for s in _SHAPES] for _ in range(2)]
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 2, 1.0, 'uniform')
+    metrics = _run_round(factory, deltas).measurements['dp_query_metrics']
+    norms = np.sqrt(_SIZES)
+    clips = np.full(len(_SHAPES), 1 / np.sqrt(len(_SHAPES)))
+    np.testing.assert_allclose(metrics['mean_norm_before_clip'], norms, rtol=1e-5)
+    np.testing.assert_allclose(metrics['mean_norm_after_clip'], np.minimum(norms, clips),
+                               rtol=1e-5)
+    np.testing.assert_allclose(metrics['clipped_fraction'], (norms > clips).astype(float))
+    np.testing.assert_allclose(metrics['round_clip'], clips, rtol=1e-6)
+    np.testing.assert_allclose(metrics['mean_noise_stddev'], 0.0)
+    self.assertEqual(metrics['clients'], 2.0)
+
+  def test_dp_event_composes_to_compute_epsilon(self):
+    z, cohort, population, rounds, delta = 1.1, 4, 400, 500, 1e-6
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(z, cohort, 0.1, 'dim')
+    rng = np.random.default_rng(6)
+    output = _run_round(factory, [_random_delta(rng) for _ in range(cohort)])
+    event = _EXTRACT_EVENT(output.state)
+    self.assertIsInstance(event, dp_accounting.GaussianDpEvent)
+    self.assertAlmostEqual(event.noise_multiplier, z, places=6)  # TFF returns float32.
+    accountant = dp_accounting.rdp.RdpAccountant(orders=list(privacy.DEFAULT_RDP_ORDERS))
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(cohort / population, event), rounds)
+    self.assertAlmostEqual(accountant.get_epsilon(delta),
+                           privacy.compute_epsilon(z, cohort / population, rounds, delta),
+                           places=5)
+
+  def test_adaptive_event_costs_exactly_the_total_multiplier(self):
+    z, cohort = 0.8, 100
+    factory = aggregators.PerLayerDPFactory.gaussian_adaptive(z, cohort, 0.1, allocation='dim')
+    rng = np.random.default_rng(7)
+    output = _run_round(factory, [_random_delta(rng) for _ in range(cohort)])
+    event = _EXTRACT_EVENT(output.state)
+    self.assertIsInstance(event, dp_accounting.GaussianDpEvent)
+    self.assertAlmostEqual(event.noise_multiplier, z, places=5)
+    accountant = dp_accounting.rdp.RdpAccountant(orders=list(privacy.DEFAULT_RDP_ORDERS))
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(0.01, event), 100)
+    self.assertAlmostEqual(accountant.get_epsilon(1e-6),
+                           privacy.compute_epsilon(z, 0.01, 100, 1e-6), places=4)
+
+  def test_adaptive_noise_split(self):
+    # H counts of sensitivity sqrt(H)/2 with std sigma_b, plus the value noise z_v, cost z.
+    z, sigma_b, groups = 0.8, 5.0, 11
+    z_v = aggregators.adaptive_value_noise_multiplier(z, sigma_b, groups)
+    self.assertAlmostEqual(z_v**-2 + groups / (2 * sigma_b)**2, z**-2, places=12)
+    # One group reproduces TFF's own split.
+    tff_z_v, _ = tff.aggregators.differential_privacy.adaptive_clip_noise_params(z, 100.0, sigma_b)
+    self.assertAlmostEqual(aggregators.adaptive_value_noise_multiplier(z, sigma_b, 1), tff_z_v)
+    self.assertEqual(aggregators.adaptive_value_noise_multiplier(0.0, 0.0, groups), 0.0)
+
+
+class AdaptiveClippingTest(absltest.TestCase):
+
+  def test_each_group_tracks_its_own_quantile(self):
+    # Stationary norms: group h of every client has norm exp(mu_h + 0.5 N(0,1)) (median
+    # exp(mu_h)); no noise on the count estimate.
+    rng = np.random.default_rng(8)
+    mu = np.linspace(-6, 0, len(_SHAPES))
+    target = 0.5
+    factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
+        0.0, 40, initial_clip=1.0, target_quantile=target, learning_rate=0.2,
+        allocation='uniform')
+    process = factory.create(_VALUE_TYPE)
+    state = process.initialize()
+    for _ in range(100):
+      deltas = []
+      for _ in range(40):
+        norms = np.exp(mu + 0.5 * rng.normal(size=len(_SHAPES)))
+        directions = _random_delta(rng)
+        deltas.append([(d / np.linalg.norm(d) * n).astype(np.float32)
+                       for d, n in zip(directions, norms, strict=True)])
+      state = process.next(state, deltas).state
+    final_clips = state.query_state.numerator_state.group_clips
+    np.testing.assert_allclose(final_clips, np.exp(mu), rtol=0.10)
+
+  def test_global_allocation_follows_tff_gaussian_adaptive(self):
+    # With one group and no noise, the clip trajectory is tensorflow-privacy's geometric update.
+    rng = np.random.default_rng(10)
+    ours = aggregators.PerLayerDPFactory.gaussian_adaptive(
+        0.0, 8, 0.5, allocation='global').create(_VALUE_TYPE)
+    theirs = tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+        0.0, 8.0, initial_l2_norm_clip=0.5).create(_VALUE_TYPE)
+    our_state, their_state = ours.initialize(), theirs.initialize()
+    for _ in range(5):
+      deltas = [_random_delta(rng, scales=np.full(len(_SHAPES), rng.uniform(0.01, 0.3)))
+                for _ in range(8)]
+      our_out, their_out = ours.next(our_state, deltas), theirs.next(their_state, deltas)
+      our_state, their_state = our_out.state, their_out.state
+      self.assertAlmostEqual(our_out.measurements['dp_query_metrics']['group_clip'][0],
+                             their_out.measurements['dp_query_metrics']['clip'], places=5)
+      for a, b in zip(our_out.result, their_out.result, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+class LearningProcessTest(absltest.TestCase):
+
+  def test_drops_into_build_unweighted_fed_avg(self):
+    def model_fn():
+      keras_model = tf.keras.Sequential([
+          tf.keras.layers.InputLayer(input_shape=(4,)),
+          tf.keras.layers.Dense(8, activation='relu'),
+          tf.keras.layers.Dense(3),
+      ])
+      return tff.learning.models.from_keras_model(
+          keras_model,
+          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+          input_spec=(tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32)))
+
+    rng = np.random.default_rng(9)
+    datasets = [
+        tf.data.Dataset.from_tensor_slices((rng.normal(size=(6, 4)).astype(np.float32),
+                                            rng.integers(0, 3, size=6).astype(np.int32))).batch(3)
+        for _ in range(3)
+    ]
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(0.5, 3, 0.1, 'dim'))
+    state = process.initialize()
+    for _ in range(3):
+      output = process.next(state, datasets)
+      state = output.state
+    metrics = output.metrics['aggregator']['dp_query_metrics']
+    self.assertLen(metrics['group_clip'], 4)  # Two kernels and two biases.
+    self.assertEqual(metrics['clients'], 3.0)
+    self.assertAlmostEqual(_EXTRACT_EVENT(state.aggregator).noise_multiplier, 0.5)
+
+
+class BadInputTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('zero_clip', dict(clip=0.0), 'clip'),
+      ('negative_noise', dict(noise_multiplier=-1.0), 'noise_multiplier'),
+      ('no_clients', dict(clients_per_round=0), 'clients_per_round'),
+      ('unknown_allocation', dict(allocation='layer'), 'allocation'),
+      ('weights_wrong_length', dict(allocation='weighted', layer_weights=[1.0, 2.0]),
+       'layer_weights'),
+      ('weights_non_positive', dict(allocation='weighted', layer_weights=[0.0] * 11),
+       'layer_weights'),
+      ('unknown_placement', dict(noise_placement='anywhere'), 'noise_placement'),
+  )
+  def test_fixed(self, override, name):
+    kwargs = dict(noise_multiplier=1.0, clients_per_round=10, clip=1.0)
+    kwargs.update(override)
+    with self.assertRaisesRegex(ValueError, name):
+      aggregators.PerLayerDPFactory.gaussian_fixed(**kwargs).create(_VALUE_TYPE)
+
+  @parameterized.named_parameters(
+      ('quantile_zero', dict(target_quantile=0.0), 'target_quantile'),
+      ('quantile_one', dict(target_quantile=1.0), 'target_quantile'),
+      ('zero_clip', dict(initial_clip=0.0), 'initial_clip'),
+      ('negative_rate', dict(learning_rate=-0.1), 'learning_rate'),
+      ('count_noise_too_small', dict(noise_multiplier=5.0), 'clipped_count_stddev'),
+  )
+  def test_adaptive(self, override, name):
+    kwargs = dict(noise_multiplier=1.0, clients_per_round=100, initial_clip=1.0)
+    kwargs.update(override)
+    with self.assertRaisesRegex(ValueError, name):
+      aggregators.PerLayerDPFactory.gaussian_adaptive(**kwargs).create(_VALUE_TYPE)
+
+  def test_integer_value_type(self):
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(1.0, 10, 1.0)
+    with self.assertRaisesRegex(ValueError, 'value_type.*floating'):
+      factory.create(tff.types.to_type([tff.TensorType(np.int32, [3])]))
+
+
+if __name__ == '__main__':
+  absltest.main()
