@@ -1,0 +1,83 @@
+"""The DP federated averaging process, composed from TFF templates (spec §1, Algorithm 1).
+
+    distributor (TFF broadcast) -> local training (`local_training`) -> model aggregator
+    (default unweighted mean; `PerLayerDPFactory` for DP) -> apply the server optimizer
+    (LAMB, LARS, ... with an optional learning-rate schedule) to the aggregated delta.
+
+The process is independent of the model: anything `model_fn` returns as a
+`tff.learning.models.VariableModel` trains, so mixed FL, DGA and retrieval reuse it.
+"""
+
+from typing import Callable
+from typing import Optional
+
+import numpy as np
+import tensorflow_federated as tff
+
+from fedasr_tff.algorithms import local_training
+
+
+def build_fed_avg_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_learning_rate: float,
+    local_steps: Optional[int] = None,
+    local_epochs: Optional[int] = None,
+    local_clip_norm: Optional[float] = 1.0,
+    fedprox_mu: float = 0.0,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    server_lr_schedule: Optional[Callable] = None,
+    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+) -> tff.learning.templates.LearningProcess:
+  """Builds the federated learning process.
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
+    client_learning_rate, local_steps, local_epochs, local_clip_norm, fedprox_mu: the client
+      work, see `local_training.build_local_training_client_work`.
+    server_optimizer: a `tff.learning.optimizers.Optimizer` (`fedasr_tff.optimizers.build`).
+    server_lr_schedule: callable from round (0-based) to server learning rate
+      (`fedasr_tff.optimizers.schedules`); None keeps the optimizer's learning rate.
+    model_aggregator: an unweighted aggregation factory for the client deltas; default
+      `tff.aggregators.UnweightedMeanFactory()`.
+  """
+  if not isinstance(server_optimizer, tff.learning.optimizers.Optimizer):
+    raise ValueError('`server_optimizer` must be a tff.learning.optimizers.Optimizer, got '
+                     f'{server_optimizer!r}.')
+  if model_aggregator is None:
+    model_aggregator = tff.aggregators.UnweightedMeanFactory()
+  if not isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+    raise ValueError('`model_aggregator` must be a tff.aggregators.UnweightedAggregationFactory'
+                     f', got {model_aggregator!r}.')
+  client_work = local_training.build_local_training_client_work(
+      model_fn,
+      client_learning_rate=client_learning_rate,
+      local_steps=local_steps,
+      local_epochs=local_epochs,
+      local_clip_norm=local_clip_norm,
+      fedprox_mu=fedprox_mu)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  model_weights_type = initial_model_weights_fn.type_signature.result
+  distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
+  # Client weights are all 1 (DP needs uniform weights); the unweighted factory ignores them.
+  aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator).create(
+      model_weights_type.trainable, tff.TensorType(np.float32))
+  if server_lr_schedule is not None:
+    server_optimizer = tff.learning.optimizers.schedule_learning_rate(server_optimizer,
+                                                                      server_lr_schedule)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                      model_weights_type)
+  return tff.learning.templates.compose_learning_process(initial_model_weights_fn, distributor,
+                                                         client_work, aggregator, finalizer)
+
+
+def build_evaluation_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel]
+) -> tff.learning.templates.LearningProcess:
+  """Federated evaluation of the same model (TFF's `build_fed_eval`): set its weights with
+  `process.set_model_weights(eval_state, learning_state.global_model_weights)`."""
+  return tff.learning.algorithms.build_fed_eval(model_fn)

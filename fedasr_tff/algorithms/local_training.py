@@ -1,0 +1,184 @@
+"""Client work of DP federated learning: local SGD with local gradient clipping (spec §1, §3.3).
+
+Each client starts from the broadcast global weights θ and, for `local_steps` batches (cycling
+its data when it has fewer) or `local_epochs` passes over its data, takes plain SGD steps
+
+    g <- ∇ [loss(θ_k; B) + (μ/2) ||θ_k − θ||²]        (FedProx term, μ = `fedprox_mu`, §3.5)
+    g <- g · min(1, C_loc / ||g||)                      (global L2 norm over all trainable weights)
+    θ_k <- θ_k − η_loc g
+
+and returns Δ_k = θ − θ_k (old minus new, so Δ acts as a gradient for the server optimizer) with
+client weight 1: DP averaging needs uniform weights (spec §1). There is no optimizer state to
+carry between rounds. The local learning rate lives in the process state (`get_hparams`).
+
+Measurements (`train`): mean loss over local steps, examples and steps (summed over clients),
+mean delta norm, and the largest gradient norm before and after clipping seen on any client.
+These client statistics are sent without noise: they are simulation diagnostics, not part of the
+DP release.
+"""
+
+import collections
+from typing import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import validation
+
+LEARNING_RATE_KEY = 'learning_rate'
+
+
+def check_local_work(local_steps: Optional[int], local_epochs: Optional[int]) -> None:
+  """Exactly one of `local_steps` and `local_epochs`, a positive integer."""
+  if (local_steps is None) == (local_epochs is None):
+    raise ValueError('Give exactly one of `local_steps` and `local_epochs`, got '
+                     f'local_steps={local_steps!r}, local_epochs={local_epochs!r}.')
+  if local_steps is not None:
+    validation.check_positive_integer('local_steps', local_steps)
+  else:
+    validation.check_positive_integer('local_epochs', local_epochs)
+
+
+@tff.tensorflow.computation(tf.float32, tf.float32)
+def _maximum(a, b):
+  return tf.maximum(a, b)
+
+
+@tff.tensorflow.computation(tf.float32)
+def _identity(a):
+  return a
+
+
+def _federated_max(value):
+  """Largest of a non-negative float32 client value (TFF 0.87 has no federated max)."""
+  return tff.federated_aggregate(value, 0.0, _maximum, _maximum, _identity)
+
+
+def _local_dataset(dataset: tf.data.Dataset, local_steps, local_epochs) -> tf.data.Dataset:
+  if local_steps is not None:
+    return dataset.repeat().take(local_steps)
+  return dataset.repeat(local_epochs)
+
+
+def build_local_training_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_learning_rate: float,
+    local_steps: Optional[int] = None,
+    local_epochs: Optional[int] = None,
+    local_clip_norm: Optional[float] = 1.0,
+    fedprox_mu: float = 0.0,
+) -> tff.learning.templates.ClientWorkProcess:
+  """Builds the `ClientWorkProcess` of the module docstring.
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
+    client_learning_rate: η_loc > 0.
+    local_steps: number of local SGD steps (batches), cycling the data; or
+    local_epochs: number of passes over the client's data. Exactly one of the two.
+    local_clip_norm: C_loc > 0, or None for no local clipping.
+    fedprox_mu: μ >= 0 of the proximal term (μ/2)||θ_k − θ||².
+  """
+  validation.check_positive('client_learning_rate', client_learning_rate)
+  check_local_work(local_steps, local_epochs)
+  if local_clip_norm is not None:
+    validation.check_positive('local_clip_norm', local_clip_norm)
+  validation.check_non_negative('fedprox_mu', fedprox_mu)
+
+  with tf.Graph().as_default():
+    model = model_fn()
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
+
+  initial_hparams = collections.OrderedDict([(LEARNING_RATE_KEY, float(client_learning_rate))])
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_hparams, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, weights_type, data_type)
+  def client_update(hparams, initial_weights, dataset):
+    client_update_fn = _build_client_update(model_fn(), local_steps, local_epochs,
+                                            local_clip_norm, fedprox_mu)
+    return client_update_fn(hparams[LEARNING_RATE_KEY], initial_weights, dataset)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    result, stats = tff.federated_map(client_update,
+                                      (tff.federated_broadcast(state), weights, client_data))
+    measurements = collections.OrderedDict(
+        loss=tff.federated_mean(stats['loss']),
+        examples=tff.federated_sum(stats['examples']),
+        steps=tff.federated_sum(stats['steps']),
+        delta_norm=tff.federated_mean(stats['delta_norm']),
+        max_grad_norm=_federated_max(stats['max_grad_norm']),
+        max_clipped_grad_norm=_federated_max(stats['max_clipped_grad_norm']),
+    )
+    return tff.templates.MeasuredProcessOutput(
+        state, result, tff.federated_zip(collections.OrderedDict(train=measurements)))
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return state
+
+  @tff.tensorflow.computation(state_type, state_type)
+  def set_hparams_fn(state, hparams):
+    del state
+    return hparams
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
+
+
+def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedprox_mu):
+  """The local training of one client, as one `tf.function` (so ops run in program order)."""
+
+  @tf.function
+  def client_update(learning_rate, initial_weights, dataset):
+    model_weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
+    trainable = model_weights.trainable
+    flat_trainable = tf.nest.flatten(trainable)
+    flat_initial = tf.nest.flatten(initial_weights.trainable)
+
+    def step(state, batch):
+      loss_sum, examples, steps, max_norm, max_clipped_norm = state
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+        loss = output.loss
+        if fedprox_mu > 0:
+          loss += 0.5 * fedprox_mu * tf.add_n([
+              tf.reduce_sum(tf.square(w - w0))
+              for w, w0 in zip(flat_trainable, flat_initial, strict=True)])
+      grads = tape.gradient(loss, flat_trainable)
+      grad_norm = tf.linalg.global_norm(grads)
+      if local_clip_norm is not None:
+        grads, _ = tf.clip_by_global_norm(grads, local_clip_norm, use_norm=grad_norm)
+      clipped_norm = tf.linalg.global_norm(grads)
+      for w, g in zip(flat_trainable, grads, strict=True):
+        w.assign_sub(tf.cast(learning_rate, g.dtype) * g)
+      return (loss_sum + tf.cast(output.loss, tf.float32),
+              examples + tf.cast(output.num_examples, tf.int64), steps + 1,
+              tf.maximum(max_norm, grad_norm), tf.maximum(max_clipped_norm, clipped_norm))
+
+    initial = (tf.constant(0.0), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
+               tf.constant(0.0), tf.constant(0.0))
+    loss_sum, examples, steps, max_norm, max_clipped_norm = _local_dataset(
+        dataset, local_steps, local_epochs).reduce(initial, step)
+    delta = tf.nest.map_structure(lambda w0, w: w0 - w, initial_weights.trainable, trainable)
+    stats = collections.OrderedDict(
+        loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),
+        examples=examples,
+        steps=steps,
+        delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)),
+        max_grad_norm=max_norm,
+        max_clipped_grad_norm=max_clipped_norm)
+    return tff.learning.templates.ClientResult(update=delta,
+                                               update_weight=tf.constant(1.0)), stats
+
+  return client_update

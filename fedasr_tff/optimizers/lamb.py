@@ -1,0 +1,87 @@
+"""LAMB as a `tff.learning.optimizers.Optimizer` (spec §3.1; optax `lamb` with its defaults).
+
+For every weight tensor θ_h with (pseudo-)gradient g_h, at step t = 1, 2, ...:
+
+    m_h = β1 m_h + (1 − β1) g_h                       v_h = β2 v_h + (1 − β2) g_h²
+    m̂_h = m_h / (1 − β1^t)                            v̂_h = v_h / (1 − β2^t)
+    u_h = m̂_h / (sqrt(v̂_h) + ξ) + λ θ_h              (weight decay before the trust ratio)
+    r_h = ||θ_h|| / ||u_h||                           (1 where either norm is 0)
+    θ_h ← θ_h − η r_h u_h
+
+In FL the server applies it to the (noised) mean client delta, Δ = θ_global − θ_local, which acts
+as a gradient. Each tensor's step has norm η·||θ_h|| whatever the scale of Δ (spec §9.8), which is
+why DP runs can shrink the clip C without retuning.
+"""
+
+import collections
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import validation
+from fedasr_tff.optimizers import trust_ratio
+
+LEARNING_RATE_KEY = 'learning_rate'
+_HPARAMS_KEYS = (LEARNING_RATE_KEY, 'beta_1', 'beta_2', 'epsilon', 'weight_decay')
+
+
+class _Lamb(tff.learning.optimizers.Optimizer):
+  """See `build_lamb`."""
+
+  def __init__(self, learning_rate, beta_1, beta_2, epsilon, weight_decay):
+    self._hparams = collections.OrderedDict(
+        learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+        weight_decay=weight_decay)
+
+  def initialize(self, specs: Any) -> collections.OrderedDict:
+    def zeros():
+      return tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)
+
+    return collections.OrderedDict(
+        **self._hparams, step=0, first_moment=zeros(), second_moment=zeros())
+
+  def next(self, state, weights, gradients):
+    beta_1, beta_2 = state['beta_1'], state['beta_2']
+    step = state['step'] + 1
+    float_step = tf.cast(step, tf.float32)
+    first_correction = 1.0 - tf.pow(tf.cast(beta_1, tf.float32), float_step)
+    second_correction = 1.0 - tf.pow(tf.cast(beta_2, tf.float32), float_step)
+
+    def update(w, m, v, g):
+      dtype = g.dtype
+      m = tf.cast(beta_1, dtype) * m + (1.0 - tf.cast(beta_1, dtype)) * g
+      v = tf.cast(beta_2, dtype) * v + (1.0 - tf.cast(beta_2, dtype)) * tf.square(g)
+      u = (m / tf.cast(first_correction, dtype)) / (
+          tf.sqrt(v / tf.cast(second_correction, dtype)) + tf.cast(state['epsilon'], dtype))
+      u = u + tf.cast(state['weight_decay'], dtype) * w
+      w = w - tf.cast(state[LEARNING_RATE_KEY], dtype) * trust_ratio.trust_ratio(w, u) * u
+      return w, m, v
+
+    updated = [update(w, m, v, g) for w, m, v, g in zip(
+        tf.nest.flatten(weights), tf.nest.flatten(state['first_moment']),
+        tf.nest.flatten(state['second_moment']), tf.nest.flatten(gradients), strict=True)]
+    new_weights, new_m, new_v = (
+        tf.nest.pack_sequence_as(weights, [leaf[i] for leaf in updated]) for i in range(3))
+    new_state = self.get_hparams(state)
+    new_state.update(step=step, first_moment=new_m, second_moment=new_v)
+    return new_state, new_weights
+
+  def get_hparams(self, state):
+    return collections.OrderedDict((key, state[key]) for key in _HPARAMS_KEYS)
+
+  def set_hparams(self, state, hparams):
+    new_state = collections.OrderedDict(state)
+    new_state.update(hparams)
+    return new_state
+
+
+def build_lamb(learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+               weight_decay=0.0) -> tff.learning.optimizers.Optimizer:
+  """LAMB (module docstring) with optax's defaults; ξ = `epsilon`, λ = `weight_decay`."""
+  validation.check_positive('learning_rate', learning_rate)
+  validation.check_unit_interval_right_open('beta_1', beta_1)
+  validation.check_unit_interval_right_open('beta_2', beta_2)
+  validation.check_non_negative('epsilon', epsilon)
+  validation.check_non_negative('weight_decay', weight_decay)
+  return _Lamb(learning_rate, beta_1, beta_2, epsilon, weight_decay)

@@ -1,0 +1,198 @@
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import aggregators
+from fedasr_tff import algorithms
+from fedasr_tff import optimizers
+
+_INPUT_SPEC = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32))
+
+
+def _keras_model():
+  tf.keras.utils.set_random_seed(0)
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(6, activation='tanh'),
+      tf.keras.layers.Dense(3),
+  ])
+
+
+def _loss():
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _model_fn():
+  return tff.learning.models.from_keras_model(_keras_model(), loss=_loss(),
+                                              input_spec=_INPUT_SPEC)
+
+
+def _client_data(seed, clients=3, examples=6, batch=3, learnable=False):
+  rng = np.random.default_rng(seed)
+  data = []
+  for _ in range(clients):
+    x = rng.normal(size=(examples, 4)).astype(np.float32)
+    y = (np.argmax(x[:, :3], axis=1) if learnable else rng.integers(0, 3, examples))
+    data.append(tf.data.Dataset.from_tensor_slices((x, y.astype(np.int32))).batch(batch))
+  return data
+
+
+def _sgd_server():
+  return optimizers.build('sgd', 1.0)
+
+
+class FedAvgProcessTest(parameterized.TestCase):
+
+  def test_one_step_round_is_central_sgd_on_the_union(self):
+    data = _client_data(1, clients=3, examples=4, batch=4)
+    process = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=0.3, local_steps=1, local_clip_norm=None,
+        server_optimizer=_sgd_server())
+    state = process.initialize()
+    new_weights = process.next(state, data).state.global_model_weights.trainable
+
+    model = _keras_model()
+    tf.nest.map_structure(lambda v, w: v.assign(w), model.trainable_variables,
+                          list(state.global_model_weights.trainable))
+    union = [batch for d in data for batch in d]
+    x = tf.concat([b[0] for b in union], 0)
+    y = tf.concat([b[1] for b in union], 0)
+    with tf.GradientTape() as tape:
+      loss = _loss()(y, model(x))
+    grads = tape.gradient(loss, model.trainable_variables)
+    for got, w, g in zip(new_weights, model.trainable_variables, grads, strict=True):
+      np.testing.assert_allclose(got, w.numpy() - 0.3 * g.numpy(), rtol=1e-5, atol=1e-6)
+
+  def test_without_clipping_matches_tff_fed_avg(self):
+    # One local epoch of SGD without local clipping is TFF's own FedAvg.
+    data = _client_data(2)
+    theirs = tff.learning.algorithms.build_unweighted_fed_avg(
+        _model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+    ours = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=0.2, local_epochs=1, local_clip_norm=None,
+        server_optimizer=_sgd_server())
+    our_state = ours.next(ours.initialize(), data).state
+    their_state = theirs.next(theirs.initialize(), data).state
+    for a, b in zip(our_state.global_model_weights.trainable,
+                    their_state.global_model_weights.trainable, strict=True):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+  def test_fedprox_matches_a_direct_computation(self):
+    # Local SGD on loss + (mu/2)||w - w0||^2, written out with Keras for one client.
+    mu, lr, steps = 0.5, 0.2, 3
+    data = _client_data(8, clients=1, examples=9, batch=3)
+    process = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=lr, local_steps=steps, local_clip_norm=None,
+        fedprox_mu=mu, server_optimizer=_sgd_server())
+    state = process.initialize()
+    got = process.next(state, data).state.global_model_weights.trainable
+
+    model = _keras_model()
+    initial = [np.asarray(w) for w in state.global_model_weights.trainable]
+    for v, w in zip(model.trainable_variables, initial, strict=True):
+      v.assign(w)
+    for x, y in data[0].take(steps):
+      with tf.GradientTape() as tape:
+        loss = _loss()(y, model(x)) + 0.5 * mu * tf.add_n(
+            [tf.reduce_sum(tf.square(v - w)) for v, w in zip(model.trainable_variables, initial,
+                                                            strict=True)])
+      for v, g in zip(model.trainable_variables,
+                      tape.gradient(loss, model.trainable_variables), strict=True):
+        v.assign_sub(lr * g)
+    for a, v in zip(got, model.trainable_variables, strict=True):
+      np.testing.assert_allclose(a, v.numpy(), rtol=1e-5, atol=1e-6)
+
+  def test_fedprox_pulls_towards_the_global_model(self):
+    data = _client_data(3)
+    norms = {}
+    for mu in (0.0, 5.0):
+      process = algorithms.build_fed_avg_process(
+          _model_fn, client_learning_rate=0.1, local_steps=20, fedprox_mu=mu,
+          server_optimizer=_sgd_server())
+      norms[mu] = process.next(process.initialize(), data).metrics['client_work']['train'][
+          'delta_norm']
+    self.assertLess(norms[5.0], norms[0.0])
+
+  def test_local_gradient_clipping(self):
+    data = _client_data(4)
+    clip, lr = 0.05, 0.1
+    process = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=lr, local_steps=1, local_clip_norm=clip,
+        server_optimizer=_sgd_server())
+    train = process.next(process.initialize(), data).metrics['client_work']['train']
+    self.assertGreater(train['max_grad_norm'], clip)  # Clipping had something to do ...
+    self.assertLessEqual(train['max_clipped_grad_norm'], clip * (1 + 1e-5))  # ... on every step,
+    # and the step taken is the clipped one: one step of lr * clipped gradient.
+    self.assertAlmostEqual(train['delta_norm'], lr * clip, delta=1e-6)
+
+  def test_local_steps_cycle_short_data(self):
+    data = _client_data(5, clients=2, examples=6, batch=3)  # Two batches a client.
+    process = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=0.1, local_steps=5, server_optimizer=_sgd_server())
+    train = process.next(process.initialize(), data).metrics['client_work']['train']
+    self.assertEqual(train['steps'], 10)
+    self.assertEqual(train['examples'], 30)
+    epochs = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=0.1, local_epochs=3, server_optimizer=_sgd_server())
+    self.assertEqual(epochs.next(epochs.initialize(), data).metrics['client_work']['train']
+                     ['steps'], 12)
+
+  def test_learning_rate_follows_the_schedule(self):
+    schedule = optimizers.schedules.exponential_decay(0.01, 0.5, 2, start_round=1)
+    process = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=0.1, local_steps=1, server_optimizer=optimizers.build(
+            'lamb', 0.01), server_lr_schedule=schedule)
+    state = process.initialize()
+    data = _client_data(6)
+    for round_num in range(5):
+      optimizer_state = state.finalizer['optimizer']
+      self.assertAlmostEqual(optimizer_state['learning_rate'], float(schedule(round_num)),
+                             places=7)
+      state = process.next(state, data).state
+
+  def test_dp_process_learns(self):
+    data = _client_data(7, clients=8, examples=32, batch=8, learnable=True)
+    cohort = len(data)
+    process = algorithms.build_fed_avg_process(
+        _model_fn, client_learning_rate=0.2, local_steps=4,
+        server_optimizer=optimizers.build('lamb', 0.02),
+        server_lr_schedule=optimizers.schedules.exponential_decay(0.02, 0.6, 5, start_round=2),
+        model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(
+            noise_multiplier=0.05, clients_per_round=cohort, clip=0.5, allocation='dim'))
+    evaluation = algorithms.build_evaluation_process(_model_fn)
+    state = process.initialize()
+
+    def eval_loss(learning_state):
+      eval_state = evaluation.set_model_weights(evaluation.initialize(),
+                                                learning_state.global_model_weights)
+      metrics = evaluation.next(eval_state, data).metrics['client_work']['eval']
+      return metrics['current_round_metrics']['loss']
+
+    before = eval_loss(state)
+    for _ in range(5):
+      output = process.next(state, data)
+      state = output.state
+    self.assertLess(eval_loss(state), 0.9 * before)
+    self.assertIn('dp_query_metrics', output.metrics['aggregator'])
+
+  @parameterized.named_parameters(
+      ('both', dict(local_steps=1, local_epochs=1), 'local_steps'),
+      ('neither', dict(), 'local_steps'),
+      ('zero_steps', dict(local_steps=0), 'local_steps'),
+      ('client_lr', dict(local_steps=1, client_learning_rate=0.0), 'client_learning_rate'),
+      ('mu', dict(local_steps=1, fedprox_mu=-0.1), 'fedprox_mu'),
+      ('clip', dict(local_steps=1, local_clip_norm=0.0), 'local_clip_norm'),
+      ('server_optimizer', dict(local_steps=1, server_optimizer='lamb'), 'server_optimizer'),
+  )
+  def test_bad_input(self, override, name):
+    kwargs = dict(client_learning_rate=0.1, server_optimizer=_sgd_server())
+    kwargs.update(override)
+    with self.assertRaisesRegex(ValueError, name):
+      algorithms.build_fed_avg_process(_model_fn, **kwargs)
+
+
+if __name__ == '__main__':
+  absltest.main()
