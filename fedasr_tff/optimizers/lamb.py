@@ -20,14 +20,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import validation
+from fedasr_tff.optimizers import hparams
 from fedasr_tff.optimizers import trust_ratio
 
-LEARNING_RATE_KEY = 'learning_rate'
-_HPARAMS_KEYS = (LEARNING_RATE_KEY, 'beta_1', 'beta_2', 'epsilon', 'weight_decay')
 
-
-class _Lamb(tff.learning.optimizers.Optimizer):
+class _Lamb(hparams.HparamsInState):
   """See `build_lamb`."""
+
+  HPARAMS_KEYS = (hparams.LEARNING_RATE_KEY, 'beta_1', 'beta_2', 'epsilon', 'weight_decay')
 
   def __init__(self, learning_rate, beta_1, beta_2, epsilon, weight_decay):
     self._hparams = collections.OrderedDict(
@@ -55,7 +55,7 @@ class _Lamb(tff.learning.optimizers.Optimizer):
       u = (m / tf.cast(first_correction, dtype)) / (
           tf.sqrt(v / tf.cast(second_correction, dtype)) + tf.cast(state['epsilon'], dtype))
       u = u + tf.cast(state['weight_decay'], dtype) * w
-      w = w - tf.cast(state[LEARNING_RATE_KEY], dtype) * trust_ratio.trust_ratio(w, u) * u
+      w = w - tf.cast(state[hparams.LEARNING_RATE_KEY], dtype) * trust_ratio.trust_ratio(w, u) * u
       return w, m, v
 
     updated = [update(w, m, v, g) for w, m, v, g in zip(
@@ -66,14 +66,6 @@ class _Lamb(tff.learning.optimizers.Optimizer):
     new_state = self.get_hparams(state)
     new_state.update(step=step, first_moment=new_m, second_moment=new_v)
     return new_state, new_weights
-
-  def get_hparams(self, state):
-    return collections.OrderedDict((key, state[key]) for key in _HPARAMS_KEYS)
-
-  def set_hparams(self, state, hparams):
-    new_state = collections.OrderedDict(state)
-    new_state.update(hparams)
-    return new_state
 
 
 def build_lamb(learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,

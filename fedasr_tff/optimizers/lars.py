@@ -19,14 +19,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import validation
+from fedasr_tff.optimizers import hparams
 from fedasr_tff.optimizers import trust_ratio
 
-LEARNING_RATE_KEY = 'learning_rate'
-_HPARAMS_KEYS = (LEARNING_RATE_KEY, 'momentum', 'trust_coefficient', 'epsilon', 'weight_decay')
 
-
-class _Lars(tff.learning.optimizers.Optimizer):
+class _Lars(hparams.HparamsInState):
   """See `build_lars`."""
+
+  HPARAMS_KEYS = (hparams.LEARNING_RATE_KEY, 'momentum', 'trust_coefficient', 'epsilon',
+                  'weight_decay')
 
   def __init__(self, learning_rate, momentum, trust_coefficient, epsilon, weight_decay,
                nesterov):
@@ -45,7 +46,7 @@ class _Lars(tff.learning.optimizers.Optimizer):
       dtype = g.dtype
       u = g + tf.cast(state['weight_decay'], dtype) * w
       ratio = trust_ratio.trust_ratio(w, u, state['trust_coefficient'], state['epsilon'])
-      step = -tf.cast(state[LEARNING_RATE_KEY], dtype) * ratio * u
+      step = -tf.cast(state[hparams.LEARNING_RATE_KEY], dtype) * ratio * u
       momentum = tf.cast(state['momentum'], dtype)
       trace = step + momentum * trace
       return w + (step + momentum * trace if self._nesterov else trace), trace
@@ -58,14 +59,6 @@ class _Lars(tff.learning.optimizers.Optimizer):
     new_state = self.get_hparams(state)
     new_state['trace'] = new_trace
     return new_state, new_weights
-
-  def get_hparams(self, state):
-    return collections.OrderedDict((key, state[key]) for key in _HPARAMS_KEYS)
-
-  def set_hparams(self, state, hparams):
-    new_state = collections.OrderedDict(state)
-    new_state.update(hparams)
-    return new_state
 
 
 def build_lars(learning_rate, momentum=0.9, trust_coefficient=0.001, epsilon=0.0,
