@@ -1,0 +1,11 @@
+"""The CTC transformer for speech recognition (spec §4)."""
+
+from fedasr_tff.models.configs import CONFIGS
+from fedasr_tff.models.configs import TransformerConfig
+from fedasr_tff.models.configs import get_config
+from fedasr_tff.models.ctc import BLANK_INDEX
+from fedasr_tff.models.ctc import ctc_loss
+from fedasr_tff.models.ctc import greedy_decode
+from fedasr_tff.models.transformer import CTCTransformer
+from fedasr_tff.models.transformer import build_ctc_transformer
+from fedasr_tff.models.transformer import output_lengths

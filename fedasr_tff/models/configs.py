@@ -1,0 +1,74 @@
+"""Named sizes of the CTC transformer (spec §4 and the paper's Table 21)."""
+
+import dataclasses
+from typing import Mapping
+from typing import Union
+
+from fedasr_tff import validation
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Settings of `build_ctc_transformer`.
+
+  Attributes:
+    num_blocks: pre-LN transformer blocks.
+    model_dim: d, width of the residual stream.
+    mlp_dim: hidden width of each block's ReLU MLP.
+    num_heads: attention heads.
+    num_mels: log-mel features per frame (the input width).
+    conv_kernel: kernel of the 1-D convolution front-end (stride `conv_stride`, GLU).
+    conv_stride: frames per output frame (3: 10 ms -> 30 ms).
+    dropout: dropout on attention weights, the MLP hidden layer and after the front-end.
+    layer_drop: probability of skipping a whole block during training.
+    cape_max_global_shift: CAPE's random global shift during training, in seconds.
+    cape_freq_scale: CAPE's scale on positions (seconds) before the sinusoids.
+  """
+  num_blocks: int
+  model_dim: int
+  mlp_dim: int
+  num_heads: int = 4
+  num_mels: int = 80
+  conv_kernel: int = 7
+  conv_stride: int = 3
+  dropout: float = 0.3
+  layer_drop: float = 0.3
+  cape_max_global_shift: float = 30.0
+  cape_freq_scale: float = 30.0
+
+  def __post_init__(self):
+    for name in ('num_blocks', 'model_dim', 'mlp_dim', 'num_heads', 'num_mels', 'conv_kernel',
+                 'conv_stride'):
+      validation.check_positive_integer(name, getattr(self, name))
+    if self.model_dim % self.num_heads:
+      raise ValueError(f'`model_dim` ({self.model_dim}) must be divisible by `num_heads` '
+                       f'({self.num_heads}).')
+    validation.check_unit_interval_right_open('dropout', self.dropout)
+    validation.check_unit_interval_right_open('layer_drop', self.layer_drop)
+    validation.check_non_negative('cape_max_global_shift', self.cape_max_global_shift)
+    validation.check_positive('cape_freq_scale', self.cape_freq_scale)
+
+
+CONFIGS: Mapping[str, TransformerConfig] = {
+    # The paper's baseline: 255.8M parameters with 30 outputs.
+    'baseline': TransformerConfig(num_blocks=36, model_dim=768, mlp_dim=3072),
+    # Table 21 variants (layer drop 0.1 for all).
+    'narrow': TransformerConfig(num_blocks=36, model_dim=512, mlp_dim=2048, layer_drop=0.1),
+    'wide': TransformerConfig(num_blocks=36, model_dim=1024, mlp_dim=4096, layer_drop=0.1),
+    'shallow': TransformerConfig(num_blocks=16, model_dim=768, mlp_dim=3072, layer_drop=0.1),
+    'deep': TransformerConfig(num_blocks=72, model_dim=768, mlp_dim=3072, layer_drop=0.1),
+    # Sizes for CPU runs (tests, the demo).
+    'small': TransformerConfig(num_blocks=6, model_dim=192, mlp_dim=768, dropout=0.1,
+                               layer_drop=0.1),
+    'tiny': TransformerConfig(num_blocks=2, model_dim=96, mlp_dim=384, dropout=0.0,
+                              layer_drop=0.0),
+}
+
+
+def get_config(config: Union[str, TransformerConfig]) -> TransformerConfig:
+  """A named configuration, or `config` itself."""
+  if isinstance(config, TransformerConfig):
+    return config
+  if config not in CONFIGS:
+    raise ValueError(f'Unknown model config {config!r}; known: {", ".join(sorted(CONFIGS))}.')
+  return CONFIGS[config]

@@ -1,0 +1,168 @@
+"""The paper's vanilla pre-LN transformer encoder for CTC, in Keras (spec §4).
+
+    features [B, T, 80] (per-utterance normalised log-mels)
+    -> input normalisation: learnable scalar scale and bias
+    -> 1-D conv over time (kernel 7, stride 3) to 2d channels, GLU -> d, dropout
+    -> + CAPE positional embedding (no parameters; random global shift while training)
+    -> N pre-LN blocks:  x += Attn(LN1 x);  x += MLP(LN2 x)   (each skipped whole with
+       probability `layer_drop` while training)
+    -> final LayerNorm -> linear to vocabulary + CTC blank
+
+Linear layers inside blocks have no biases and LayerNorm uses ε = 1e-5, as in the released code.
+Weights are named `input_norm`, `conv`, `block_XX/{ln1,wqkv,wf,ln2,w1,w2}`, `final_ln` and
+`output`, so per-layer clipping and the per-layer norm plots can address the paper's groups.
+The output has floor(T / 3) frames (`output_lengths`).
+"""
+
+import math
+
+import tensorflow as tf
+
+from fedasr_tff.models import configs
+
+_LN_EPSILON = 1e-5
+# Seconds between output frames: 10 ms feature hop times the conv stride.
+_FEATURE_HOP_SECONDS = 0.01
+
+
+def output_lengths(lengths, config) -> tf.Tensor:
+  """Valid output frames for inputs of `lengths` frames: floor(T / stride)."""
+  return tf.math.floordiv(tf.cast(lengths, tf.int32), configs.get_config(config).conv_stride)
+
+
+class InputNormalization(tf.keras.layers.Layer):
+  """x * scale + bias with one learnable scalar of each."""
+
+  def build(self, input_shape):
+    self.scale = self.add_weight(name='scale', shape=[], initializer='ones')
+    self.bias = self.add_weight(name='bias', shape=[], initializer='zeros')
+
+  def call(self, x):
+    return x * self.scale + self.bias
+
+
+class ConvGLUFrontEnd(tf.keras.layers.Layer):
+  """Strided 1-D convolution to 2d channels, then a gated linear unit down to d."""
+
+  def __init__(self, model_dim, kernel, stride, dropout, **kwargs):
+    super().__init__(**kwargs)
+    # Padding kernel - stride frames in total makes the output floor(T / stride) frames long.
+    total_padding = kernel - stride
+    self._padding = (total_padding // 2, total_padding - total_padding // 2)
+    self.conv = tf.keras.layers.Conv1D(2 * model_dim, kernel, strides=stride, name='conv')
+    self.dropout = tf.keras.layers.Dropout(dropout)
+
+  def call(self, x, training=False):
+    x = tf.pad(x, [[0, 0], list(self._padding), [0, 0]])
+    value, gate = tf.split(self.conv(x), 2, axis=-1)
+    return self.dropout(value * tf.sigmoid(gate), training=training)
+
+
+def cape_embedding(mask, model_dim, frame_seconds, freq_scale, max_global_shift, training):
+  """CAPE sinusoidal embedding of frame times in seconds, mean-centred over valid frames.
+
+  While training every utterance's positions move by one global shift ~ U(-max, max) seconds.
+  """
+  mask = tf.cast(mask, tf.float32)
+  frames = tf.shape(mask)[1]
+  positions = tf.cast(tf.range(frames), tf.float32)[tf.newaxis, :] * frame_seconds
+  valid = tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
+  positions -= tf.reduce_sum(positions * mask, axis=1, keepdims=True) / valid
+  if training and max_global_shift > 0:
+    shift = tf.random.uniform([tf.shape(mask)[0], 1], -max_global_shift, max_global_shift)
+    positions += shift
+  half = model_dim // 2
+  frequencies = tf.exp(tf.range(half, dtype=tf.float32) * (-math.log(1e4) / half))
+  angles = (positions * freq_scale)[:, :, tf.newaxis] * frequencies
+  embedding = tf.concat([tf.cos(angles), tf.sin(angles)], axis=-1)
+  if model_dim % 2:
+    embedding = tf.pad(embedding, [[0, 0], [0, 0], [0, 1]])
+  return embedding
+
+
+class TransformerBlock(tf.keras.layers.Layer):
+  """Pre-LN block with fused QKV attention and a ReLU MLP; optional layer drop."""
+
+  def __init__(self, model_dim, mlp_dim, num_heads, dropout, layer_drop, **kwargs):
+    super().__init__(**kwargs)
+    self._num_heads = num_heads
+    self._head_dim = model_dim // num_heads
+    self._layer_drop = layer_drop
+    self.ln1 = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='ln1')
+    self.wqkv = tf.keras.layers.Dense(3 * model_dim, use_bias=False, name='wqkv')
+    self.wf = tf.keras.layers.Dense(model_dim, use_bias=False, name='wf')
+    self.ln2 = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='ln2')
+    self.w1 = tf.keras.layers.Dense(mlp_dim, use_bias=False, activation='relu', name='w1')
+    self.w2 = tf.keras.layers.Dense(model_dim, use_bias=False, name='w2')
+    self.attention_dropout = tf.keras.layers.Dropout(dropout)
+    self.mlp_dropout = tf.keras.layers.Dropout(dropout)
+
+  def _attention(self, x, mask, training):
+    batch, frames = tf.shape(x)[0], tf.shape(x)[1]
+    qkv = tf.reshape(self.wqkv(x), [batch, frames, 3, self._num_heads, self._head_dim])
+    q, k, v = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, T, head_dim]
+    scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self._head_dim)
+    scores += (1.0 - tf.cast(mask, scores.dtype))[:, tf.newaxis, tf.newaxis, :] * -1e9
+    weights = self.attention_dropout(tf.nn.softmax(scores, axis=-1), training=training)
+    context = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]),
+                         [batch, frames, self._num_heads * self._head_dim])
+    return self.wf(context)
+
+  def call(self, x, mask, training=False):
+    keep = 1.0
+    if training and self._layer_drop > 0:
+      keep = tf.cast(tf.random.uniform([]) >= self._layer_drop, x.dtype)
+    x = x + keep * self._attention(self.ln1(x), mask, training)
+    hidden = self.mlp_dropout(self.w1(self.ln2(x)), training=training)
+    return x + keep * self.w2(hidden)
+
+
+class CTCTransformer(tf.keras.Model):
+  """The encoder of the module docstring; call on (features [B, T, M], lengths [B])."""
+
+  def __init__(self, config, vocab_size, **kwargs):
+    super().__init__(**kwargs)
+    self.config = configs.get_config(config)
+    c = self.config
+    self.input_norm = InputNormalization(name='input_norm')
+    self.front_end = ConvGLUFrontEnd(c.model_dim, c.conv_kernel, c.conv_stride, c.dropout,
+                                     name='conv')
+    self.blocks = [
+        TransformerBlock(c.model_dim, c.mlp_dim, c.num_heads, c.dropout, c.layer_drop,
+                         name=f'block_{i:02d}') for i in range(c.num_blocks)
+    ]
+    self.final_ln = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='final_ln')
+    self.output_layer = tf.keras.layers.Dense(vocab_size + 1, name='output')
+
+  def call(self, inputs, training=False):
+    features, lengths = inputs
+    c = self.config
+    # Zero the padding after the input normalisation, so a padded utterance sees the same zeros
+    # at its end as the front-end's own padding gives it alone.
+    input_mask = tf.sequence_mask(lengths, tf.shape(features)[1], dtype=features.dtype)
+    x = self.input_norm(features) * input_mask[:, :, tf.newaxis]
+    x = self.front_end(x, training=training)
+    out_lengths = output_lengths(lengths, c)
+    mask = tf.sequence_mask(out_lengths, tf.shape(x)[1])
+    x += cape_embedding(mask, c.model_dim, c.conv_stride * _FEATURE_HOP_SECONDS,
+                        c.cape_freq_scale, c.cape_max_global_shift, training)
+    for block in self.blocks:
+      x = block(x, mask, training=training)
+    return self.output_layer(self.final_ln(x))
+
+
+def build_ctc_transformer(config, vocab_size: int) -> CTCTransformer:
+  """Builds the model for `config` (a name in `CONFIGS` or a `TransformerConfig`).
+
+  Args:
+    config: model size.
+    vocab_size: tokens without the blank (29 for English); the model outputs vocab_size + 1
+      logits per frame, the CTC blank included.
+  """
+  if not isinstance(vocab_size, int) or vocab_size < 1:
+    raise ValueError(f'`vocab_size` must be an integer >= 1, got {vocab_size!r}.')
+  config = configs.get_config(config)
+  model = CTCTransformer(config, vocab_size)
+  model((tf.zeros([1, 3 * config.conv_stride, config.num_mels]),
+         tf.constant([3 * config.conv_stride])))
+  return model
