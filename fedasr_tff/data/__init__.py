@@ -1,0 +1,6 @@
+"""Speech data: features (more of the pipeline follows)."""
+
+from fedasr_tff.data.features import NUM_MELS
+from fedasr_tff.data.features import SAMPLE_RATE
+from fedasr_tff.data.features import log_mel_features
+from fedasr_tff.data.features import spec_augment

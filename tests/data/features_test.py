@@ -1,0 +1,63 @@
+from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+
+from fedasr_tff import data
+
+
+def _tone(seconds, hertz, rate=data.SAMPLE_RATE):
+  t = np.arange(int(seconds * rate)) / rate
+  return (0.5 * np.sin(2 * np.pi * hertz * t)).astype(np.float32)
+
+
+class LogMelTest(absltest.TestCase):
+
+  def test_shape_and_normalisation(self):
+    features = data.log_mel_features(_tone(1.0, 440.0)).numpy()
+    # 25 ms windows every 10 ms over 1 s: 1 + (16000 - 400) // 160 = 98 frames.
+    self.assertEqual(features.shape, (98, 80))
+    self.assertAlmostEqual(features.mean(), 0.0, places=4)
+    self.assertAlmostEqual(features.std(), 1.0, places=3)
+
+  def test_energy_lands_in_the_right_mel_band(self):
+    low = data.log_mel_features(_tone(0.5, 300.0)).numpy().mean(axis=0)
+    high = data.log_mel_features(_tone(0.5, 4000.0)).numpy().mean(axis=0)
+    self.assertLess(np.argmax(low), np.argmax(high))
+    self.assertLess(np.argmax(low), 20)
+    self.assertGreater(np.argmax(high), 50)
+
+  def test_inside_several_graphs(self):
+    # Features are computed in tf.data / tf.function graphs; each must build its own constants.
+    batch = tf.constant(np.stack([_tone(0.3, 500.0)] * 2))
+    eager = data.log_mel_features(batch[0]).numpy()
+    for _ in range(2):
+      mapped = tf.function(lambda a: tf.map_fn(data.log_mel_features, a))(batch).numpy()
+      np.testing.assert_allclose(mapped[1], eager, rtol=1e-4, atol=1e-4)
+
+
+class SpecAugmentTest(absltest.TestCase):
+
+  def test_masks_within_bounds_and_reproducible(self):
+    features = tf.random.normal([300, 80]) + 10.0  # No zeros of its own.
+    seed = tf.constant([1, 2])
+    masked = data.spec_augment(features, seed=seed).numpy()
+    np.testing.assert_array_equal(masked, data.spec_augment(features, seed=seed).numpy())
+    zero_rows = np.all(masked == 0, axis=1)
+    zero_cols = np.all(masked == 0, axis=0)
+    # At most 2 frequency masks of <= 30 bins and 10 time masks of <= min(50, 30) frames.
+    self.assertLessEqual(zero_cols.sum(), 60)
+    self.assertLessEqual(zero_rows.sum(), 300)
+    changed = masked != features.numpy()
+    self.assertTrue(np.all(masked[changed] == 0))
+    self.assertGreater(changed.sum(), 0)
+
+  def test_time_masks_capped_at_ten_percent(self):
+    features = tf.ones([40, 80])
+    for i in range(20):
+      masked = data.spec_augment(features, num_freq_masks=0, num_time_masks=1,
+                                 seed=tf.constant([i, 0])).numpy()
+      self.assertLessEqual(np.all(masked == 0, axis=1).sum(), 4)
+
+
+if __name__ == '__main__':
+  absltest.main()
