@@ -65,7 +65,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       normalize: rescale every group to exactly C_h when the delta's norm is >= C, as the
         paper's released code does; below C the delta is left alone.
       noise_placement: "server" adds the noise to the sum; "client" adds std z·C/sqrt(S) to each
-        client's clipped delta (the paper's Algorithm 1), which needs exactly S clients a round.
+        client's clipped delta (the paper's Algorithm 1), which needs exactly S clients a round
+        and, for the same guarantee, a server that only sees the sum (secure aggregation).
       grouping: group index of every leaf of the value (flatten order); default one group per
         leaf tensor.
       diagnostics: report exact per-group client norms (outside the DP guarantee; see

@@ -13,6 +13,8 @@ Mechanism (spec §1–§2). Each client delta is split into H groups (tensors, o
    calibrated to the *total* sensitivity C, not to C_h. `noise_placement="client"` instead adds
    N(0, (z C)^2 / S) on each of the S clients before the sum, as the paper's Algorithm 1 does;
    the S independent draws sum to the same N(0, (z C)^2), provided exactly S clients report.
+   The guarantee then covers the *aggregate*: it assumes the server only learns the sum (secure
+   aggregation). A server that saw single noised records would see each with std z C / sqrt(S).
    (Dividing by S, done by the enclosing `tfp.NormalizedQuery`, gives std σ_DP·C on the mean
    with σ_DP = z / S.)
 
