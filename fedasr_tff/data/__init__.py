@@ -1,8 +1,19 @@
-"""Speech data: transcripts, vocabulary and features (more of the pipeline follows)."""
+"""Speech data: corpus readers, audio, transcripts, features and the federated view (spec §4-§5)."""
 
+from fedasr_tff.data.audio import AudioError
+from fedasr_tff.data.audio import load_audio
+from fedasr_tff.data.corpora import ReadReport
+from fedasr_tff.data.corpora import Utterance
+from fedasr_tff.data.corpora import read_common_voice
+from fedasr_tff.data.corpora import read_librispeech
+from fedasr_tff.data.corpora import read_manifest
 from fedasr_tff.data.features import NUM_MELS
 from fedasr_tff.data.features import SAMPLE_RATE
 from fedasr_tff.data.features import log_mel_features
 from fedasr_tff.data.features import spec_augment
+from fedasr_tff.data.pipeline import SpeechClientData
+from fedasr_tff.data.pipeline import group_by_speaker
+from fedasr_tff.data.pipeline import make_iid
+from fedasr_tff.data.pipeline import split_speakers
 from fedasr_tff.data.text import Vocabulary
 from fedasr_tff.data.text import normalize_transcript

@@ -1,7 +1,8 @@
 """Transcript normalisation and the character vocabulary (spec §4-§5).
 
-Normalisation: lower case; typographic apostrophes become "'"; every character that is not a
-letter, "'" or "-" becomes a space, and runs of spaces collapse. English is transliterated to
+Normalisation: lower case; typographic apostrophes become "'"; punctuation and symbols other
+than "'" and "-" become spaces, and runs of spaces collapse. Digits and other characters stay
+(and are counted as out of vocabulary by `encode`). English is transliterated to
 ASCII (accents dropped through Unicode NFKD decomposition, plus the Latin letters that do not
 decompose: æ→ae, œ→oe, ß→ss, ø→o, ...); French and German keep their own letters.
 
@@ -46,7 +47,9 @@ def normalize_transcript(text: str, language: str = 'en') -> str:
     text = text.translate(_NON_DECOMPOSING)
     text = ''.join(c for c in unicodedata.normalize('NFKD', text)
                    if not unicodedata.combining(c))
-  kept = [c if (c.isalpha() or c in "'-") else ' ' for c in text]
+  # Punctuation and symbols become spaces; anything else (letters, digits, ...) stays, so that
+  # characters outside the vocabulary reach `encode` and get counted.
+  kept = [' ' if c not in "'-" and unicodedata.category(c)[0] in 'PSZC' else c for c in text]
   return ' '.join(''.join(kept).split())
 
 

@@ -13,6 +13,7 @@ class NormalizeTest(parameterized.TestCase):
       ("L’école d’été, à Noël!", 'fr', "l'école d'été à noël"),
       ('Größe über Maß.', 'de', 'größe über maß'),
       ('  "quoted"  (text) ', 'en', 'quoted text'),
+      ('Room 101!', 'en', 'room 101'),  # Digits stay, to be counted as out of vocabulary.
   )
   def test_examples(self, text, language, want):
     self.assertEqual(data.normalize_transcript(text, language), want)

@@ -1,0 +1,46 @@
+r"""Makes the synthetic multi-speaker spoken corpus (espeak-ng voices, LibriSpeech layout).
+
+  python -m experiments.make_corpus --output_dir=/tmp/corpus --speakers=20 \
+      --utterances_per_speaker=10 --layouts=librispeech,common_voice
+"""
+
+import collections
+
+from absl import app
+from absl import flags
+
+from fedasr_tff.data import synthetic
+
+# Checked in main rather than with required=True, so other binaries' tests can parse flags in
+# the same process.
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Folder to write the corpus into.')
+_SPEAKERS = flags.DEFINE_integer('speakers', 10, 'Number of speakers.', lower_bound=1)
+_UTTERANCES = flags.DEFINE_float('utterances_per_speaker', 8.0,
+                                 'Median utterances per speaker (log-normal across speakers).',
+                                 lower_bound=1.0)
+_SKEW = flags.DEFINE_float('skew', 0.6, 'Log-normal sigma of utterances per speaker.',
+                           lower_bound=0.0)
+_LANGUAGE = flags.DEFINE_enum('language', 'en', list(synthetic.DEFAULT_WORDS),
+                              'Language of the voices and words.')
+_LAYOUTS = flags.DEFINE_multi_enum('layouts', ['librispeech'], list(synthetic.LAYOUTS),
+                                   'Layouts to write.')
+_SPLIT = flags.DEFINE_string('split', 'train', 'Split name.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Random seed; the corpus is a function of it.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if not _OUTPUT_DIR.value:
+    raise app.UsageError('--output_dir is required.')
+  voices = synthetic.make_corpus(
+      _OUTPUT_DIR.value, num_speakers=_SPEAKERS.value, mean_utterances=_UTTERANCES.value,
+      language=_LANGUAGE.value, seed=_SEED.value, layouts=tuple(_LAYOUTS.value),
+      split=_SPLIT.value, skew=_SKEW.value)
+  by_voice = collections.Counter(v.voice for v in voices.values())
+  print(f'wrote {len(voices)} speakers ({", ".join(sorted(by_voice))}) to {_OUTPUT_DIR.value} '
+        f'in layouts {", ".join(_LAYOUTS.value)}')
+
+
+if __name__ == '__main__':
+  app.run(main)

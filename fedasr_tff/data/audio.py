@@ -1,0 +1,57 @@
+"""Audio decoding to 16 kHz mono float32 through tensorflow-io (WAV, FLAC, MP3).
+
+`load_audio(path)` returns the waveform in [-1, 1] resampled to `SAMPLE_RATE`. A file that cannot
+be read, decoded or resampled raises `AudioError` naming the file, so callers can skip and count
+it (or stop) without losing the rest of an epoch.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_io as tfio
+
+from fedasr_tff.data import features
+
+SUPPORTED_EXTENSIONS = ('.wav', '.flac', '.mp3')
+
+
+class AudioError(ValueError):
+  """An audio file that could not be turned into a 16 kHz waveform; the message names it."""
+
+
+def load_audio(path: str) -> np.ndarray:
+  """[samples] float32 waveform at 16 kHz, mono (channels averaged)."""
+  extension = os.path.splitext(path)[1].lower()
+  if extension not in SUPPORTED_EXTENSIONS:
+    raise AudioError(f'{path}: unsupported audio format {extension!r} '
+                     f'(supported: {", ".join(SUPPORTED_EXTENSIONS)}).')
+  if not os.path.isfile(path):
+    raise AudioError(f'{path}: no such audio file.')
+  try:
+    audio = tfio.audio.AudioIOTensor(path)
+    rate = int(audio.rate.numpy())
+    samples = audio.to_tensor()
+  except (tf.errors.OpError, RuntimeError, ValueError, NotImplementedError) as e:
+    raise AudioError(f'{path}: cannot decode audio: {e}') from e
+  if samples.shape[0] == 0:
+    raise AudioError(f'{path}: audio has no samples.')
+  if samples.dtype == tf.int16:
+    samples = tf.cast(samples, tf.float32) / 32768.0
+  elif samples.dtype == tf.int32:
+    samples = tf.cast(samples, tf.float32) / 2147483648.0
+  else:
+    samples = tf.cast(samples, tf.float32)
+  waveform = tf.reduce_mean(samples, axis=1)
+  if rate != features.SAMPLE_RATE:
+    if rate <= 0:
+      raise AudioError(f'{path}: invalid sample rate {rate}.')
+    try:
+      waveform = tfio.audio.resample(waveform, rate, features.SAMPLE_RATE)
+    except (tf.errors.OpError, ValueError) as e:
+      raise AudioError(f'{path}: cannot resample from {rate} Hz to {features.SAMPLE_RATE} Hz: '
+                       f'{e}') from e
+  waveform = waveform.numpy()
+  if not np.all(np.isfinite(waveform)):
+    raise AudioError(f'{path}: decoded audio contains NaN or Inf.')
+  return waveform

@@ -1,0 +1,141 @@
+"""Readers for the published corpus layouts and a plain manifest (spec §5).
+
+* LibriSpeech: `ROOT/SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac` with one
+  `SPEAKER-CHAPTER.trans.txt` per chapter (lines `SPEAKER-CHAPTER-UTT TRANSCRIPT`).
+* Common Voice: `ROOT/clips/*.mp3` with `ROOT/{train,dev,test}.tsv` (columns `client_id`,
+  `path`, `sentence`; the speaker is `client_id`).
+* Manifest: a TSV with a header and columns `path`, `transcript`, `speaker` (paths relative to
+  the manifest's folder unless absolute).
+
+Readers list utterances (metadata only; no audio is decoded). Problems with single utterances (a
+missing `.trans.txt`, an audio file without a transcript line or the reverse, an empty
+transcript) are skipped and counted in a `ReadReport` naming each file, or raised at once with
+`strict=True`. A missing TSV column is always an error naming the file and column.
+"""
+
+import collections
+import csv
+import dataclasses
+import glob
+import os
+from typing import List
+from typing import Optional
+from typing import Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Utterance:
+  path: str
+  transcript: str
+  speaker: str
+
+
+@dataclasses.dataclass
+class ReadReport:
+  """What a reader (or the feature pipeline) skipped, and why, file by file."""
+  problems: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
+
+  def add(self, path: str, reason: str, strict: bool) -> None:
+    if strict:
+      raise ValueError(f'{path}: {reason}')
+    self.problems.append((path, reason))
+
+  @property
+  def counts(self) -> collections.Counter:
+    return collections.Counter(reason for _, reason in self.problems)
+
+  def __str__(self) -> str:
+    if not self.problems:
+      return 'no problems'
+    return '; '.join(f'{n} x {reason}' for reason, n in self.counts.most_common())
+
+
+def read_librispeech(root: str, split: str, strict: bool = False,
+                     report: Optional[ReadReport] = None) -> List[Utterance]:
+  """Utterances of `ROOT/SPLIT` in the LibriSpeech layout (module docstring)."""
+  report = ReadReport() if report is None else report
+  split_dir = os.path.join(root, split)
+  if not os.path.isdir(split_dir):
+    raise ValueError(f'{split_dir}: no such LibriSpeech split folder.')
+  utterances = []
+  for chapter_dir in sorted(glob.glob(os.path.join(split_dir, '*', '*'))):
+    if not os.path.isdir(chapter_dir):
+      continue
+    speaker = os.path.basename(os.path.dirname(chapter_dir))
+    chapter = os.path.basename(chapter_dir)
+    audio = {os.path.splitext(os.path.basename(p))[0]: p
+             for p in glob.glob(os.path.join(chapter_dir, '*.flac'))}
+    transcript_path = os.path.join(chapter_dir, f'{speaker}-{chapter}.trans.txt')
+    if not os.path.isfile(transcript_path):
+      for path in sorted(audio.values()):
+        report.add(path, 'missing .trans.txt', strict)
+      continue
+    with open(transcript_path, encoding='utf-8') as f:
+      for line_number, line in enumerate(f, start=1):
+        utterance_id, _, text = line.strip().partition(' ')
+        if not utterance_id:
+          continue
+        where = f'{transcript_path}:{line_number}'
+        if not text.strip():
+          report.add(where, 'empty transcript', strict)
+        elif utterance_id not in audio:
+          report.add(where, 'transcript without audio file', strict)
+        else:
+          utterances.append(Utterance(audio.pop(utterance_id), text.strip(), speaker))
+    for path in sorted(audio.values()):
+      report.add(path, 'audio file without transcript', strict)
+  return utterances
+
+
+def _read_tsv(path: str, required: Tuple[str, ...]):
+  try:
+    with open(path, newline='', encoding='utf-8') as f:
+      reader = csv.DictReader(f, delimiter='\t', quoting=csv.QUOTE_NONE)
+      columns = reader.fieldnames or []
+      missing = [c for c in required if c not in columns]
+      if missing:
+        raise ValueError(f'{path}: missing column(s) {", ".join(missing)} '
+                         f'(found: {", ".join(columns) or "no header"}).')
+      return [(reader.line_num, row) for row in reader]
+  except (OSError, UnicodeDecodeError, csv.Error) as e:
+    raise ValueError(f'{path}: cannot read TSV: {e}') from e
+
+
+def read_common_voice(root: str, split: str, strict: bool = False,
+                      report: Optional[ReadReport] = None) -> List[Utterance]:
+  """Utterances of `ROOT/SPLIT.tsv` in the Common Voice layout (module docstring)."""
+  report = ReadReport() if report is None else report
+  tsv = os.path.join(root, f'{split}.tsv')
+  utterances = []
+  for line, row in _read_tsv(tsv, ('client_id', 'path', 'sentence')):
+    where = f'{tsv}:{line}'
+    clip = os.path.join(root, 'clips', row['path'] or '')
+    if not (row['sentence'] or '').strip():
+      report.add(where, 'empty transcript', strict)
+    elif not row['client_id']:
+      report.add(where, 'empty client_id', strict)
+    elif not os.path.isfile(clip):
+      report.add(clip, 'missing audio file', strict)
+    else:
+      utterances.append(Utterance(clip, row['sentence'].strip(), row['client_id']))
+  return utterances
+
+
+def read_manifest(path: str, strict: bool = False,
+                  report: Optional[ReadReport] = None) -> List[Utterance]:
+  """Utterances of a TSV manifest with columns path, transcript, speaker."""
+  report = ReadReport() if report is None else report
+  base = os.path.dirname(os.path.abspath(path))
+  utterances = []
+  for line, row in _read_tsv(path, ('path', 'transcript', 'speaker')):
+    where = f'{path}:{line}'
+    audio = os.path.join(base, row['path'] or '')
+    if not (row['transcript'] or '').strip():
+      report.add(where, 'empty transcript', strict)
+    elif not row['speaker']:
+      report.add(where, 'empty speaker', strict)
+    elif not os.path.isfile(audio):
+      report.add(audio, 'missing audio file', strict)
+    else:
+      utterances.append(Utterance(audio, row['transcript'].strip(), row['speaker']))
+  return utterances

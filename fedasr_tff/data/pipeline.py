@@ -1,0 +1,191 @@
+"""The federated view of a speech corpus: one client per speaker, features on the fly (spec §5).
+
+`SpeechClientData` holds only utterance metadata (path, transcript, speaker); a client's audio is
+decoded, featurised and batched when that client's dataset is iterated, so a population of tens of
+thousands of speakers costs a list of file names. Batches are filled up to `max_batch_seconds`
+of audio (dynamic batching; the paper uses 120 s per client batch on Common Voice) and padded:
+
+    {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B]}
+
+Unreadable audio and transcripts with no in-vocabulary characters are skipped and counted in
+`report` (naming the file), or raised with `strict=True`; characters outside the vocabulary are
+counted in `unknown_characters`. Helpers make the IID control (every utterance gets a speaker id
+drawn uniformly from the set of speakers) and seeded, disjoint speaker splits.
+"""
+
+import collections
+import dataclasses
+from typing import Dict
+from typing import Iterator
+from typing import List
+from typing import Optional
+from typing import Sequence
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import validation
+from fedasr_tff.data import audio as audio_lib
+from fedasr_tff.data import corpora
+from fedasr_tff.data import features as features_lib
+from fedasr_tff.data import text as text_lib
+
+_FRAMES_PER_SECOND = features_lib.SAMPLE_RATE / features_lib.FRAME_STEP
+
+
+def group_by_speaker(utterances: Sequence[corpora.Utterance]) -> Dict[str, List[corpora.Utterance]]:
+  grouped = collections.defaultdict(list)
+  for utterance in utterances:
+    grouped[utterance.speaker].append(utterance)
+  return dict(sorted(grouped.items()))
+
+
+def make_iid(utterances: Sequence[corpora.Utterance], seed: int) -> List[corpora.Utterance]:
+  """Gives every utterance a speaker drawn uniformly from the set of speakers (spec §5)."""
+  speakers = sorted({u.speaker for u in utterances})
+  rng = np.random.default_rng(seed)
+  drawn = rng.integers(0, len(speakers), size=len(utterances))
+  return [dataclasses.replace(u, speaker=speakers[i]) for u, i in zip(utterances, drawn,
+                                                                       strict=True)]
+
+
+def split_speakers(speakers: Sequence[str], fraction: float,
+                   seed: int) -> Tuple[List[str], List[str]]:
+  """A seeded split of the speakers into `fraction` of them (at least one) and the rest."""
+  validation.check_open_unit_interval('fraction', fraction)
+  speakers = sorted(set(speakers))
+  if len(speakers) < 2:
+    raise ValueError(f'Need at least 2 speakers to split, got {len(speakers)}.')
+  order = np.random.default_rng(seed).permutation(len(speakers))
+  count = min(len(speakers) - 1, max(1, round(fraction * len(speakers))))
+  first = sorted(speakers[i] for i in order[:count])
+  rest = sorted(speakers[i] for i in order[count:])
+  return first, rest
+
+
+_ELEMENT_SPEC = collections.OrderedDict(
+    features=tf.TensorSpec([None, None, features_lib.NUM_MELS], tf.float32),
+    feature_lengths=tf.TensorSpec([None], tf.int32),
+    labels=tf.TensorSpec([None, None], tf.int32),
+    label_lengths=tf.TensorSpec([None], tf.int32),
+)
+
+
+class SpeechClientData(tff.simulation.datasets.ClientData):
+  """TFF `ClientData` with speakers as clients, over utterance metadata (module docstring).
+
+  Audio is decoded in Python when a client's dataset is iterated, so the datasets are not
+  TF-serializable: use `create_tf_dataset_for_client`, not `serializable_dataset_fn`.
+  """
+
+  def __init__(self,
+               utterances: Sequence[corpora.Utterance],
+               vocabulary: text_lib.Vocabulary,
+               *,
+               max_batch_seconds: float = 120.0,
+               spec_augment: bool = False,
+               strict: bool = False,
+               max_utterance_seconds: float = 30.0,
+               report: Optional[corpora.ReadReport] = None):
+    validation.check_positive('max_batch_seconds', max_batch_seconds)
+    validation.check_positive('max_utterance_seconds', max_utterance_seconds)
+    self._by_speaker = group_by_speaker(utterances)
+    self._vocabulary = vocabulary
+    self._max_batch_frames = int(max_batch_seconds * _FRAMES_PER_SECOND)
+    self._max_utterance_samples = int(max_utterance_seconds * features_lib.SAMPLE_RATE)
+    self._spec_augment = spec_augment
+    self._strict = strict
+    self.report = corpora.ReadReport() if report is None else report
+    self.unknown_characters = collections.Counter()
+
+  @property
+  def client_ids(self) -> List[str]:
+    return list(self._by_speaker)
+
+  def utterances(self, client_id: str) -> List[corpora.Utterance]:
+    if client_id not in self._by_speaker:
+      raise ValueError(f'Unknown client id {client_id!r}.')
+    return list(self._by_speaker[client_id])
+
+  def _examples(self, client_id: str) -> Iterator[Tuple[np.ndarray, List[int]]]:
+    for utterance in self.utterances(client_id):
+      text = text_lib.normalize_transcript(utterance.transcript, self._vocabulary.language)
+      labels, unknown = self._vocabulary.encode(text)
+      self.unknown_characters.update(unknown)
+      if not [t for t in labels if self._vocabulary.tokens[t - 1] != text_lib.WORD_BOUNDARY]:
+        self.report.add(utterance.path, 'transcript has no in-vocabulary letters', self._strict)
+        continue
+      try:
+        waveform = audio_lib.load_audio(utterance.path)
+      except audio_lib.AudioError as e:
+        self.report.add(utterance.path, f'unreadable audio ({str(e).split(": ", 1)[-1][:80]})',
+                        self._strict)
+        continue
+      if waveform.shape[0] > self._max_utterance_samples:
+        self.report.add(utterance.path, 'longer than max_utterance_seconds', self._strict)
+        continue
+      if waveform.shape[0] < features_lib.FRAME_LENGTH:
+        self.report.add(utterance.path, 'shorter than one 25 ms frame', self._strict)
+        continue
+      feats = features_lib.log_mel_features(waveform)
+      if self._spec_augment:
+        feats = features_lib.spec_augment(feats)
+      yield feats.numpy(), labels
+
+  def _batches(self, client_id: str):
+    batch = []
+    frames = 0
+    for feats, labels in self._examples(client_id):
+      if batch and frames + feats.shape[0] > self._max_batch_frames:
+        yield _pad_batch(batch)
+        batch, frames = [], 0
+      batch.append((feats, labels))
+      frames += feats.shape[0]
+    if batch:
+      yield _pad_batch(batch)
+
+  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
+    """The client's padded dynamic batches; audio is read when the dataset is iterated."""
+    self.utterances(client_id)  # Fail early on an unknown id.
+    return tf.data.Dataset.from_generator(lambda: self._batches(client_id),
+                                          output_signature=_ELEMENT_SPEC)
+
+  def create_tf_dataset_from_all_clients(self, seed: Optional[int] = None) -> tf.data.Dataset:
+    """Every client's batches, clients in an order shuffled by `seed` (None: id order)."""
+    ids = self.client_ids
+    if seed is not None:
+      ids = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+
+    def batches():
+      for client_id in ids:
+        yield from self._batches(client_id)
+
+    return tf.data.Dataset.from_generator(batches, output_signature=_ELEMENT_SPEC)
+
+  @property
+  def serializable_dataset_fn(self):
+    raise NotImplementedError(
+        'SpeechClientData decodes audio in Python, so its datasets cannot be traced into a TFF '
+        'computation; build them with create_tf_dataset_for_client.')
+
+  @property
+  def element_type_structure(self):
+    return _ELEMENT_SPEC
+
+
+def _pad_batch(batch):
+  frames = max(f.shape[0] for f, _ in batch)
+  length = max(len(labels) for _, labels in batch)
+  features = np.zeros([len(batch), frames, features_lib.NUM_MELS], np.float32)
+  labels = np.zeros([len(batch), length], np.int32)
+  for i, (feats, ids) in enumerate(batch):
+    features[i, :feats.shape[0]] = feats
+    labels[i, :len(ids)] = ids
+  return collections.OrderedDict(
+      features=features,
+      feature_lengths=np.array([f.shape[0] for f, _ in batch], np.int32),
+      labels=labels,
+      label_lengths=np.array([len(ids) for _, ids in batch], np.int32),
+  )

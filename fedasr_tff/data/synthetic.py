@@ -1,0 +1,149 @@
+"""A small multi-speaker spoken corpus made offline with espeak-ng and sox.
+
+Every speaker is one espeak-ng voice variant with its own pitch and speed; utterances are random
+sentences over a small word list (spoken digits and a few dozen common words by default), so a
+small model can learn it on a CPU. Utterance counts per speaker are skewed (log-normal), so
+clients are heterogeneous like Common Voice's. Everything is deterministic given `seed`.
+
+Layouts written under `output_dir`:
+* `librispeech/SPLIT/SPEAKER/1/SPEAKER-1-UTT.flac` + `SPEAKER-1.trans.txt` (16 kHz FLAC,
+  upper-case transcripts as in LibriSpeech);
+* `common_voice/clips/*.mp3` + `common_voice/SPLIT.tsv` (client_id, path, sentence), optional.
+"""
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Dict
+from typing import Optional
+from typing import Sequence
+
+import numpy as np
+
+from fedasr_tff import validation
+
+LAYOUTS = ('librispeech', 'common_voice')
+
+DEFAULT_WORDS: Dict[str, Sequence[str]] = {
+    'en': ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'yes',
+           'no', 'up', 'down', 'left', 'right', 'on', 'off', 'stop', 'go', 'red', 'green',
+           'blue', 'black', 'white', 'house', 'water', 'light', 'music', 'open', 'close',
+           'play', 'call', 'home', 'time', 'today', 'morning', 'night', 'please', 'thanks'),
+    'fr': ('zéro', 'un', 'deux', 'trois', 'quatre', 'cinq', 'six', 'sept', 'huit', 'neuf', 'oui',
+           'non', 'maison', 'été', 'bleu', 'rouge', 'vert', 'eau', 'lumière', 'musique'),
+    'de': ('null', 'eins', 'zwei', 'drei', 'vier', 'fünf', 'sechs', 'sieben', 'acht', 'neun',
+           'ja', 'nein', 'haus', 'wasser', 'licht', 'grün', 'blau', 'rot', 'größe', 'schön'),
+}
+_VOICE_VARIANTS = ('m1', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7', 'f1', 'f2', 'f3', 'f4', 'f5')
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeakerVoice:
+  speaker: str
+  voice: str
+  pitch: int
+  speed: int
+
+
+def _check_tools(layouts):
+  needed = ['espeak-ng', 'sox']
+  for tool in needed:
+    if shutil.which(tool) is None:
+      raise RuntimeError(f'`{tool}` is not installed; run `make setup` (apt package {tool}).')
+  del layouts
+
+
+def _run(command):
+  result = subprocess.run(command, capture_output=True, text=True, check=False)
+  if result.returncode:
+    raise RuntimeError(f'{" ".join(command)} failed: {result.stderr.strip()[-500:]}')
+
+
+def make_corpus(output_dir: str,
+                *,
+                num_speakers: int = 10,
+                mean_utterances: float = 8.0,
+                words_per_utterance: Sequence[int] = (2, 5),
+                words: Optional[Sequence[str]] = None,
+                language: str = 'en',
+                seed: int = 0,
+                layouts: Sequence[str] = ('librispeech',),
+                split: str = 'train',
+                skew: float = 0.6) -> Dict[str, SpeakerVoice]:
+  """Writes the corpus (module docstring) and returns the voice of every speaker.
+
+  Args:
+    output_dir: folder to write the layouts into (created if needed).
+    num_speakers: speakers (clients).
+    mean_utterances: median utterances per speaker; counts are log-normal with sigma `skew`,
+      at least 1.
+    words_per_utterance: (min, max) words per sentence.
+    words: the word list; default `DEFAULT_WORDS[language]`.
+    language: "en", "fr" or "de" (espeak-ng voice family).
+    seed: makes the corpus reproducible.
+    layouts: any of "librispeech", "common_voice".
+    split: split name (LibriSpeech folder, Common Voice TSV name).
+    skew: log-normal sigma of utterances per speaker (0: all equal).
+  """
+  validation.check_positive_integer('num_speakers', num_speakers)
+  validation.check_positive('mean_utterances', mean_utterances)
+  validation.check_non_negative('skew', skew)
+  if language not in DEFAULT_WORDS:
+    raise ValueError(f'`language` must be one of {tuple(DEFAULT_WORDS)}, got {language!r}.')
+  unknown = [layout for layout in layouts if layout not in LAYOUTS]
+  if unknown or not layouts:
+    raise ValueError(f'`layouts` must be a non-empty subset of {LAYOUTS}, got {layouts!r}.')
+  low, high = words_per_utterance
+  if not 1 <= low <= high:
+    raise ValueError(f'`words_per_utterance` must be (min, max) with 1 <= min <= max, got '
+                     f'{words_per_utterance!r}.')
+  words = tuple(words or DEFAULT_WORDS[language])
+  if not words:
+    raise ValueError('`words` is empty.')
+  _check_tools(layouts)
+
+  rng = np.random.default_rng(seed)
+  voices = {}
+  for index in range(num_speakers):
+    speaker = str(1000 + index)
+    voices[speaker] = SpeakerVoice(
+        speaker=speaker,
+        voice=f'{language}+{_VOICE_VARIANTS[index % len(_VOICE_VARIANTS)]}',
+        pitch=int(rng.integers(25, 75)),
+        speed=int(rng.integers(140, 190)))
+  counts = np.maximum(1, np.round(mean_utterances * rng.lognormal(0.0, skew, num_speakers)))
+  cv_rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    for speaker, count in zip(voices, counts.astype(int), strict=True):
+      voice = voices[speaker]
+      ls_dir = os.path.join(output_dir, 'librispeech', split, speaker, '1')
+      transcript_lines = []
+      for utt in range(count):
+        sentence = ' '.join(rng.choice(words, size=int(rng.integers(low, high + 1))))
+        utterance_id = f'{speaker}-1-{utt:04d}'
+        wav = os.path.join(tmp, f'{utterance_id}.wav')
+        _run(['espeak-ng', '-v', voice.voice, '-p', str(voice.pitch), '-s', str(voice.speed),
+              '-w', wav, sentence])
+        if 'librispeech' in layouts:
+          os.makedirs(ls_dir, exist_ok=True)
+          _run(['sox', wav, '-r', '16000', '-b', '16', '-c', '1',
+                os.path.join(ls_dir, f'{utterance_id}.flac')])
+          transcript_lines.append(f'{utterance_id} {sentence.upper()}')
+        if 'common_voice' in layouts:
+          clips = os.path.join(output_dir, 'common_voice', 'clips')
+          os.makedirs(clips, exist_ok=True)
+          clip = f'common_voice_{language}_{utterance_id}.mp3'
+          _run(['sox', wav, '-r', '22050', os.path.join(clips, clip)])
+          cv_rows.append((f'client-{speaker}', clip, sentence.capitalize() + '.'))
+      if transcript_lines:
+        with open(os.path.join(ls_dir, f'{speaker}-1.trans.txt'), 'w', encoding='utf-8') as f:
+          f.write('\n'.join(transcript_lines) + '\n')
+  if cv_rows:
+    with open(os.path.join(output_dir, 'common_voice', f'{split}.tsv'), 'w',
+              encoding='utf-8') as f:
+      f.write('client_id\tpath\tsentence\tup_votes\tdown_votes\n')
+      for client, clip, sentence in cv_rows:
+        f.write(f'{client}\t{clip}\t{sentence}\t2\t0\n')
+  return voices

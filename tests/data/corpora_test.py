@@ -1,0 +1,116 @@
+"""Readers on tiny copies of the real layouts, made in the test with the synthetic corpus."""
+
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+
+from fedasr_tff import data
+from fedasr_tff.data import synthetic
+
+
+class CorporaTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    cls.voices = synthetic.make_corpus(cls.root, num_speakers=3, mean_utterances=2, seed=3,
+                                       layouts=('librispeech', 'common_voice'))
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root)
+    super().tearDownClass()
+
+  def _copy(self):
+    target = self.enterContext(tempfile.TemporaryDirectory())
+    shutil.copytree(self.root, target, dirs_exist_ok=True)
+    return target
+
+  def test_librispeech_layout(self):
+    report = data.ReadReport()
+    utterances = data.read_librispeech(os.path.join(self.root, 'librispeech'), 'train',
+                                       report=report)
+    self.assertEmpty(report.problems)
+    self.assertEqual(sorted({u.speaker for u in utterances}), sorted(self.voices))
+    for u in utterances:
+      self.assertTrue(u.path.endswith('.flac'))
+      self.assertEqual(u.transcript, u.transcript.upper())
+      waveform = data.load_audio(u.path)
+      self.assertEqual(data.log_mel_features(waveform).shape[1], 80)
+
+  def test_common_voice_layout_matches_librispeech(self):
+    ls = data.read_librispeech(os.path.join(self.root, 'librispeech'), 'train')
+    cv = data.read_common_voice(os.path.join(self.root, 'common_voice'), 'train')
+    self.assertLen(cv, len(ls))
+    self.assertEqual({u.speaker for u in cv}, {f'client-{s}' for s in self.voices})
+    normalize = data.normalize_transcript
+    self.assertEqual(sorted(normalize(u.transcript) for u in cv),
+                     sorted(normalize(u.transcript) for u in ls))
+    mp3 = data.load_audio(cv[0].path)  # An MP3 at 22.05 kHz, resampled to 16 kHz.
+    flac = data.load_audio(ls[0].path)
+    self.assertAlmostEqual(len(mp3) / len(flac), 1.0, delta=0.1)
+
+  def test_missing_trans_txt_is_reported_per_file(self):
+    root = self._copy()
+    chapter = os.path.join(root, 'librispeech', 'train', '1000', '1')
+    os.remove(os.path.join(chapter, '1000-1.trans.txt'))
+    report = data.ReadReport()
+    utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train', report=report)
+    self.assertNotIn('1000', {u.speaker for u in utterances})
+    self.assertNotEmpty(report.problems)
+    self.assertTrue(all(reason == 'missing .trans.txt' and chapter in path
+                        for path, reason in report.problems))
+    with self.assertRaisesRegex(ValueError, r'1000-1-0000\.flac: missing \.trans\.txt'):
+      data.read_librispeech(os.path.join(root, 'librispeech'), 'train', strict=True)
+
+  def test_empty_transcript_and_missing_column(self):
+    root = self._copy()
+    tsv = os.path.join(root, 'common_voice', 'train.tsv')
+    with open(tsv) as f:
+      lines = f.read().splitlines()
+    columns = lines[1].split('\t')
+    columns[2] = ''
+    lines[1] = '\t'.join(columns)
+    with open(tsv, 'w') as f:
+      f.write('\n'.join(lines) + '\n')
+    report = data.ReadReport()
+    utterances = data.read_common_voice(os.path.join(root, 'common_voice'), 'train',
+                                        report=report)
+    self.assertLen(utterances, len(lines) - 2)
+    self.assertEqual(report.problems, [(f'{tsv}:2', 'empty transcript')])
+    with open(tsv, 'w') as f:
+      f.write('client_id\tpath\n' + 'a\tb.mp3\n')
+    with self.assertRaisesRegex(ValueError, r'train\.tsv: missing column\(s\) sentence'):
+      data.read_common_voice(os.path.join(root, 'common_voice'), 'train')
+
+  def test_manifest(self):
+    root = self._copy()
+    ls = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
+    manifest = os.path.join(root, 'manifest.tsv')
+    with open(manifest, 'w') as f:
+      f.write('path\ttranscript\tspeaker\n')
+      for u in ls:
+        f.write(f'{os.path.relpath(u.path, root)}\t{u.transcript}\t{u.speaker}\n')
+      f.write('missing.flac\thello\tx\n')
+    report = data.ReadReport()
+    utterances = data.read_manifest(manifest, report=report)
+    self.assertEqual([(u.path, u.transcript) for u in utterances],
+                     [(u.path, u.transcript) for u in ls])
+    self.assertEqual(report.counts, {'missing audio file': 1})
+
+  def test_bad_audio_names_the_file(self):
+    root = self.enterContext(tempfile.TemporaryDirectory())
+    truncated = os.path.join(root, 'cut.flac')
+    flac = data.read_librispeech(os.path.join(self.root, 'librispeech'), 'train')[0].path
+    with open(flac, 'rb') as f, open(truncated, 'wb') as out:
+      out.write(f.read()[:2000])
+    for path in (truncated, os.path.join(root, 'nothing.wav'), os.path.join(root, 'x.ogg')):
+      with self.assertRaisesRegex(data.AudioError, os.path.basename(path)):
+        data.load_audio(path)
+
+
+if __name__ == '__main__':
+  absltest.main()

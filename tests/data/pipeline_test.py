@@ -1,0 +1,135 @@
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+
+from fedasr_tff import data
+from fedasr_tff.data import synthetic
+
+
+class SpeechClientDataTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.root, num_speakers=3, mean_utterances=4, seed=5)
+    cls.utterances = data.read_librispeech(os.path.join(cls.root, 'librispeech'), 'train')
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root)
+    super().tearDownClass()
+
+  def test_speakers_are_clients_with_dynamic_batches(self):
+    vocab = data.Vocabulary('en')
+    client_data = data.SpeechClientData(self.utterances, vocab, max_batch_seconds=3.0)
+    self.assertEqual(client_data.client_ids, sorted({u.speaker for u in self.utterances}))
+    client = client_data.client_ids[0]
+    texts = []
+    for batch in client_data.create_tf_dataset_for_client(client):
+      lengths = batch['feature_lengths'].numpy()
+      self.assertEqual(batch['features'].shape[0], len(lengths))
+      self.assertEqual(batch['features'].shape[2], 80)
+      self.assertEqual(batch['features'].shape[1], lengths.max())
+      # At most 3 s (300 frames) of audio per batch, unless one utterance is longer.
+      self.assertTrue(lengths.sum() <= 300 or len(lengths) == 1)
+      for ids, n in zip(batch['labels'].numpy(), batch['label_lengths'].numpy(), strict=True):
+        texts.append(vocab.decode(ids[:n]))
+    want = [data.normalize_transcript(u.transcript) for u in self.utterances
+            if u.speaker == client]
+    self.assertEqual(texts, want)
+    self.assertEmpty(client_data.report.problems)
+
+  def test_bad_audio_is_skipped_and_counted_or_fatal(self):
+    root = self.enterContext(tempfile.TemporaryDirectory())
+    broken = os.path.join(root, 'broken.flac')
+    with open(self.utterances[0].path, 'rb') as f, open(broken, 'wb') as out:
+      out.write(f.read()[:1500])
+    speaker = self.utterances[0].speaker
+    utterances = list(self.utterances) + [data.Utterance(broken, 'ONE TWO', speaker),
+                                          data.Utterance(self.utterances[1].path, '123 !',
+                                                         speaker)]
+    client_data = data.SpeechClientData(utterances, data.Vocabulary('en'))
+    examples = sum(int(b['features'].shape[0])
+                   for b in client_data.create_tf_dataset_for_client(speaker))
+    self.assertEqual(examples, sum(u.speaker == speaker for u in self.utterances))
+    problems = dict(client_data.report.problems)
+    self.assertIn(broken, problems)
+    self.assertIn('unreadable audio', problems[broken])
+    self.assertEqual(client_data.unknown_characters, {'1': 1, '2': 1, '3': 1})
+    strict = data.SpeechClientData(utterances, data.Vocabulary('en'), strict=True)
+    with self.assertRaisesRegex(Exception, 'broken.flac'):
+      list(strict.create_tf_dataset_for_client(speaker))
+
+  def test_all_clients_and_unknown_id(self):
+    client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'))
+    total = sum(int(b['features'].shape[0])
+                for b in client_data.create_tf_dataset_from_all_clients(seed=1))
+    self.assertEqual(total, len(self.utterances))
+    with self.assertRaisesRegex(ValueError, 'nobody'):
+      client_data.create_tf_dataset_for_client('nobody')
+
+
+class IidAndSplitsTest(absltest.TestCase):
+
+  def _utterances(self):
+    return [data.Utterance(f'/a/{i}.flac', 'x', f's{i % 7}') for i in range(100)]
+
+  def test_iid_keeps_utterances_and_speaker_set(self):
+    utterances = self._utterances()
+    iid = data.make_iid(utterances, seed=0)
+    self.assertEqual([u.path for u in iid], [u.path for u in utterances])
+    self.assertEqual({u.speaker for u in iid}, {u.speaker for u in utterances})
+    self.assertNotEqual([u.speaker for u in iid], [u.speaker for u in utterances])
+    self.assertEqual(iid, data.make_iid(utterances, seed=0))
+
+  def test_speaker_split_is_disjoint_and_seeded(self):
+    speakers = [f's{i}' for i in range(50)]
+    seed_part, fl_part = data.split_speakers(speakers, 0.1, seed=4)
+    self.assertLen(seed_part, 5)
+    self.assertEmpty(set(seed_part) & set(fl_part))
+    self.assertEqual(sorted(seed_part + fl_part), sorted(speakers))
+    self.assertEqual((seed_part, fl_part), data.split_speakers(speakers, 0.1, seed=4))
+    self.assertNotEqual(seed_part, data.split_speakers(speakers, 0.1, seed=5)[0])
+    with self.assertRaisesRegex(ValueError, 'fraction'):
+      data.split_speakers(speakers, 1.5, seed=0)
+
+
+class SyntheticCorpusTest(absltest.TestCase):
+
+  def test_deterministic_skewed_and_multilingual(self):
+    a, b = (self.enterContext(tempfile.TemporaryDirectory()) for _ in range(2))
+    synthetic.make_corpus(a, num_speakers=4, mean_utterances=2, seed=9, skew=1.0)
+    synthetic.make_corpus(b, num_speakers=4, mean_utterances=2, seed=9, skew=1.0)
+    ua = data.read_librispeech(os.path.join(a, 'librispeech'), 'train')
+    ub = data.read_librispeech(os.path.join(b, 'librispeech'), 'train')
+    self.assertEqual([(os.path.basename(u.path), u.transcript) for u in ua],
+                     [(os.path.basename(u.path), u.transcript) for u in ub])
+    counts = np.bincount([int(u.speaker) - 1000 for u in ua])
+    self.assertGreater(counts.max(), counts.min())  # Clients are heterogeneous.
+    for language in ('fr', 'de'):
+      root = self.enterContext(tempfile.TemporaryDirectory())
+      synthetic.make_corpus(root, num_speakers=1, mean_utterances=2, seed=1, language=language,
+                            skew=0.0)
+      utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
+      vocab = data.Vocabulary(language)
+      for u in utterances:
+        _, unknown = vocab.encode(data.normalize_transcript(u.transcript, language))
+        self.assertEmpty(unknown)
+        self.assertGreater(len(data.load_audio(u.path)), 1600)
+
+  def test_bad_arguments(self):
+    root = self.enterContext(tempfile.TemporaryDirectory())
+    with self.assertRaisesRegex(ValueError, 'layouts'):
+      synthetic.make_corpus(root, layouts=('kaldi',))
+    with self.assertRaisesRegex(ValueError, 'language'):
+      synthetic.make_corpus(root, language='es')
+    with self.assertRaisesRegex(ValueError, 'num_speakers'):
+      synthetic.make_corpus(root, num_speakers=0)
+
+
+if __name__ == '__main__':
+  absltest.main()
