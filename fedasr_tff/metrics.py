@@ -4,45 +4,56 @@
     CER = the same over characters, spaces between words included
 
 where edits is the Levenshtein distance (substitutions + deletions + insertions). Texts are
-compared as given: normalise them first (lower case, punctuation) with the data pipeline's text
-normaliser.
+compared as given: normalise them first (`fedasr_tff.data.normalize_transcript`).
+`error_counts` gives the two sums as tensors, for metrics accumulated inside TF (the TFF model).
 """
 
 from typing import Sequence
+from typing import Tuple
 
 import tensorflow as tf
 
+UNITS = ('word', 'char')
 
-def _error_rate(references: Sequence[str], hypotheses: Sequence[str], split) -> float:
+
+def _tokens(texts: tf.Tensor, unit: str) -> tf.RaggedTensor:
+  words = tf.strings.split(texts)
+  if unit == 'word':
+    return words
+  # Runs of whitespace count as one space; only the spaces between words are scored.
+  return tf.strings.unicode_split(tf.strings.reduce_join(words, axis=-1, separator=' '), 'UTF-8')
+
+
+def error_counts(references: tf.Tensor, hypotheses: tf.Tensor,
+                 unit: str) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(total edits, total reference tokens) over a batch of string tensors, as float32."""
+  if unit not in UNITS:
+    raise ValueError(f'`unit` must be one of {UNITS}, got {unit!r}.')
+  ref_tokens = _tokens(references, unit)
+  hyp_tokens = _tokens(hypotheses, unit)
+  edits = tf.edit_distance(hyp_tokens.to_sparse(), ref_tokens.to_sparse(), normalize=False)
+  return (tf.reduce_sum(edits),
+          tf.cast(tf.reduce_sum(ref_tokens.row_lengths()), tf.float32))
+
+
+def _error_rate(references: Sequence[str], hypotheses: Sequence[str], unit: str) -> float:
   references, hypotheses = list(references), list(hypotheses)
   if len(references) != len(hypotheses):
     raise ValueError(f'`references` and `hypotheses` must have the same length, got '
                      f'{len(references)} and {len(hypotheses)}.')
   if not references:
     raise ValueError('`references` is empty.')
-  ref_tokens = split(tf.constant(references))
-  hyp_tokens = split(tf.constant(hypotheses))
-  total = int(tf.reduce_sum(ref_tokens.row_lengths()))
-  if total == 0:
+  edits, total = error_counts(tf.constant(references), tf.constant(hypotheses), unit)
+  if float(total) == 0:
     raise ValueError('`references` contain no tokens to score against.')
-  edits = tf.edit_distance(hyp_tokens.to_sparse(), ref_tokens.to_sparse(), normalize=False)
-  return float(tf.reduce_sum(edits)) / total
+  return float(edits) / float(total)
 
 
 def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
   """Total word edits over total reference words (whitespace-separated words)."""
-  return _error_rate(references, hypotheses, tf.strings.split)
+  return _error_rate(references, hypotheses, 'word')
 
 
 def character_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
-  """Total character edits over total reference characters, spaces included.
-
-  Runs of whitespace count as one space and leading/trailing whitespace is dropped, so only the
-  spaces between words are scored.
-  """
-
-  def characters(texts):
-    joined = tf.strings.reduce_join(tf.strings.split(texts), axis=-1, separator=' ')
-    return tf.strings.unicode_split(joined, 'UTF-8')
-
-  return _error_rate(references, hypotheses, characters)
+  """Total character edits over total reference characters, spaces between words included."""
+  return _error_rate(references, hypotheses, 'char')

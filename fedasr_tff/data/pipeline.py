@@ -129,10 +129,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       if waveform.shape[0] < features_lib.FRAME_LENGTH:
         self.report.add(utterance.path, 'shorter than one 25 ms frame', self._strict)
         continue
-      feats = features_lib.log_mel_features(waveform)
-      if self._spec_augment:
-        feats = features_lib.spec_augment(feats)
-      yield feats.numpy(), labels
+      yield features_lib.log_mel_features(waveform).numpy(), labels
 
   def _batches(self, client_id: str):
     batch = []
@@ -147,22 +144,33 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       yield _pad_batch(batch)
 
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
-    """The client's padded dynamic batches; audio is read when the dataset is iterated."""
-    self.utterances(client_id)  # Fail early on an unknown id.
-    return tf.data.Dataset.from_generator(lambda: self._batches(client_id),
-                                          output_signature=_ELEMENT_SPEC)
+    """The client's padded dynamic batches.
+
+    The client's audio is decoded and featurised now (only this client's), and the batches are
+    held as constants, so the dataset can be shipped into TFF computations. SpecAugment, when on,
+    is a map over the batches, drawing new masks every time the dataset is iterated.
+    """
+    batches = list(self._batches(client_id))
+    if not batches:  # Every utterance was skipped (see `report`): an empty dataset.
+      placeholder = _pad_batch([(np.zeros([1, features_lib.NUM_MELS], np.float32), [1])])
+      return tf.data.Dataset.from_tensors(placeholder).take(0)
+    dataset = tf.data.Dataset.from_tensors(batches[0])
+    for batch in batches[1:]:
+      dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+    if self._spec_augment:
+      dataset = dataset.map(_spec_augment_batch)
+    return dataset
 
   def create_tf_dataset_from_all_clients(self, seed: Optional[int] = None) -> tf.data.Dataset:
     """Every client's batches, clients in an order shuffled by `seed` (None: id order)."""
     ids = self.client_ids
     if seed is not None:
       ids = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
-
-    def batches():
-      for client_id in ids:
-        yield from self._batches(client_id)
-
-    return tf.data.Dataset.from_generator(batches, output_signature=_ELEMENT_SPEC)
+    datasets = [self.create_tf_dataset_for_client(client_id) for client_id in ids]
+    dataset = datasets[0]
+    for other in datasets[1:]:
+      dataset = dataset.concatenate(other)
+    return dataset
 
   @property
   def serializable_dataset_fn(self):
@@ -173,6 +181,19 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
   @property
   def element_type_structure(self):
     return _ELEMENT_SPEC
+
+
+def _spec_augment_batch(batch):
+  """SpecAugment on every utterance of a padded batch, within its valid frames."""
+
+  def augment(args):
+    feats, length = args
+    augmented = features_lib.spec_augment(feats[:length])
+    return tf.pad(augmented, [[0, tf.shape(feats)[0] - length], [0, 0]])
+
+  features = tf.map_fn(augment, (batch['features'], batch['feature_lengths']),
+                       fn_output_signature=tf.float32)
+  return collections.OrderedDict(batch, features=features)
 
 
 def _pad_batch(batch):

@@ -6,6 +6,8 @@ from fedasr_tff.models.configs import get_config
 from fedasr_tff.models.ctc import BLANK_INDEX
 from fedasr_tff.models.ctc import ctc_loss
 from fedasr_tff.models.ctc import greedy_decode
+from fedasr_tff.models.tff_model import CTCSpeechModel
+from fedasr_tff.models.tff_model import build_tff_model_fn
 from fedasr_tff.models.transformer import CTCTransformer
 from fedasr_tff.models.transformer import build_ctc_transformer
 from fedasr_tff.models.transformer import output_lengths

@@ -64,6 +64,19 @@ class SpeechClientDataTest(absltest.TestCase):
     with self.assertRaisesRegex(Exception, 'broken.flac'):
       list(strict.create_tf_dataset_for_client(speaker))
 
+  def test_spec_augment_draws_new_masks_each_pass(self):
+    client = self.utterances[0].speaker
+    plain = data.SpeechClientData(self.utterances, data.Vocabulary('en'))
+    augmented = data.SpeechClientData(self.utterances, data.Vocabulary('en'), spec_augment=True)
+    (reference,) = list(plain.create_tf_dataset_for_client(client).take(1))
+    dataset = augmented.create_tf_dataset_for_client(client).take(1)
+    first, second = (next(iter(dataset))['features'].numpy() for _ in range(2))
+    self.assertEqual(first.shape, tuple(reference['features'].shape))
+    self.assertFalse(np.array_equal(first, second))
+    changed = first != reference['features'].numpy()
+    self.assertTrue(np.all(first[changed] == 0))
+    self.assertGreater(changed.sum(), 0)
+
   def test_all_clients_and_unknown_id(self):
     client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'))
     total = sum(int(b['features'].shape[0])

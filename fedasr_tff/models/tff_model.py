@@ -1,0 +1,130 @@
+"""The CTC transformer as a `tff.learning.models.VariableModel`, with loss, WER and CER metrics.
+
+Batches are the data pipeline's dicts (`features`, `feature_lengths`, `labels`,
+`label_lengths`). `forward_pass` returns the mean CTC loss over the batch's utterances; it also
+accumulates, over all batches since `reset_metrics`:
+
+* `loss`: utterance-weighted mean CTC loss;
+* `wer`, `cer`: corpus-level error rates of greedy decoding against the labels (computed only
+  when `training=False`, since decoding every training batch would cost time and the training
+  metric would lag the model anyway).
+
+The metrics are sums and counts, so TFF's `sum_then_finalize` aggregation across clients gives
+corpus-level rates.
+"""
+
+import collections
+from typing import Callable
+from typing import Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import metrics
+from fedasr_tff.models import ctc
+from fedasr_tff.models import transformer
+
+INPUT_SPEC = collections.OrderedDict(
+    features=tf.TensorSpec([None, None, None], tf.float32),
+    feature_lengths=tf.TensorSpec([None], tf.int32),
+    labels=tf.TensorSpec([None, None], tf.int32),
+    label_lengths=tf.TensorSpec([None], tf.int32),
+)
+
+_METRIC_NAMES = ('loss_sum', 'utterances', 'word_edits', 'words', 'char_edits', 'chars')
+
+
+def _ratio(values):
+  numerator, denominator = values
+  return tf.math.divide_no_nan(numerator, denominator)
+
+
+class CTCSpeechModel(tff.learning.models.VariableModel):
+  """See the module docstring."""
+
+  def __init__(self, keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
+    self._model = keras_model
+    # Token id -> character; id 0 (the blank) maps to the empty string.
+    self._token_table = tf.constant([''] + list(tokens))
+    self._metric_vars = collections.OrderedDict(
+        (name, tf.Variable(0.0, trainable=False, name=name)) for name in _METRIC_NAMES)
+    num_mels = keras_model.config.num_mels
+    self._input_spec = collections.OrderedDict(
+        INPUT_SPEC, features=tf.TensorSpec([None, None, num_mels], tf.float32))
+
+  @property
+  def trainable_variables(self):
+    return self._model.trainable_variables
+
+  @property
+  def non_trainable_variables(self):
+    return self._model.non_trainable_variables
+
+  @property
+  def local_variables(self):
+    return list(self._metric_vars.values())
+
+  @property
+  def input_spec(self):
+    return self._input_spec
+
+  def _texts(self, ragged_ids: tf.RaggedTensor) -> tf.Tensor:
+    return tf.strings.reduce_join(tf.gather(self._token_table, ragged_ids), axis=-1)
+
+  @tf.function
+  def predict_on_batch(self, batch_input, training=True):
+    return self._model((batch_input['features'], batch_input['feature_lengths']),
+                       training=training)
+
+  @tf.function
+  def forward_pass(self, batch_input, training=True):
+    logits = self.predict_on_batch(batch_input, training=training)
+    logit_lengths = transformer.output_lengths(batch_input['feature_lengths'],
+                                               self._model.config)
+    loss = ctc.ctc_loss(batch_input['labels'], batch_input['label_lengths'], logits,
+                        logit_lengths)
+    utterances = tf.cast(tf.shape(logits)[0], tf.float32)
+    self._metric_vars['loss_sum'].assign_add(loss * utterances)
+    self._metric_vars['utterances'].assign_add(utterances)
+    if not training:
+      references = self._texts(
+          tf.RaggedTensor.from_tensor(batch_input['labels'], lengths=batch_input['label_lengths']))
+      hypotheses = self._texts(ctc.greedy_decode(logits, logit_lengths))
+      for unit, edits_name, total_name in (('word', 'word_edits', 'words'),
+                                           ('char', 'char_edits', 'chars')):
+        edits, total = metrics.error_counts(references, hypotheses, unit)
+        self._metric_vars[edits_name].assign_add(edits)
+        self._metric_vars[total_name].assign_add(total)
+    return tff.learning.models.BatchOutput(
+        loss=loss, predictions=logits, num_examples=tf.cast(utterances, tf.int32))
+
+  @tf.function
+  def report_local_unfinalized_metrics(self):
+    v = self._metric_vars
+    return collections.OrderedDict(
+        loss=[v['loss_sum'].read_value(), v['utterances'].read_value()],
+        wer=[v['word_edits'].read_value(), v['words'].read_value()],
+        cer=[v['char_edits'].read_value(), v['chars'].read_value()],
+        num_examples=[v['utterances'].read_value()],
+    )
+
+  def metric_finalizers(self):
+    return collections.OrderedDict(
+        loss=tf.function(_ratio), wer=tf.function(_ratio), cer=tf.function(_ratio),
+        num_examples=tf.function(lambda values: values[0]))
+
+  @tf.function
+  def reset_metrics(self):
+    for variable in self._metric_vars.values():
+      variable.assign(0.0)
+
+
+def build_tff_model_fn(config, tokens: Sequence[str]) -> Callable[[], CTCSpeechModel]:
+  """A no-argument `model_fn` for TFF building the CTC transformer for `tokens` (no blank)."""
+  tokens = list(tokens)
+  transformer.build_ctc_transformer(config, len(tokens))  # Fail early on a bad config.
+
+  def model_fn():
+    return CTCSpeechModel(transformer.build_ctc_transformer(config, len(tokens)), tokens)
+
+  return model_fn

@@ -1,0 +1,110 @@
+"""The model on real (synthetic, espeak-ng) speech: overfitting, and the TFF wrapper."""
+
+import dataclasses
+import os
+import shutil
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+
+from fedasr_tff import algorithms
+from fedasr_tff import data
+from fedasr_tff import metrics
+from fedasr_tff import models
+from fedasr_tff import optimizers
+from fedasr_tff.data import synthetic
+
+
+class SpeechModelTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.root, num_speakers=2, mean_utterances=4, skew=0.0, seed=0)
+    cls.utterances = data.read_librispeech(os.path.join(cls.root, 'librispeech'), 'train')
+    cls.vocab = data.Vocabulary('en')
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root)
+    super().tearDownClass()
+
+  def test_tiny_model_overfits_eight_utterances(self):
+    self.assertLen(self.utterances, 8)
+    # One client holding all 8 utterances in one batch.
+    one_client = [dataclasses.replace(u, speaker='all') for u in self.utterances]
+    client_data = data.SpeechClientData(one_client, self.vocab, max_batch_seconds=1000.0)
+    (batch,) = list(client_data.create_tf_dataset_for_client('all'))
+    self.assertEqual(int(batch['features'].shape[0]), 8)
+    tf.keras.utils.set_random_seed(0)
+    model = models.build_ctc_transformer('tiny', self.vocab.size)
+    optimizer = tf.keras.optimizers.Adam(2e-3)
+    out_lengths = models.output_lengths(batch['feature_lengths'], 'tiny')
+
+    @tf.function
+    def train_step():
+      with tf.GradientTape() as tape:
+        logits = model((batch['features'], batch['feature_lengths']), training=True)
+        loss = models.ctc_loss(batch['labels'], batch['label_lengths'], logits, out_lengths)
+      optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights),
+                                    model.trainable_weights, strict=True))
+      return loss
+
+    for _ in range(250):
+      train_step()
+    decoded = models.greedy_decode(model((batch['features'], batch['feature_lengths'])),
+                                   out_lengths).to_list()
+    hypotheses = [self.vocab.decode(ids) for ids in decoded]
+    references = [data.normalize_transcript(u.transcript) for u in self.utterances]
+    self.assertLess(metrics.character_error_rate(references, hypotheses), 0.05)
+
+  def test_tff_model_metrics_match_python_scoring(self):
+    client_data = data.SpeechClientData(self.utterances, self.vocab, max_batch_seconds=1000.0)
+    model_fn = models.build_tff_model_fn('tiny', self.vocab.tokens)
+    model = model_fn()
+    references, hypotheses = [], []
+    for client in client_data.client_ids:
+      for batch in client_data.create_tf_dataset_for_client(client):
+        output = model.forward_pass(batch, training=False)
+        lengths = models.output_lengths(batch['feature_lengths'], 'tiny')
+        hypotheses += [self.vocab.decode(ids)
+                       for ids in models.greedy_decode(output.predictions, lengths).to_list()]
+        references += [self.vocab.decode(ids[:n]) for ids, n in zip(
+            batch['labels'].numpy(), batch['label_lengths'].numpy(), strict=True)]
+    unfinalized = model.report_local_unfinalized_metrics()
+    finalized = {name: float(fn(unfinalized[name]))
+                 for name, fn in model.metric_finalizers().items()}
+    self.assertEqual(finalized['num_examples'], 8)
+    self.assertAlmostEqual(finalized['cer'], metrics.character_error_rate(references, hypotheses),
+                           places=5)
+    self.assertAlmostEqual(finalized['wer'], metrics.word_error_rate(references, hypotheses),
+                           places=5)
+    model.reset_metrics()
+    self.assertEqual(float(model.report_local_unfinalized_metrics()['loss'][1]), 0.0)
+
+  def test_federated_round_on_speech(self):
+    client_data = data.SpeechClientData(self.utterances, self.vocab, max_batch_seconds=4.0,
+                                        spec_augment=True)
+    model_fn = models.build_tff_model_fn('tiny', self.vocab.tokens)
+    process = algorithms.build_fed_avg_process(
+        model_fn, client_learning_rate=0.2, local_steps=2,
+        server_optimizer=optimizers.build('lamb', 0.01))
+    datasets = [client_data.create_tf_dataset_for_client(c) for c in client_data.client_ids]
+    output = process.next(process.initialize(), datasets)
+    train = output.metrics['client_work']['train']
+    self.assertEqual(train['steps'], 4)
+    self.assertTrue(np.isfinite(train['loss']))
+    evaluation = algorithms.build_evaluation_process(model_fn)
+    eval_state = evaluation.set_model_weights(evaluation.initialize(),
+                                              output.state.global_model_weights)
+    eval_metrics = evaluation.next(eval_state, datasets).metrics['client_work']['eval'][
+        'current_round_metrics']
+    self.assertEqual(eval_metrics['num_examples'], 8)
+    self.assertBetween(eval_metrics['cer'], 0.0, 5.0)
+
+
+if __name__ == '__main__':
+  absltest.main()
