@@ -24,6 +24,8 @@ _LANGUAGE = flags.DEFINE_enum('language', 'en', list(synthetic.DEFAULT_WORDS),
                               'Language of the voices and words.')
 _LAYOUTS = flags.DEFINE_multi_enum('layouts', ['librispeech'], list(synthetic.LAYOUTS),
                                    'Layouts to write.')
+_WORDS = flags.DEFINE_list('words', None, 'Words to build sentences from (default: spoken digits '
+                          'and a few dozen common words of --language).')
 _SPLIT = flags.DEFINE_string('split', 'train', 'Split name.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Random seed; the corpus is a function of it.')
 
@@ -35,7 +37,7 @@ def main(argv):
     raise app.UsageError('--output_dir is required.')
   voices = synthetic.make_corpus(
       _OUTPUT_DIR.value, num_speakers=_SPEAKERS.value, mean_utterances=_UTTERANCES.value,
-      language=_LANGUAGE.value, seed=_SEED.value, layouts=tuple(_LAYOUTS.value),
+      words=_WORDS.value, language=_LANGUAGE.value, seed=_SEED.value, layouts=tuple(_LAYOUTS.value),
       split=_SPLIT.value, skew=_SKEW.value)
   by_voice = collections.Counter(v.voice for v in voices.values())
   print(f'wrote {len(voices)} speakers ({", ".join(sorted(by_voice))}) to {_OUTPUT_DIR.value} '

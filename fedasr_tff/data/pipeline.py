@@ -15,6 +15,8 @@ drawn uniformly from the set of speakers) and seeded, disjoint speaker splits.
 
 import collections
 import dataclasses
+import hashlib
+import os
 from typing import Dict
 from typing import Iterator
 from typing import List
@@ -88,7 +90,21 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
                spec_augment: bool = False,
                strict: bool = False,
                max_utterance_seconds: float = 30.0,
+               feature_cache_dir: Optional[str] = None,
                report: Optional[corpora.ReadReport] = None):
+    """Initializes the client data.
+
+    Args:
+      utterances: the corpus (from a reader), grouped by speaker into clients.
+      vocabulary: turns normalised transcripts into label ids.
+      max_batch_seconds: audio per dynamic batch.
+      spec_augment: apply SpecAugment (training data only).
+      strict: raise on the first unusable utterance instead of skipping and counting it.
+      max_utterance_seconds: longer utterances are skipped (30 s in the released code).
+      feature_cache_dir: if given, log-mel features are stored there (keyed by the audio file's
+        path, size and modification time) and read back instead of decoding the audio again.
+      report: where skipped utterances are counted; a new one by default.
+    """
     validation.check_positive('max_batch_seconds', max_batch_seconds)
     validation.check_positive('max_utterance_seconds', max_utterance_seconds)
     self._by_speaker = group_by_speaker(utterances)
@@ -96,6 +112,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     self._max_batch_frames = int(max_batch_seconds * _FRAMES_PER_SECOND)
     self._max_utterance_samples = int(max_utterance_seconds * features_lib.SAMPLE_RATE)
     self._spec_augment = spec_augment
+    self._feature_cache_dir = feature_cache_dir
     self._strict = strict
     self.report = corpora.ReadReport() if report is None else report
     self.unknown_characters = collections.Counter()
@@ -117,19 +134,41 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       if not [t for t in labels if self._vocabulary.tokens[t - 1] != text_lib.WORD_BOUNDARY]:
         self.report.add(utterance.path, 'transcript has no in-vocabulary letters', self._strict)
         continue
-      try:
-        waveform = audio_lib.load_audio(utterance.path)
-      except audio_lib.AudioError as e:
-        self.report.add(utterance.path, f'unreadable audio ({str(e).split(": ", 1)[-1][:80]})',
-                        self._strict)
-        continue
-      if waveform.shape[0] > self._max_utterance_samples:
-        self.report.add(utterance.path, 'longer than max_utterance_seconds', self._strict)
-        continue
-      if waveform.shape[0] < features_lib.FRAME_LENGTH:
-        self.report.add(utterance.path, 'shorter than one 25 ms frame', self._strict)
-        continue
-      yield features_lib.log_mel_features(waveform).numpy(), labels
+      feats = self._features(utterance.path)
+      if feats is not None:
+        yield feats, labels
+
+  def _cache_path(self, path: str) -> Optional[str]:
+    if self._feature_cache_dir is None:
+      return None
+    stat = os.stat(path)
+    key = hashlib.sha1(f'{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}'.encode())
+    digest = key.hexdigest()
+    return os.path.join(self._feature_cache_dir, digest[:2], f'{digest}.npy')
+
+  def _features(self, path: str) -> Optional[np.ndarray]:
+    """Log-mels of one file (from the cache when there), or None if it was skipped."""
+    cache_path = self._cache_path(path) if os.path.isfile(path) else None
+    if cache_path is not None and os.path.isfile(cache_path):
+      return np.load(cache_path)
+    try:
+      waveform = audio_lib.load_audio(path)
+    except audio_lib.AudioError as e:
+      self.report.add(path, f'unreadable audio ({str(e).split(": ", 1)[-1][:80]})', self._strict)
+      return None
+    if waveform.shape[0] > self._max_utterance_samples:
+      self.report.add(path, 'longer than max_utterance_seconds', self._strict)
+      return None
+    if waveform.shape[0] < features_lib.FRAME_LENGTH:
+      self.report.add(path, 'shorter than one 25 ms frame', self._strict)
+      return None
+    feats = features_lib.log_mel_features(waveform).numpy()
+    if cache_path is not None:
+      os.makedirs(os.path.dirname(cache_path), exist_ok=True)
+      partial = f'{cache_path}.{os.getpid()}.tmp.npy'
+      np.save(partial, feats)
+      os.replace(partial, cache_path)  # Atomic: readers never see a half-written file.
+    return feats
 
   def _batches(self, client_id: str):
     batch = []

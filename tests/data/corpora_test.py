@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import subprocess
 import tempfile
 
 from absl.testing import absltest
@@ -107,7 +108,17 @@ class CorporaTest(absltest.TestCase):
     flac = data.read_librispeech(os.path.join(self.root, 'librispeech'), 'train')[0].path
     with open(flac, 'rb') as f, open(truncated, 'wb') as out:
       out.write(f.read()[:2000])
-    for path in (truncated, os.path.join(root, 'nothing.wav'), os.path.join(root, 'x.ogg')):
+    # A WAV whose header claims a sample rate of 0 Hz cannot be resampled.
+    zero_rate = os.path.join(root, 'zero_rate.wav')
+    wav = os.path.join(root, 'ok.wav')
+    subprocess.run(['sox', flac, wav], check=True)
+    with open(wav, 'rb') as f:
+      header = bytearray(f.read())
+    header[24:28] = (0).to_bytes(4, 'little')
+    with open(zero_rate, 'wb') as f:
+      f.write(header)
+    for path in (truncated, zero_rate, os.path.join(root, 'nothing.wav'),
+                 os.path.join(root, 'x.ogg')):
       with self.assertRaisesRegex(data.AudioError, os.path.basename(path)):
         data.load_audio(path)
 

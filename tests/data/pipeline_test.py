@@ -1,11 +1,13 @@
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
 
 from fedasr_tff import data
+from fedasr_tff.data import pipeline
 from fedasr_tff.data import synthetic
 
 
@@ -76,6 +78,21 @@ class SpeechClientDataTest(absltest.TestCase):
     changed = first != reference['features'].numpy()
     self.assertTrue(np.all(first[changed] == 0))
     self.assertGreater(changed.sum(), 0)
+
+  def test_feature_cache_is_used_on_the_second_pass(self):
+    cache = self.enterContext(tempfile.TemporaryDirectory())
+    client = self.utterances[0].speaker
+    first = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                  feature_cache_dir=cache)
+    want = [b['features'].numpy() for b in first.create_tf_dataset_for_client(client)]
+    cached = [f for _, _, files in os.walk(cache) for f in files]
+    self.assertLen(cached, sum(u.speaker == client for u in self.utterances))
+    second = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                   feature_cache_dir=cache)
+    with mock.patch.object(pipeline.audio_lib, 'load_audio', side_effect=AssertionError):
+      got = [b['features'].numpy() for b in second.create_tf_dataset_for_client(client)]
+    for a, b in zip(got, want, strict=True):
+      np.testing.assert_array_equal(a, b)
 
   def test_all_clients_and_unknown_id(self):
     client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'))

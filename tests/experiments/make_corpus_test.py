@@ -20,11 +20,15 @@ class MakeCorpusTest(absltest.TestCase):
       flags.FLAGS.unparse_flags()
       flags.FLAGS(['make_corpus', f'--output_dir={root}', '--speakers=2',
                    '--utterances_per_speaker=1', '--skew=0', '--layouts=librispeech',
+                   '--words=alpha,beta',
                    '--layouts=common_voice'])
       with contextlib.redirect_stdout(out):
         make_corpus.main(['make_corpus'])
     self.assertIn('wrote 2 speakers', out.getvalue())
-    self.assertLen(data.read_librispeech(os.path.join(root, 'librispeech'), 'train'), 2)
+    utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
+    self.assertLen(utterances, 2)
+    for u in utterances:
+      self.assertLessEqual(set(u.transcript.lower().split()), {'alpha', 'beta'})
     self.assertLen(data.read_common_voice(os.path.join(root, 'common_voice'), 'train'), 2)
 
   def test_missing_output_dir_is_refused(self):
