@@ -101,41 +101,37 @@ def _read_tsv(path: str, required: Tuple[str, ...]):
     raise ValueError(f'{path}: cannot read TSV: {e}') from e
 
 
+def _utterances_from_tsv(tsv: str, audio_dir: str, columns: Tuple[str, str, str], strict: bool,
+                         report: ReadReport) -> List[Utterance]:
+  """Rows of a TSV with (audio path, transcript, speaker) `columns` -> utterances."""
+  path_column, transcript_column, speaker_column = columns
+  utterances = []
+  for line, row in _read_tsv(tsv, columns):
+    where = f'{tsv}:{line}'
+    audio = os.path.join(audio_dir, row[path_column] or '')
+    transcript = (row[transcript_column] or '').strip()
+    if not transcript:
+      report.add(where, 'empty transcript', strict)
+    elif not row[speaker_column]:
+      report.add(where, f'empty {speaker_column}', strict)
+    elif not os.path.isfile(audio):
+      report.add(audio, 'missing audio file', strict)
+    else:
+      utterances.append(Utterance(audio, transcript, row[speaker_column]))
+  return utterances
+
+
 def read_common_voice(root: str, split: str, strict: bool = False,
                       report: Optional[ReadReport] = None) -> List[Utterance]:
   """Utterances of `ROOT/SPLIT.tsv` in the Common Voice layout (module docstring)."""
-  report = ReadReport() if report is None else report
-  tsv = os.path.join(root, f'{split}.tsv')
-  utterances = []
-  for line, row in _read_tsv(tsv, ('client_id', 'path', 'sentence')):
-    where = f'{tsv}:{line}'
-    clip = os.path.join(root, 'clips', row['path'] or '')
-    if not (row['sentence'] or '').strip():
-      report.add(where, 'empty transcript', strict)
-    elif not row['client_id']:
-      report.add(where, 'empty client_id', strict)
-    elif not os.path.isfile(clip):
-      report.add(clip, 'missing audio file', strict)
-    else:
-      utterances.append(Utterance(clip, row['sentence'].strip(), row['client_id']))
-  return utterances
+  return _utterances_from_tsv(os.path.join(root, f'{split}.tsv'), os.path.join(root, 'clips'),
+                              ('path', 'sentence', 'client_id'), strict,
+                              ReadReport() if report is None else report)
 
 
 def read_manifest(path: str, strict: bool = False,
                   report: Optional[ReadReport] = None) -> List[Utterance]:
   """Utterances of a TSV manifest with columns path, transcript, speaker."""
-  report = ReadReport() if report is None else report
-  base = os.path.dirname(os.path.abspath(path))
-  utterances = []
-  for line, row in _read_tsv(path, ('path', 'transcript', 'speaker')):
-    where = f'{path}:{line}'
-    audio = os.path.join(base, row['path'] or '')
-    if not (row['transcript'] or '').strip():
-      report.add(where, 'empty transcript', strict)
-    elif not row['speaker']:
-      report.add(where, 'empty speaker', strict)
-    elif not os.path.isfile(audio):
-      report.add(audio, 'missing audio file', strict)
-    else:
-      utterances.append(Utterance(audio, row['transcript'].strip(), row['speaker']))
-  return utterances
+  return _utterances_from_tsv(path, os.path.dirname(os.path.abspath(path)),
+                              ('path', 'transcript', 'speaker'), strict,
+                              ReadReport() if report is None else report)
