@@ -187,7 +187,8 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
 
     The client's audio is decoded and featurised now (only this client's), and the batches are
     held as constants, so the dataset can be shipped into TFF computations. SpecAugment, when on,
-    is a map over the batches, drawing new masks every time the dataset is iterated.
+    is a map over the batches with masks drawn anew for every dataset made (so every round);
+    repeated passes over one dataset (local epochs) see the same masks.
     """
     batches = list(self._batches(client_id))
     if not batches:  # Every utterance was skipped (see `report`): an empty dataset.
@@ -197,7 +198,11 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     for batch in batches[1:]:
       dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
     if self._spec_augment:
-      dataset = dataset.map(_spec_augment_batch)
+      # Fresh masks for every dataset made (every round), from OS entropy rather than TF's
+      # global seed; stateless ops keep the dataset shippable into TFF computations.
+      seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+      dataset = dataset.enumerate().map(
+          lambda index, batch: _spec_augment_batch(batch, tf.stack([seed, index])))
     return dataset
 
   def create_tf_dataset_from_all_clients(self, seed: Optional[int] = None) -> tf.data.Dataset:
@@ -222,15 +227,16 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     return _ELEMENT_SPEC
 
 
-def _spec_augment_batch(batch):
+def _spec_augment_batch(batch, seed):
   """SpecAugment on every utterance of a padded batch, within its valid frames."""
+  seeds = tf.random.experimental.stateless_split(seed, tf.shape(batch['features'])[0])
 
   def augment(args):
-    feats, length = args
-    augmented = features_lib.spec_augment(feats[:length])
+    feats, length, utterance_seed = args
+    augmented = features_lib.spec_augment(feats[:length], seed=utterance_seed)
     return tf.pad(augmented, [[0, tf.shape(feats)[0] - length], [0, 0]])
 
-  features = tf.map_fn(augment, (batch['features'], batch['feature_lengths']),
+  features = tf.map_fn(augment, (batch['features'], batch['feature_lengths'], seeds),
                        fn_output_signature=tf.float32)
   return collections.OrderedDict(batch, features=features)
 
