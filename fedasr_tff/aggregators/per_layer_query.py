@@ -123,6 +123,10 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
       clipped_count_stddev: σ_b, noise std on each group's clipped count.
       diagnostics: keep exact per-group client statistics in the state (module docstring).
     """
+    if target_quantile is not None and value_noise_multiplier > 0 and clipped_count_stddev <= 0:
+      # Clipped counts released without noise would not be covered by the reported event.
+      raise ValueError('Adaptive clipping with noise needs `clipped_count_stddev` > 0, got '
+                       f'{clipped_count_stddev!r}.')
     self._group_ids = np.asarray(list(group_ids), np.int32)
     self._num_groups = len(initial_group_clips)
     self._initial_group_clips = np.asarray(initial_group_clips, np.float32)

@@ -297,6 +297,12 @@ class BadInputTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, name):
       aggregators.PerLayerDPFactory.gaussian_adaptive(**kwargs).create(_VALUE_TYPE)
 
+  def test_query_refuses_unnoised_counts_with_noised_values(self):
+    with self.assertRaisesRegex(ValueError, 'clipped_count_stddev'):
+      aggregators.PerLayerClipGaussianSumQuery(
+          [0], [1.0], value_noise_multiplier=1.0, clients_per_round=10, target_quantile=0.5,
+          clipped_count_stddev=0.0)
+
   def test_integer_value_type(self):
     factory = aggregators.PerLayerDPFactory.gaussian_fixed(1.0, 10, 1.0)
     with self.assertRaisesRegex(ValueError, 'value_type.*floating'):
