@@ -53,7 +53,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                      normalize: bool = False,
                      noise_placement: str = 'server',
                      grouping: Optional[Sequence[int]] = None,
-                     diagnostics: bool = True) -> 'PerLayerDPFactory':
+                     diagnostics: bool = True,
+                     noise_seed: Optional[int] = None) -> 'PerLayerDPFactory':
     """Fixed per-layer clipping and Gaussian noise of std `noise_multiplier * clip` on the sum.
 
     Args:
@@ -71,11 +72,15 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         leaf tensor.
       diagnostics: report exact per-group client norms (outside the DP guarantee; see
         `per_layer_query`).
+      noise_seed: seed of the server-side noise, kept and advanced in the aggregator state so a
+        restored checkpoint replays the same noise; None (the default) draws it from OS entropy.
+        Fix it only for reproducible simulations: knowing it reveals the noise.
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('clip', clip)
     return cls(noise_multiplier, clients_per_round, clip, allocation, layer_weights, normalize,
-               noise_placement, grouping, diagnostics, target_quantile=None)
+               noise_placement, grouping, diagnostics, target_quantile=None,
+               noise_seed=noise_seed)
 
   @classmethod
   def gaussian_adaptive(cls,
@@ -89,7 +94,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                         clipped_count_stddev: Optional[float] = None,
                         noise_placement: str = 'server',
                         grouping: Optional[Sequence[int]] = None,
-                        diagnostics: bool = True) -> 'PerLayerDPFactory':
+                        diagnostics: bool = True,
+                        noise_seed: Optional[int] = None) -> 'PerLayerDPFactory':
     """Per-group adaptive clipping (geometric quantile tracking) and Gaussian noise.
 
     The clips start at the allocation of `initial_clip` and each group's clip tracks the
@@ -102,7 +108,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       initial_clip: initial total clip C > 0.
       target_quantile: γ in (0, 1), fraction of clients per group left unclipped.
       learning_rate: η >= 0 of the geometric update C_h <- C_h exp(-η (u_h - γ)).
-      allocation, layer_weights, noise_placement, grouping, diagnostics: as in `gaussian_fixed`.
+      allocation, layer_weights, noise_placement, grouping, diagnostics, noise_seed: as in
+        `gaussian_fixed`.
       clipped_count_stddev: σ_b; default 0.05 * S (TFF's default), 0 when z = 0.
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
@@ -113,11 +120,12 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       validation.check_non_negative('clipped_count_stddev', clipped_count_stddev)
     return cls(noise_multiplier, clients_per_round, initial_clip, allocation, layer_weights,
                False, noise_placement, grouping, diagnostics, target_quantile=target_quantile,
-               learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev)
+               learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
+               noise_seed=noise_seed)
 
   def __init__(self, noise_multiplier, clients_per_round, clip, allocation, layer_weights,
                normalize, noise_placement, grouping, diagnostics, *, target_quantile,
-               learning_rate=0.0, clipped_count_stddev=None):
+               learning_rate=0.0, clipped_count_stddev=None, noise_seed=None):
     """Use `gaussian_fixed` or `gaussian_adaptive`."""
     validation.check_positive('clients_per_round', clients_per_round)
     if clients_per_round < 1:
@@ -143,6 +151,11 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     if clipped_count_stddev is None:
       clipped_count_stddev = 0.05 * self._clients_per_round if noise_multiplier > 0 else 0.0
     self._clipped_count_stddev = float(clipped_count_stddev)
+    if noise_seed is not None:
+      validation.check_non_negative_integer('noise_seed', noise_seed)
+    # Drawn once per factory, so every process this factory builds starts from the same seed.
+    self._noise_seed = (per_layer_query.fresh_noise_seed() if noise_seed is None else
+                        int(noise_seed))
 
   def _groups(self, leaves):
     """Group index per leaf and number of parameters per group."""
@@ -192,7 +205,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         target_quantile=self._target_quantile,
         learning_rate=self._learning_rate,
         clipped_count_stddev=self._clipped_count_stddev,
-        diagnostics=self._diagnostics)
+        diagnostics=self._diagnostics,
+        noise_seed=self._noise_seed)
     return tfp.NormalizedQuery(query, denominator=self._clients_per_round)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:

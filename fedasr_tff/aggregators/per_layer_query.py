@@ -48,6 +48,15 @@ the equivalent single `GaussianDpEvent(z)`. (Not `ComposedDpEvent([Gaussian(z_v)
 TFF hands events back with float32 multipliers, and dp-accounting 0.4.3's RDP accountant then
 silently keeps only the first Gaussian of a composition under Poisson sampling, understating ε.)
 
+Noise randomness. Server-side noise (the value noise with `noise_placement="server"` and the
+clipped-count noise) is drawn with stateless ops from a seed carried in the global state, which
+is split every round: the noise stream is fresh every round, and a run restored from a
+checkpoint of that state continues the exact stream an uninterrupted run would have drawn. The
+seed defaults to 63 bits of OS entropy (`secrets`), drawn when the query is built; a fixed
+`noise_seed` is for reproducible simulations only, since anyone who knows it can subtract the
+noise. Client-side noise comes from TF's stateful RNG on each client (a client has no identity in
+a TFF aggregation to derive a distinct seed from), so it is not replayed on resume.
+
 Diagnostics. The global state also carries exact (un-noised) per-group sums of the clients' norms
 before and after clipping, clip indicators and non-finite counts of the last round, reported by
 `derive_metrics` for the per-layer norm plots. They are computed from client data without noise:
@@ -57,6 +66,7 @@ Pass `diagnostics=False` where they must not leave the server.
 
 import collections
 import math
+import secrets
 from typing import Optional
 from typing import Sequence
 
@@ -70,7 +80,13 @@ NOISE_PLACEMENTS = ('server', 'client')
 # Smallest norm divided by; keeps a zero group at zero instead of producing NaN.
 _TINY = 1e-30
 
-_GlobalState = collections.namedtuple('_GlobalState', ['group_clips', 'diagnostics'])
+_GlobalState = collections.namedtuple('_GlobalState',
+                                      ['group_clips', 'diagnostics', 'noise_seed'])
+
+
+def fresh_noise_seed() -> int:
+  """63 bits of OS entropy, the default seed of the server-side noise."""
+  return secrets.randbits(63)
 
 
 def adaptive_value_noise_multiplier(noise_multiplier: float, clipped_count_stddev: float,
@@ -108,7 +124,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
                target_quantile: Optional[float] = None,
                learning_rate: float = 0.0,
                clipped_count_stddev: float = 0.0,
-               diagnostics: bool = True):
+               diagnostics: bool = True,
+               noise_seed: Optional[int] = None):
     """Initializes the query.
 
     Args:
@@ -122,6 +139,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
       learning_rate: η of the geometric clip update.
       clipped_count_stddev: σ_b, noise std on each group's clipped count.
       diagnostics: keep exact per-group client statistics in the state (module docstring).
+      noise_seed: seed of the server-side noise stream (module docstring); None draws one from
+        OS entropy.
     """
     if target_quantile is not None and value_noise_multiplier > 0 and clipped_count_stddev <= 0:
       # Clipped counts released without noise would not be covered by the reported event.
@@ -143,6 +162,7 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     self._learning_rate = float(learning_rate)
     self._clipped_count_stddev = float(clipped_count_stddev)
     self._diagnostics = diagnostics
+    self._noise_seed = fresh_noise_seed() if noise_seed is None else int(noise_seed)
 
   @property
   def adaptive(self) -> bool:
@@ -161,7 +181,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
         round_clips=zeros)
 
   def initial_global_state(self):
-    return _GlobalState(tf.constant(self._initial_group_clips), self._zero_diagnostics())
+    seed = tf.constant([0, self._noise_seed], tf.int64)
+    return _GlobalState(tf.constant(self._initial_group_clips), self._zero_diagnostics(), seed)
 
   def derive_sample_params(self, global_state):
     return global_state.group_clips
@@ -218,16 +239,22 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     value_sum, below_sum, diagnostics = sample_state
     group_clips = global_state.group_clips
     value_stddev = self._value_stddev(group_clips)
+    leaves = tf.nest.flatten(value_sum)
+    # One seed per leaf, one for the counts, one carried to the next round.
+    seeds = tf.random.experimental.stateless_split(global_state.noise_seed, len(leaves) + 2)
     if self._noise_placement == 'server':
-      value_sum = tf.nest.map_structure(
-          lambda x: x + tf.random.normal(
-              tf.shape(x), stddev=tf.cast(value_stddev, x.dtype), dtype=x.dtype), value_sum)
+      leaves = [
+          x + tf.random.stateless_normal(
+              tf.shape(x), seeds[i], stddev=tf.cast(value_stddev, x.dtype), dtype=x.dtype)
+          for i, x in enumerate(leaves)
+      ]
+      value_sum = tf.nest.pack_sequence_as(value_sum, leaves)
 
     event = dp_accounting.GaussianDpEvent(self._total_noise_multiplier)
     new_clips = group_clips
     if self.adaptive:
-      noised_below = below_sum + tf.random.normal(
-          [self._num_groups], stddev=self._clipped_count_stddev)
+      noised_below = below_sum + tf.random.stateless_normal(
+          [self._num_groups], seeds[-2], stddev=self._clipped_count_stddev)
       unclipped_fraction = tf.clip_by_value(noised_below / self._clients_per_round + 0.5, 0.0,
                                             1.0)
       new_clips = group_clips * tf.exp(-self._learning_rate *
@@ -235,7 +262,7 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
 
     if self._diagnostics:
       diagnostics = collections.OrderedDict(diagnostics, round_clips=group_clips)
-    return value_sum, _GlobalState(new_clips, diagnostics), event
+    return value_sum, _GlobalState(new_clips, diagnostics, seeds[-1]), event
 
   def derive_metrics(self, global_state):
     """Per-group measurements of the last round (vectors of length H) and the current clips."""
