@@ -182,13 +182,20 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     if batch:
       yield _pad_batch(batch)
 
-  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
+  def create_tf_dataset_for_client(self, client_id: str,
+                                   spec_augment_seed: Optional[int] = None) -> tf.data.Dataset:
     """The client's padded dynamic batches.
 
     The client's audio is decoded and featurised now (only this client's), and the batches are
     held as constants, so the dataset can be shipped into TFF computations. SpecAugment, when on,
     is a map over the batches with masks drawn anew for every dataset made (so every round);
     repeated passes over one dataset (local epochs) see the same masks.
+
+    Args:
+      client_id: the speaker.
+      spec_augment_seed: seed of the SpecAugment masks (an integer >= 0), for runs that must
+        replay exactly (a resumed run derives it from its seed, the round and the client);
+        None draws it from OS entropy.
     """
     batches = list(self._batches(client_id))
     if not batches:  # Every utterance was skipped (see `report`): an empty dataset.
@@ -199,8 +206,12 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
     if self._spec_augment:
       # Fresh masks for every dataset made (every round), from OS entropy rather than TF's
-      # global seed; stateless ops keep the dataset shippable into TFF computations.
-      seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+      # global seed unless a seed is given; stateless ops keep the dataset shippable into TFF.
+      if spec_augment_seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
+      else:
+        validation.check_non_negative_integer('spec_augment_seed', spec_augment_seed)
+        seed = int(spec_augment_seed) % 2**63
       dataset = dataset.enumerate().map(
           lambda index, batch: _spec_augment_batch(batch, tf.stack([seed, index])))
     return dataset

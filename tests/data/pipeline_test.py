@@ -82,6 +82,19 @@ class SpeechClientDataTest(absltest.TestCase):
     self.assertTrue(np.all(first[changed] == 0))
     self.assertGreater(changed.sum(), 0)
 
+  def test_spec_augment_seed_replays_the_masks(self):
+    client = self.utterances[0].speaker
+    augmented = data.SpeechClientData(self.utterances, data.Vocabulary('en'), spec_augment=True)
+
+    def features(seed):
+      dataset = augmented.create_tf_dataset_for_client(client, spec_augment_seed=seed)
+      return next(iter(dataset))['features'].numpy()
+
+    np.testing.assert_array_equal(features(5), features(5))
+    self.assertFalse(np.array_equal(features(5), features(6)))
+    with self.assertRaisesRegex(ValueError, 'spec_augment_seed'):
+      features(-1)
+
   def test_feature_cache_is_used_on_the_second_pass(self):
     cache = self.enterContext(tempfile.TemporaryDirectory())
     client = self.utterances[0].speaker
