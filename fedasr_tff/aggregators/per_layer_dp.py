@@ -73,8 +73,9 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       diagnostics: report exact per-group client norms (outside the DP guarantee; see
         `per_layer_query`).
       noise_seed: seed of the server-side noise, kept and advanced in the aggregator state so a
-        restored checkpoint replays the same noise; None (the default) draws it from OS entropy.
-        Fix it only for reproducible simulations: knowing it reveals the noise.
+        restored checkpoint replays the same noise; None (the default) draws a new one from OS
+        entropy for every process `create` builds. Fix it only for reproducible simulations:
+        knowing it reveals the noise.
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('clip', clip)
@@ -153,9 +154,9 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clipped_count_stddev = float(clipped_count_stddev)
     if noise_seed is not None:
       validation.check_non_negative_integer('noise_seed', noise_seed)
-    # Drawn once per factory, so every process this factory builds starts from the same seed.
-    self._noise_seed = (per_layer_query.fresh_noise_seed() if noise_seed is None else
-                        int(noise_seed))
+    # None reaches the query, which draws a fresh seed for every process built: two processes
+    # sharing one noise stream would let their difference cancel the noise.
+    self._noise_seed = noise_seed
 
   def _groups(self, leaves):
     """Group index per leaf and number of parameters per group."""

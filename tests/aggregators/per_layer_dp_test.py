@@ -157,6 +157,12 @@ class AggregationTest(parameterized.TestCase):
     a, _ = rounds(build(None), build(None).initialize(), 1)
     b, _ = rounds(build(None), build(None).initialize(), 1)
     self.assertGreater(np.std(a[0] - b[0]), 0.1)
+    # So do two processes of one unseeded factory (shared noise would cancel in differences).
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(2.0, 4, 1.0)
+    first_process, second_process = factory.create(_VALUE_TYPE), factory.create(_VALUE_TYPE)
+    c, _ = rounds(first_process, first_process.initialize(), 1)
+    d, _ = rounds(second_process, second_process.initialize(), 1)
+    self.assertGreater(np.std(c[0] - d[0]), 0.1)
 
   def test_nonfinite_delta_is_zeroed_and_counted(self):
     rng = np.random.default_rng(5)
