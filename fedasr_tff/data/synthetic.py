@@ -71,7 +71,8 @@ def make_corpus(output_dir: str,
                 seed: int = 0,
                 layouts: Sequence[str] = ('librispeech',),
                 split: str = 'train',
-                skew: float = 0.6) -> Dict[str, SpeakerVoice]:
+                skew: float = 0.6,
+                first_speaker: int = 0) -> Dict[str, SpeakerVoice]:
   """Writes the corpus (module docstring) and returns the voice of every speaker.
 
   Args:
@@ -86,10 +87,13 @@ def make_corpus(output_dir: str,
     layouts: any of "librispeech", "common_voice".
     split: split name (LibriSpeech folder, Common Voice TSV name).
     skew: log-normal sigma of utterances per speaker (0: all equal).
+    first_speaker: index of the first speaker (ids are 1000 + index), so that splits written
+      with different values hold different speakers.
   """
   validation.check_positive_integer('num_speakers', num_speakers)
   validation.check_positive('mean_utterances', mean_utterances)
   validation.check_non_negative('skew', skew)
+  validation.check_non_negative_integer('first_speaker', first_speaker)
   if language not in DEFAULT_WORDS:
     raise ValueError(f'`language` must be one of {tuple(DEFAULT_WORDS)}, got {language!r}.')
   unknown = [layout for layout in layouts if layout not in LAYOUTS]
@@ -106,7 +110,7 @@ def make_corpus(output_dir: str,
 
   rng = np.random.default_rng(seed)
   voices = {}
-  for index in range(num_speakers):
+  for index in range(first_speaker, first_speaker + num_speakers):
     speaker = str(1000 + index)
     voices[speaker] = SpeakerVoice(
         speaker=speaker,

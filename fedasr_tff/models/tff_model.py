@@ -53,6 +53,10 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
         INPUT_SPEC, features=tf.TensorSpec([None, None, num_mels], tf.float32))
 
   @property
+  def keras_model(self) -> transformer.CTCTransformer:
+    return self._model
+
+  @property
   def trainable_variables(self):
     return self._model.trainable_variables
 
@@ -71,12 +75,13 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
   def _texts(self, ragged_ids: tf.RaggedTensor) -> tf.Tensor:
     return tf.strings.reduce_join(tf.gather(self._token_table, ragged_ids), axis=-1)
 
-  @tf.function
+  # reduce_retracing: dynamic batches differ in shape, so trace once with relaxed shapes.
+  @tf.function(reduce_retracing=True)
   def predict_on_batch(self, batch_input, training=True):
     return self._model((batch_input['features'], batch_input['feature_lengths']),
                        training=training)
 
-  @tf.function
+  @tf.function(reduce_retracing=True)
   def forward_pass(self, batch_input, training=True):
     logits = self.predict_on_batch(batch_input, training=training)
     logit_lengths = transformer.output_lengths(batch_input['feature_lengths'],

@@ -1,0 +1,47 @@
+r"""WER/CER of a saved model on a split, with greedy decoding and a per-speaker breakdown.
+
+  python -m experiments.evaluate --corpus_dir=/tmp/corpus/librispeech --split=dev \
+      --model=/tmp/run/model.npz --model_config=tiny --per_speaker_csv=/tmp/run/dev.csv
+"""
+
+from absl import app
+from absl import flags
+
+from experiments import common
+from fedasr_tff import models
+from fedasr_tff.program import evaluation
+from fedasr_tff.program import model_io
+from fedasr_tff.runtime import tff_workers
+
+_MODEL = flags.DEFINE_string('model', None, 'Weights to evaluate (model.npz).')
+_PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write the '
+                                       'per-speaker breakdown (optional).')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  tff_workers.install_termination_handlers()
+  common.require(common.CORPUS_DIR, _MODEL)
+  vocab = common.vocabulary()
+  eval_data = common.client_data(common.SPLIT.value, common.SPEAKERS.value or 'all', vocab,
+                                 spec_augment=False)
+  model = models.build_tff_model_fn(common.MODEL_CONFIG.value, vocab.tokens)()
+  try:
+    weights = model_io.load_weights(_MODEL.value, model.keras_model, source='--model')
+  except ValueError as e:
+    raise app.UsageError(f'{e} (--model_config={common.MODEL_CONFIG.value})') from e
+  result = evaluation.evaluate(model, eval_data, weights)
+  width = max(len(s) for s in result.per_speaker)
+  print(f'{"speaker":<{width}}  utts  words    WER     CER')
+  for speaker, counts in list(result.per_speaker.items()) + [('ALL', result.overall)]:
+    print(f'{speaker:<{width}}  {int(counts.utterances):4d}  {int(counts.words):5d}  '
+          f'{100 * counts.wer:5.1f}%  {100 * counts.cer:5.1f}%')
+  if eval_data.report.problems:
+    print(f'Skipped utterances: {eval_data.report}')
+  if _PER_SPEAKER_CSV.value:
+    evaluation.write_per_speaker_csv(result, _PER_SPEAKER_CSV.value)
+
+
+if __name__ == '__main__':
+  app.run(main)

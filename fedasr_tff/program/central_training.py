@@ -1,0 +1,156 @@
+"""Central (non-federated) training of a seed model, as the paper's seed models (spec §3.4).
+
+Mini-batch training of the CTC transformer on pooled data (the "seed" speakers, e.g. 10% of
+them) with LARS (`optimizers.build_lars`, κ = 0.001, momentum 0.9) and a step or exponential
+learning-rate decay, SpecAugment on (Adam is offered for short CPU runs). Batches are the
+speakers' dynamic batches, visited in an order reshuffled every epoch from (seed, epoch). The
+weights are exported with `model_io` for `federated_training` to start from. Metrics (loss,
+learning rate, and WER/CER on held-out speakers every `eval_every` steps) go to `metrics.csv`
+through `tff.program`'s CSV manager.
+"""
+
+import asyncio
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import models
+from fedasr_tff import optimizers
+from fedasr_tff import validation
+from fedasr_tff.data import pipeline
+from fedasr_tff.data import text as text_lib
+from fedasr_tff.program import cohorts
+from fedasr_tff.program import evaluation
+from fedasr_tff.program import model_io
+from fedasr_tff.program import progress as progress_lib
+
+SCHEDULES = ('constant', 'step', 'exponential')
+# LARS is the paper's; Adam reaches a usable tiny model in a few hundred CPU steps (the demo).
+OPTIMIZERS = ('lars', 'adam')
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralConfig:
+  """Central training settings (the `train_central` flags of the same names)."""
+  steps: int
+  model_config: str = 'tiny'
+  optimizer: str = 'lars'
+  learning_rate: float = 0.5
+  momentum: float = 0.9
+  schedule: str = 'step'
+  decay_rate: float = 0.5
+  decay_every: int = 50_000
+  decay_start: int = 40_000
+  seed: int = 0
+  eval_every: int = 100
+
+  def __post_init__(self):
+    validation.check_positive_integer('steps', self.steps)
+    if self.optimizer not in OPTIMIZERS:
+      raise ValueError(f'`optimizer` must be one of {OPTIMIZERS}, got {self.optimizer!r}.')
+    validation.check_positive('learning_rate', self.learning_rate)
+    validation.check_unit_interval_right_open('momentum', self.momentum)
+    if self.schedule not in SCHEDULES:
+      raise ValueError(f'`schedule` must be one of {SCHEDULES}, got {self.schedule!r}.')
+    validation.check_positive('decay_rate', self.decay_rate)
+    validation.check_positive_integer('decay_every', self.decay_every)
+    validation.check_non_negative_integer('decay_start', self.decay_start)
+    validation.check_non_negative_integer('seed', self.seed)
+    validation.check_positive_integer('eval_every', self.eval_every)
+    models.get_config(self.model_config)
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralResult:
+  weights: tff.learning.models.ModelWeights
+  evaluation: Optional[evaluation.EvaluationResult]
+
+
+def learning_rate_schedule(config: CentralConfig):
+  if config.schedule == 'step':
+    return optimizers.schedules.step_decay(config.learning_rate, config.decay_rate,
+                                           config.decay_every, config.decay_start)
+  if config.schedule == 'exponential':
+    return optimizers.schedules.exponential_decay(config.learning_rate, config.decay_rate,
+                                                  config.decay_every,
+                                                  start_round=config.decay_start)
+  return optimizers.schedules.constant(config.learning_rate)
+
+
+def train(config: CentralConfig,
+          train_data: pipeline.SpeechClientData,
+          vocabulary: text_lib.Vocabulary,
+          output_dir: str,
+          *,
+          eval_data: Optional[pipeline.SpeechClientData] = None,
+          show_progress: bool = True,
+          log=print) -> CentralResult:
+  """Trains a seed model and writes `output_dir/model.npz` (module docstring)."""
+  tf.keras.utils.set_random_seed(config.seed)
+  model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
+  keras_model = model.keras_model
+  variables = keras_model.trainable_variables
+  if config.optimizer == 'lars':
+    optimizer = optimizers.build_lars(config.learning_rate, momentum=config.momentum)
+  else:
+    optimizer = optimizers.build('adam', config.learning_rate)
+  opt_state = optimizer.initialize([tf.TensorSpec(v.shape, v.dtype) for v in variables])
+  schedule = learning_rate_schedule(config)
+
+  @tf.function(reduce_retracing=True)
+  def train_step(opt_state, batch, learning_rate):
+    with tf.GradientTape() as tape:
+      loss = model.forward_pass(batch, training=True).loss
+    gradients = tape.gradient(loss, variables)
+    opt_state = optimizer.set_hparams(opt_state, {**optimizer.get_hparams(opt_state),
+                                                  'learning_rate': learning_rate})
+    opt_state, new_weights = optimizer.next(opt_state, [v.read_value() for v in variables],
+                                            gradients)
+    for variable, value in zip(variables, new_weights, strict=True):
+      variable.assign(value)
+    return opt_state, loss
+
+  batches = []
+  for speaker in train_data.client_ids:
+    batches.extend(train_data.create_tf_dataset_for_client(
+        speaker, spec_augment_seed=cohorts.client_seed(config.seed, 0, speaker)))
+  if not batches:
+    raise ValueError('The training speakers have no usable utterance (see the data report).')
+  eval_model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
+  release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
+  progress = progress_lib.ProgressBarReleaseManager(config.steps, disable=not show_progress)
+  managers = tff.program.GroupingReleaseManager([release, progress])
+  rng_order = None
+  losses = []
+  try:
+    for step in range(1, config.steps + 1):
+      position = (step - 1) % len(batches)
+      if position == 0:
+        epoch = (step - 1) // len(batches)
+        rng_order = np.random.default_rng([config.seed, epoch]).permutation(len(batches))
+      learning_rate = float(schedule(step - 1))
+      opt_state, loss = train_step(opt_state, batches[rng_order[position]],
+                                   tf.constant(learning_rate))
+      losses.append(float(loss))
+      values = {'train': {'loss': float(np.mean(losses)), 'learning_rate': learning_rate}}
+      if eval_data is not None and (step % config.eval_every == 0 or step == config.steps):
+        result = evaluation.evaluate(eval_model, eval_data, model_io.model_weights(keras_model))
+        values['eval'] = result.metrics()
+        log(f'step {step}/{config.steps} | loss {values["train"]["loss"]:.3f} | WER '
+            f'{100 * result.overall.wer:.1f}% CER {100 * result.overall.cer:.1f}%')
+      if step % 10 == 0 or 'eval' in values:
+        asyncio.run(managers.release(values, step))
+        losses = []
+  finally:
+    progress.close()
+  weights = model_io.model_weights(keras_model)
+  model_io.save_weights(os.path.join(output_dir, 'model.npz'), keras_model, weights)
+  final = None
+  if eval_data is not None:
+    final = evaluation.evaluate(eval_model, eval_data, weights)
+    evaluation.write_per_speaker_csv(final, os.path.join(output_dir, 'eval_per_speaker.csv'))
+  return CentralResult(weights, final)

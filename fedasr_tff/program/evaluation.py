@@ -1,0 +1,97 @@
+"""WER/CER of a model on a set of speakers, overall and per speaker, with greedy decoding.
+
+Runs the TFF model's own `forward_pass(training=False)` (so the same loss and `tf.edit_distance`
+scoring as federated evaluation) speaker by speaker in this process, which is what a server does
+with held-out data and what gives the per-speaker breakdown. Rates are corpus-level: total edits
+over total reference words (characters), summed over speakers.
+"""
+
+import csv
+import dataclasses
+import os
+from typing import Dict
+from typing import Optional
+from typing import Sequence
+
+import tensorflow_federated as tff
+
+from fedasr_tff.data import pipeline
+from fedasr_tff.models import tff_model
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorCounts:
+  """Sums over utterances; the rates are ratios of these."""
+  utterances: float = 0.0
+  loss_sum: float = 0.0
+  word_edits: float = 0.0
+  words: float = 0.0
+  char_edits: float = 0.0
+  chars: float = 0.0
+
+  def __add__(self, other: 'ErrorCounts') -> 'ErrorCounts':
+    return ErrorCounts(*(a + b for a, b in zip(dataclasses.astuple(self),
+                                                dataclasses.astuple(other), strict=True)))
+
+  @property
+  def wer(self) -> float:
+    return self.word_edits / self.words if self.words else float('nan')
+
+  @property
+  def cer(self) -> float:
+    return self.char_edits / self.chars if self.chars else float('nan')
+
+  @property
+  def loss(self) -> float:
+    return self.loss_sum / self.utterances if self.utterances else float('nan')
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationResult:
+  overall: ErrorCounts
+  per_speaker: Dict[str, ErrorCounts]
+
+  def metrics(self) -> Dict[str, float]:
+    return {'loss': self.overall.loss, 'wer': self.overall.wer, 'cer': self.overall.cer}
+
+
+def evaluate(model: tff_model.CTCSpeechModel,
+             client_data: pipeline.SpeechClientData,
+             weights: Optional[tff.learning.models.ModelWeights] = None,
+             speakers: Optional[Sequence[str]] = None) -> EvaluationResult:
+  """Scores `model` (with `weights` assigned first, if given) on every speaker's batches."""
+  if weights is not None:
+    weights.assign_weights_to(model)
+  speakers = client_data.client_ids if speakers is None else list(speakers)
+  if not speakers:
+    raise ValueError('No speakers to evaluate on.')
+  per_speaker = {}
+  for speaker in speakers:
+    model.reset_metrics()
+    for batch in client_data.create_tf_dataset_for_client(speaker):
+      model.forward_pass(batch, training=False)
+    sums = model.report_local_unfinalized_metrics()
+    per_speaker[speaker] = ErrorCounts(
+        utterances=float(sums['loss'][1]),
+        loss_sum=float(sums['loss'][0]),
+        word_edits=float(sums['wer'][0]),
+        words=float(sums['wer'][1]),
+        char_edits=float(sums['cer'][0]),
+        chars=float(sums['cer'][1]))
+  overall = sum(per_speaker.values(), ErrorCounts())
+  if not overall.utterances:
+    raise ValueError(f'None of the {len(speakers)} speakers has a usable utterance (see the '
+                     'data report).')
+  return EvaluationResult(overall, per_speaker)
+
+
+def write_per_speaker_csv(result: EvaluationResult, path: str) -> None:
+  """One row per speaker (and a final `ALL` row): utterances, words, WER, CER, loss."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  rows = list(result.per_speaker.items()) + [('ALL', result.overall)]
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['speaker', 'utterances', 'words', 'chars', 'wer', 'cer', 'loss'])
+    for speaker, counts in rows:
+      writer.writerow([speaker, int(counts.utterances), int(counts.words), int(counts.chars),
+                       f'{counts.wer:.6f}', f'{counts.cer:.6f}', f'{counts.loss:.6f}'])

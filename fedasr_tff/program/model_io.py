@@ -1,0 +1,104 @@
+"""Model weights on disk: one `.npz` file, a named array per trainable and non-trainable tensor.
+
+The names are the Keras variable names without the model scope and the `:0` suffix (for
+example `block_00/wqkv/kernel`), so a file states what it holds and a mismatch can be reported
+by tensor. Central training exports the seed model this way and federated training loads it.
+"""
+
+import os
+from typing import List
+from typing import Mapping
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+_NON_TRAINABLE_PREFIX = 'non_trainable:'
+
+
+def tensor_name(variable: tf.Variable) -> str:
+  """`ctc_transformer/block_00/wqkv/kernel:0` -> `block_00/wqkv/kernel`."""
+  name = variable.name.split(':')[0]
+  return name.split('/', 1)[1] if '/' in name else name
+
+
+def tensor_names(model: tf.keras.Model) -> Tuple[List[str], List[str]]:
+  """Names of the model's trainable and non-trainable tensors, in variable order."""
+  return ([tensor_name(v) for v in model.trainable_variables],
+          [tensor_name(v) for v in model.non_trainable_variables])
+
+
+def save_weights(path: str, model: tf.keras.Model,
+                 weights: tff.learning.models.ModelWeights) -> None:
+  """Writes `weights` (laid out like `model`'s variables) to `path` atomically."""
+  trainable_names, non_trainable_names = tensor_names(model)
+  arrays = {}
+  for names, values, prefix in ((trainable_names, weights.trainable, ''),
+                                (non_trainable_names, weights.non_trainable,
+                                 _NON_TRAINABLE_PREFIX)):
+    if len(names) != len(values):
+      raise ValueError(f'The weights have {len(values)} tensors where the model has '
+                       f'{len(names)}.')
+    for name, value in zip(names, values, strict=True):
+      arrays[prefix + name] = np.asarray(value)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  partial = f'{path}.{os.getpid()}.partial.npz'
+  np.savez(partial, **arrays)
+  os.replace(partial, path)
+
+
+def load_weights(path: str, model: tf.keras.Model,
+                 source: str = 'weights file') -> tff.learning.models.ModelWeights:
+  """Reads a file written by `save_weights` and checks it against `model`'s tensors.
+
+  Args:
+    path: the `.npz` file.
+    model: a built model of the configuration the weights must fit.
+    source: how to name the file in errors (for example the flag it came from).
+
+  Raises:
+    ValueError: naming `source`, the path and the first tensor that is missing, extra or of a
+      different shape.
+  """
+  if not os.path.isfile(path):
+    raise ValueError(f'{source} {path!r} does not exist.')
+  try:
+    with np.load(path) as stored:
+      arrays: Mapping[str, np.ndarray] = {k: stored[k] for k in stored.files}
+  except (OSError, ValueError) as e:
+    raise ValueError(f'{source} {path!r} is not a weights file written by save_weights: '
+                     f'{e}') from e
+  trainable_names, non_trainable_names = tensor_names(model)
+  expected = [(n, v) for n, v in zip(trainable_names, model.trainable_variables, strict=True)]
+  expected += [(_NON_TRAINABLE_PREFIX + n, v)
+               for n, v in zip(non_trainable_names, model.non_trainable_variables, strict=True)]
+  for key, variable in expected:
+    if key not in arrays:
+      raise ValueError(f'{source} {path!r} has no tensor {key!r}: it was saved from a model of '
+                       'a different configuration.')
+    if tuple(arrays[key].shape) != tuple(variable.shape):
+      raise ValueError(f'{source} {path!r}: tensor {key!r} has shape {arrays[key].shape}, the '
+                       f'model configuration needs {tuple(variable.shape)}.')
+  extra = sorted(set(arrays) - {key for key, _ in expected})
+  if extra:
+    raise ValueError(f'{source} {path!r} has tensors the model does not: {extra[:5]}; it was '
+                     'saved from a model of a different configuration.')
+  return tff.learning.models.ModelWeights(
+      trainable=[arrays[n].astype(np.float32) for n in trainable_names],
+      non_trainable=[arrays[_NON_TRAINABLE_PREFIX + n] for n in non_trainable_names])
+
+
+def model_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+  """The model's current weights as numpy arrays."""
+  return tff.learning.models.ModelWeights(
+      trainable=[v.numpy() for v in model.trainable_variables],
+      non_trainable=[v.numpy() for v in model.non_trainable_variables])
+
+
+def assign_weights(model: tf.keras.Model, weights: tff.learning.models.ModelWeights) -> None:
+  """Copies `weights` into the model's variables."""
+  for variable, value in zip(model.trainable_variables, weights.trainable, strict=True):
+    variable.assign(value)
+  for variable, value in zip(model.non_trainable_variables, weights.non_trainable, strict=True):
+    variable.assign(value)

@@ -1,0 +1,39 @@
+"""A progress bar as a `tff.program.ReleaseManager`: rounds done, ETA and the latest metrics."""
+
+import sys
+from typing import Optional
+from typing import Sequence
+
+import numpy as np
+import tensorflow_federated as tff
+import tqdm
+
+DEFAULT_SHOWN = ('train/loss', 'eval/cer', 'eval/wer', 'privacy/epsilon_rdp')
+
+
+class ProgressBarReleaseManager(tff.program.ReleaseManager):
+  """Advances a tqdm bar to each released round and shows the latest of `shown` metrics.
+
+  Values are flattened as `tff.program.CSVFileReleaseManager` flattens them (names joined with
+  '/'); a metric keeps its last shown value on rounds that do not release it.
+  """
+
+  def __init__(self, total_rounds: int, initial_round: int = 0,
+               shown: Sequence[str] = DEFAULT_SHOWN, file=None, disable: Optional[bool] = None):
+    self._bar = tqdm.tqdm(total=total_rounds, initial=initial_round, unit='round',
+                          file=sys.stderr if file is None else file, disable=disable,
+                          dynamic_ncols=True)
+    self._shown = tuple(shown)
+    self._latest = {}
+
+  async def release(self, value, key: int) -> None:
+    flat = dict(tff.program.structure_utils.flatten_with_name(value))
+    for name in self._shown:
+      if name in flat and np.ndim(flat[name]) == 0:
+        self._latest[name.split('/')[-1] if name.startswith('train/') else name] = float(
+            flat[name])
+    self._bar.set_postfix({k: f'{v:.4g}' for k, v in self._latest.items()}, refresh=False)
+    self._bar.update(max(0, key - self._bar.n))
+
+  def close(self) -> None:
+    self._bar.close()

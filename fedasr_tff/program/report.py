@@ -1,0 +1,448 @@
+"""The end-of-run report: a Markdown summary with PNG plots, built from metrics CSVs.
+
+Inputs are the CSV files `tff.program.CSVFileReleaseManager` writes: a header row whose first
+column is `key` (the round; 0 = before training, or the step for central training), then one
+column per metric, named by its path in the released structure joined with '/'. Cells are the
+values as strings, and empty where a metric was not released in that round (evaluation runs only
+every few rounds, for example). Rates (WER, CER, clipped fractions) are fractions, so 0.25 is
+25%.
+
+Plots are drawn with matplotlib's object API (`matplotlib.figure.Figure`) onto the non-interactive
+Agg backend, so nothing needs a display and no figure outlives the function that drew it.
+"""
+
+import csv
+import math
+import os
+import re
+from typing import Mapping
+from typing import Optional
+from typing import Sequence
+
+import matplotlib
+from matplotlib import figure as mpl_figure
+import numpy as np
+
+matplotlib.use('Agg')
+
+_KEY = 'key'
+
+_WER = 'eval/wer'
+_CER = 'eval/cer'
+_PER_LAYER = re.compile(r'^per_layer/(?P<layer>.+)/(?P<metric>norm_before_clip|norm_after_clip|'
+                        r'clipped_fraction)$')
+_BLOCK_TENSOR = re.compile(r'^block_(?P<block>\d+)/(?P<param>[^/]+)/(?P<variable>.+)$')
+# The order of a pre-LN block's parameters in the forward pass: x += Attn(LN1 x); x += MLP(LN2 x).
+_BLOCK_PARAMS = ('ln1', 'wqkv', 'wf', 'ln2', 'w1', 'w2')
+# Tensors outside the blocks, in forward-pass order.
+_OUTER_PREFIXES = ('input_norm', 'conv', 'final_ln', 'output')
+# Within a layer, the multiplicative weight first.
+_VARIABLES = ('kernel', 'scale', 'gamma', 'bias', 'beta')
+_GLOBAL_GROUP = 'all'
+_LAYER_ROWS = (
+    ('norm_before_clip', 'Client update norm before clipping', 'L2 norm (mean over rounds)', True),
+    ('norm_after_clip', 'After clipping (at most the per-layer bound)',
+     'L2 norm (mean over rounds)', True),
+    ('clipped_fraction', 'Fraction of clients clipped', 'clipped clients (%, mean over rounds)',
+     False),
+)
+_PRIVACY_SERIES = (
+    ('privacy/epsilon_rdp', 'RDP accountant', 'C0', '-'),
+    ('privacy/epsilon_pld', 'PLD accountant', 'C1', '-'),
+    ('privacy/projected_epsilon_rdp', 'RDP, projected', 'C0', '--'),
+    ('privacy/projected_epsilon_pld', 'PLD, projected', 'C1', '--'),
+)
+_COLUMN_TITLES = {'model': 'Model', 'wer': 'WER (%)', 'cer': 'CER (%)', 'rounds': 'Rounds',
+                  'epsilon': 'ε'}
+_PERCENT_COLUMNS = ('wer', 'cer')
+_MISSING = '—'
+
+
+# Reading.
+
+
+def _parse_cell(cell: str) -> float:
+  """A released scalar as a float: '' is NaN, Python's 'True'/'False' are 1/0."""
+  cell = cell.strip()
+  if not cell:
+    return math.nan
+  if cell in ('True', 'False'):
+    return float(cell == 'True')
+  return float(cell)
+
+
+def read_metrics(csv_path: str) -> dict[str, np.ndarray]:
+  """Reads a `tff.program.CSVFileReleaseManager` metrics file into columns.
+
+  Args:
+    csv_path: Path of the CSV file (a local file).
+
+  Returns:
+    A dict from column name to a 1-D array with one entry per row, in file order: 'key' (first)
+    as int64, every other column as float64 with NaN where the cell is empty. Boolean cells
+    ('True'/'False') read as 1.0/0.0.
+
+  Raises:
+    ValueError: naming the file, if it does not exist, has no `key` column, repeats a column,
+      or holds a cell that is not a number (e.g. a released non-scalar such as '[1, 2]').
+  """
+  if not os.path.isfile(csv_path):
+    raise ValueError(f'Metrics file {csv_path} does not exist.')
+  with open(csv_path, newline='') as f:
+    rows = list(csv.reader(f))
+  header = rows[0] if rows else []
+  if _KEY not in header:
+    raise ValueError(f'Metrics file {csv_path} has no `{_KEY}` column; was it written by '
+                     'a tff.program.CSVFileReleaseManager?')
+  if len(set(header)) != len(header):
+    raise ValueError(f'Metrics file {csv_path} repeats a column name: {header}.')
+  columns = {name: [] for name in header}
+  for line, row in enumerate(rows[1:], start=2):
+    if len(row) != len(header):
+      raise ValueError(f'Metrics file {csv_path}, line {line}: {len(row)} cells for '
+                       f'{len(header)} columns.')
+    for name, cell in zip(header, row, strict=True):
+      try:
+        value = int(cell) if name == _KEY else _parse_cell(cell)
+      except ValueError:
+        raise ValueError(f'Metrics file {csv_path}, line {line}, column {name!r}: {cell!r} is '
+                         'not a number.') from None
+      columns[name].append(value)
+  metrics = {_KEY: np.asarray(columns.pop(_KEY), dtype=np.int64)}
+  metrics.update((name, np.asarray(values, dtype=np.float64)) for name, values in columns.items())
+  return metrics
+
+
+def _present(metrics: Mapping[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:
+  """(keys, values) of the rows where column `name` holds a finite value; empty if absent."""
+  if name not in metrics:
+    return np.zeros([0], np.int64), np.zeros([0])
+  values = metrics[name]
+  keep = np.isfinite(values)
+  return metrics[_KEY][keep], values[keep]
+
+
+def _mean_over_rounds(metrics: Mapping[str, np.ndarray], name: str) -> float:
+  """Mean of column `name` over the rounds that released it (NaN if none did)."""
+  _, values = _present(metrics, name)
+  return float(values.mean()) if values.size else math.nan
+
+
+def _save(fig: mpl_figure.Figure, png_path: str) -> str:
+  directory = os.path.dirname(png_path)
+  if directory:
+    os.makedirs(directory, exist_ok=True)
+  fig.savefig(png_path, dpi=120)
+  return png_path
+
+
+# Error rates.
+
+
+def plot_error_rates(runs: Mapping[str, str], png_path: str) -> str:
+  """Plots WER and CER (in %) over rounds, one line per run, in two side-by-side panels.
+
+  Each run's line joins the rows where the rate was released (evaluation rounds, including key 0
+  before training); rounds without evaluation are skipped, not drawn as gaps. For central
+  training CSVs the x axis is the step.
+
+  Args:
+    runs: Label (e.g. 'FL + DP') -> metrics CSV path, in legend order.
+    png_path: Where to write the PNG.
+
+  Returns:
+    `png_path`.
+
+  Raises:
+    ValueError: if `runs` is empty, or naming the file of a run that has neither `eval/wer` nor
+      `eval/cer` values.
+  """
+  if not runs:
+    raise ValueError('plot_error_rates needs at least one run.')
+  fig = mpl_figure.Figure(figsize=(11, 4.2), layout='constrained')
+  wer_axes, cer_axes = fig.subplots(1, 2)
+  for label, csv_path in runs.items():
+    metrics = read_metrics(csv_path)
+    drawn = [_plot_rate(axes, metrics, name, label)
+             for axes, name in ((wer_axes, _WER), (cer_axes, _CER))]
+    if not any(drawn):
+      raise ValueError(f'Metrics file {csv_path} (run {label!r}) has no {_WER} or {_CER} values.')
+  for axes, title in ((wer_axes, 'Word error rate'), (cer_axes, 'Character error rate')):
+    axes.set_title(title)
+    axes.set_xlabel('round (0 = before training)')
+    axes.set_ylabel(f'{title.split()[0][0]}ER (%)')
+    axes.grid(True, alpha=0.3)
+  wer_axes.legend()
+  return _save(fig, png_path)
+
+
+def _plot_rate(axes, metrics: Mapping[str, np.ndarray], name: str, label: str) -> bool:
+  """Draws one run's rate `name` in %; returns whether it had any values."""
+  keys, values = _present(metrics, name)
+  if not keys.size:
+    return False
+  axes.plot(keys, 100.0 * values, marker='o', markersize=4, label=label)
+  return True
+
+
+# Per-layer norms.
+
+
+def _per_layer_columns(metrics: Mapping[str, np.ndarray]) -> dict[str, dict[str, str]]:
+  """Metric kind ('norm_before_clip', ...) -> {layer name: column name}."""
+  found = {}
+  for column in metrics:
+    match = _PER_LAYER.match(column)
+    if match:
+      found.setdefault(match['metric'], {})[match['layer']] = column
+  return found
+
+
+def _block_series(layers: Sequence[str]) -> dict[tuple[str, str], dict[int, str]]:
+  """(parameter, variable) -> {block index: layer name} for the layers inside blocks."""
+  series = {}
+  for layer in layers:
+    match = _BLOCK_TENSOR.match(layer)
+    if match:
+      key = (match['param'], match['variable'])
+      series.setdefault(key, {})[int(match['block'])] = layer
+  return series
+
+
+def _rank(name: str, order: Sequence[str]) -> int:
+  """Position of `name` in `order`; names not in it come after all that are."""
+  return order.index(name) if name in order else len(order)
+
+
+def _series_order(key: tuple[str, str]) -> tuple[int, str, int, str]:
+  """Sort key for (parameter, variable): forward-pass order, then weights before biases."""
+  param, variable = key
+  return _rank(param, _BLOCK_PARAMS), param, _rank(variable, _VARIABLES), variable
+
+
+def _outer_layers(layers: Sequence[str]) -> list[str]:
+  """The layers outside the blocks, in forward-pass order (unknown ones last, by name)."""
+  def order(layer: str) -> tuple[int, str, int, str]:
+    prefix, _, variable = layer.rpartition('/')
+    return (_rank(layer.split('/')[0], _OUTER_PREFIXES), prefix, _rank(variable, _VARIABLES),
+            variable)
+  return sorted((layer for layer in layers if not _BLOCK_TENSOR.match(layer)), key=order)
+
+
+def _series_style(key: tuple[str, str], colours: Mapping[str, str]) -> dict[str, object]:
+  """Colour by parameter type; LayerNorm beta (and any bias) dashed with square markers."""
+  param, variable = key
+  dashed = variable in ('beta', 'bias')
+  return dict(color=colours[param], linestyle='--' if dashed else '-',
+              marker='s' if dashed else 'o', markersize=4,
+              label=param if variable == 'kernel' else f'{param} {variable}')
+
+
+def plot_layer_norms(csv_path: str, png_path: str) -> Optional[str]:
+  """Plots per-layer client-update norms by parameter type and block (the paper's Figure 6).
+
+  Reads the `per_layer/<layer>/norm_before_clip`, `.../norm_after_clip` and
+  `.../clipped_fraction` columns and averages every value over the rounds that released it
+  (NaN-aware mean). Each metric present gets a row of two panels sharing a y axis:
+
+  * left: x = transformer block index, one line per parameter type (ln1, wqkv, wf, ln2, w1, w2
+    in forward-pass order, colour by type). LayerNorm gamma and beta are separate tensors with
+    separate clipping bounds, so they are drawn separately: gamma solid, beta dashed.
+  * right: the tensors outside the blocks (input norm, conv front-end, final LN, output layer)
+    as markers, one per tensor.
+
+  Norms are on a log scale. After clipping, each client's norm is at most its layer's bound, so
+  the second row shows the per-layer bounds wherever the third row (the clipped fraction, in %)
+  is near 100%.
+
+  Args:
+    csv_path: A metrics CSV of a run with per-layer clipping.
+    png_path: Where to write the PNG.
+
+  Returns:
+    `png_path`, or None (and nothing is written) when the CSV has no per-layer columns, or only
+    the single 'all' group of global clipping.
+  """
+  metrics = read_metrics(csv_path)
+  columns = _per_layer_columns(metrics)
+  layers = sorted({layer for by_layer in columns.values() for layer in by_layer})
+  if not layers or layers == [_GLOBAL_GROUP]:
+    return None
+  rows = [row for row in _LAYER_ROWS if row[0] in columns]
+  series = _block_series(layers)
+  outer = _outer_layers(layers)
+  params = sorted({param for param, _ in series}, key=lambda p: _series_order((p, '')))
+  colours = {param: f'C{i % 10}' for i, param in enumerate(params)}
+  widths = [width for width, shown in ((3, series), (2, outer)) if shown]
+  fig = mpl_figure.Figure(figsize=(2.0 + 3.0 * sum(widths), 1.0 + 3.0 * len(rows)),
+                          layout='constrained')
+  grid = fig.subplots(len(rows), len(widths), squeeze=False, sharex='col', sharey='row',
+                      gridspec_kw={'width_ratios': widths})
+  for row_axes, (metric, title, ylabel, log_scale) in zip(grid, rows, strict=True):
+    scale = 1.0 if log_scale else 100.0
+    panels = iter(row_axes)
+    if series:
+      _draw_blocks(next(panels), metrics, columns[metric], series, colours, scale)
+    if outer:
+      _draw_outer(next(panels), metrics, columns[metric], outer, scale)
+    row_axes[0].set_ylabel(ylabel)
+    row_axes[0].set_title(title, loc='left')
+    for axes in row_axes:
+      axes.set_yscale('log' if log_scale else 'linear')
+      axes.grid(True, which='both' if log_scale else 'major', alpha=0.3)
+    if not log_scale:
+      row_axes[0].set_ylim(-3, 103)
+  for axes, xlabel in zip(grid[-1], [label for label, shown in (
+      ('transformer block', series), ('tensors outside the blocks', outer)) if shown],
+                          strict=True):
+    axes.set_xlabel(xlabel)
+  if series:
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc='outside lower center', ncol=min(len(labels), 8),
+               title='parameter type (LayerNorm gamma solid, beta dashed)', fontsize='small')
+  fig.suptitle(f'Per-layer client update norms, averaged over rounds: {os.path.basename(csv_path)}')
+  return _save(fig, png_path)
+
+
+def _draw_blocks(axes, metrics, by_layer, series, colours, scale: float) -> None:
+  """One line per (parameter, variable) over block indices."""
+  for key in sorted(series, key=_series_order):
+    points = sorted((block, _mean_over_rounds(metrics, by_layer[layer]) * scale)
+                    for block, layer in series[key].items() if layer in by_layer)
+    points = [(block, value) for block, value in points if math.isfinite(value)]
+    if points:
+      blocks, values = zip(*points, strict=True)
+      axes.plot(blocks, values, **_series_style(key, colours))
+  axes.xaxis.get_major_locator().set_params(integer=True)
+
+
+def _draw_outer(axes, metrics, by_layer, outer: Sequence[str], scale: float) -> None:
+  """One marker per tensor outside the blocks, named on the x axis."""
+  positions = range(len(outer))
+  values = [_mean_over_rounds(metrics, by_layer[layer]) * scale if layer in by_layer
+            else math.nan for layer in outer]
+  axes.plot(positions, values, linestyle='none', marker='D', color='0.3')
+  axes.set_xticks(list(positions), outer, rotation=40, ha='right', fontsize='small')
+  axes.set_xlim(-0.5, len(outer) - 0.5)
+
+
+# Privacy.
+
+
+def plot_privacy(csv_path: str, png_path: str) -> Optional[str]:
+  """Plots ε spent over rounds, from the RDP and PLD accountants.
+
+  Draws `privacy/epsilon_rdp` and `privacy/epsilon_pld` solid, and the runner's projected ε
+  (`privacy/projected_epsilon_*`) dashed in the same colour, at the rows where each is released.
+  Non-finite values (ε = ∞, e.g. without noise) are left out.
+
+  Returns:
+    `png_path`, or None (and nothing is written) when the CSV has no privacy column with a finite
+    value, as for a run without DP.
+  """
+  metrics = read_metrics(csv_path)
+  present = [(name, label, colour, style, *_present(metrics, name))
+             for name, label, colour, style in _PRIVACY_SERIES]
+  present = [series for series in present if series[4].size]
+  if not present:
+    return None
+  fig = mpl_figure.Figure(figsize=(6.5, 4.2), layout='constrained')
+  axes = fig.subplots()
+  for _, label, colour, style, keys, values in present:
+    axes.plot(keys, values, color=colour, linestyle=style, marker='o', markersize=3, label=label)
+  axes.set_title(f'Privacy loss spent: {os.path.basename(csv_path)}')
+  axes.set_xlabel('round (0 = before training)')
+  axes.set_ylabel('ε (at the run\'s δ)')
+  axes.set_ylim(bottom=0)
+  axes.grid(True, alpha=0.3)
+  axes.legend()
+  return _save(fig, png_path)
+
+
+# The report.
+
+
+def _format_cell(column: str, value: object) -> str:
+  """Table cell: WER/CER as % with one decimal, None/NaN as '—', ε with two decimals."""
+  if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+    return _MISSING
+  if column in _PERCENT_COLUMNS:
+    return f'{100.0 * float(value):.1f}'
+  if isinstance(value, (float, np.floating)):
+    value = float(value)
+    if math.isinf(value):
+      return '∞'
+    return f'{value:.2f}' if column == 'epsilon' else f'{value:g}'
+  return str(value).replace('|', '\\|')
+
+
+def _results_table(results: Sequence[Mapping[str, object]]) -> str:
+  """A Markdown table with one row per result; columns are the rows' keys in first-seen order.
+
+  Known keys get readable headers ('wer' -> 'WER (%)', 'epsilon' -> 'ε', ...); a key missing
+  from a row, or None, shows as '—'.
+  """
+  columns = list(dict.fromkeys(key for row in results for key in row))
+  lines = ['| ' + ' | '.join(_COLUMN_TITLES.get(c, c) for c in columns) + ' |',
+           '|' + '|'.join('---' for _ in columns) + '|']
+  for row in results:
+    lines.append('| ' + ' | '.join(_format_cell(c, row.get(c)) for c in columns) + ' |')
+  return '\n'.join(lines)
+
+
+def _figures(output_dir: str, runs: Mapping[str, str],
+             layer_norm_run: Optional[str]) -> list[tuple[str, str, str]]:
+  """Draws the figures that apply; returns (heading, file name, caption) for each one written.
+
+  error_rates.png when `runs` is not empty; layer_norms.png from `layer_norm_run` when it has
+  per-layer data; privacy.png from the first run in `runs` (in order) with privacy columns.
+  """
+  figures = []
+  if runs:
+    plot_error_rates(runs, os.path.join(output_dir, 'error_rates.png'))
+    figures.append(('Error rates', 'error_rates.png',
+                    'Word and character error rates on the evaluation set over rounds.'))
+  layer_norms_png = os.path.join(output_dir, 'layer_norms.png')
+  if layer_norm_run and plot_layer_norms(layer_norm_run, layer_norms_png):
+    figures.append(('Per-layer client update norms', 'layer_norms.png',
+                    f'Client update norms per parameter type and block, averaged over rounds, '
+                    f'from `{layer_norm_run}`.'))
+  for label, csv_path in runs.items():
+    if plot_privacy(csv_path, os.path.join(output_dir, 'privacy.png')):
+      figures.append(('Privacy loss', 'privacy.png', f'ε spent over rounds by run "{label}".'))
+      break
+  return figures
+
+
+def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, object]],
+                 privacy_statement: str, runs: Mapping[str, str],
+                 layer_norm_run: Optional[str] = None, notes: Sequence[str] = ()) -> str:
+  """Writes `output_dir/report.md` and its figures (PNGs in the same directory).
+
+  Sections: the title; "Results", a table of `results` (see `_results_table`; WER and CER are
+  fractions and shown in % with one decimal); "Privacy", with `privacy_statement` (Markdown)
+  inserted verbatim (only surrounding blank space trimmed); "Figures", each embedded with a link
+  relative to the report (error_rates.png, layer_norms.png, privacy.png, whichever apply, see
+  `_figures`); "Metrics files", the CSV behind each run label; and "Notes", one bullet per note,
+  if any.
+
+  Returns:
+    The path of report.md.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  sections = [f'# {title}', '## Results', _results_table(results) if results else '_No results._',
+              '## Privacy', privacy_statement.strip()]
+  figures = _figures(output_dir, runs, layer_norm_run)
+  if figures:
+    sections.append('## Figures')
+  for heading, file_name, caption in figures:
+    sections += [f'### {heading}', f'![{heading}]({file_name})', caption]
+  if runs:
+    sections += ['## Metrics files',
+                 '\n'.join(f'- {label}: `{path}`' for label, path in runs.items())]
+  if notes:
+    sections += ['## Notes', '\n'.join(f'- {note}' for note in notes)]
+  report_path = os.path.join(output_dir, 'report.md')
+  with open(report_path, 'w') as f:
+    f.write('\n\n'.join(sections) + '\n')
+  return report_path

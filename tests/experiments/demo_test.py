@@ -1,0 +1,42 @@
+"""A shortened demo (a few steps and rounds) end to end, as `make demo` runs it."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class DemoTest(absltest.TestCase):
+
+  def test_short_demo_prints_three_cers_and_epsilon_and_writes_the_report(self):
+    output_dir = tempfile.mkdtemp()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
+               PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
+    result = subprocess.run(
+        [sys.executable, '-m', 'experiments.demo', f'--output_dir={output_dir}',
+         '--train_speakers=6', '--held_out_speakers=2', '--utterances_per_speaker=2',
+         '--central_steps=4', '--fl_rounds=2', '--fl_cohort_size=2', '--fl_local_steps=1',
+         '--fl_eval_every=1', '--noprogress'],
+        capture_output=True, text=True, env=env, cwd=_ROOT, timeout=900, check=False)
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
+    out = result.stdout
+    for model in ('seed (central', 'FL, no noise', 'FL + DP'):
+      self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%', msg=model)
+    self.assertRegex(out, r'epsilon=\d+\.\d+, delta=1e-9\) for K=10,000,000')
+    report = os.path.join(output_dir, 'report.md')
+    with open(report) as f:
+      text = f.read()
+    self.assertIn('FL + DP', text)
+    self.assertIn('ε (RDP)', text)
+    for png in ('error_rates.png', 'layer_norms.png'):
+      self.assertIn(png, text)
+      self.assertGreater(os.path.getsize(os.path.join(output_dir, png)), 1000)
+
+
+if __name__ == '__main__':
+  absltest.main()

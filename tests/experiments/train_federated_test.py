@@ -1,0 +1,149 @@
+"""The federated training binary end to end, in subprocesses (as users run it).
+
+Runs go through `python -m experiments.train_federated`: start-up flag checks, `--helpfull`,
+and a run killed with SIGTERM and started again, which must end in the same model as a run that
+was never interrupted, and leave no TFF worker process behind.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl.testing import absltest
+import numpy as np
+import psutil
+
+from fedasr_tff import models
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import model_io
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _env():
+  path = os.pathsep.join([_ROOT] + [p for p in sys.path if p])
+  return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL='2')
+
+
+def _command(*args):
+  return [sys.executable, '-m', 'experiments.train_federated', *args]
+
+
+def _run(*args, timeout=600):
+  return subprocess.run(_command(*args), capture_output=True, text=True, env=_env(),
+                        cwd=_ROOT, timeout=timeout, check=False)
+
+
+class TrainFederatedTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.tmp, num_speakers=5, mean_utterances=2, skew=0.0, seed=0,
+                          words_per_utterance=(1, 2))
+    cls.corpus = os.path.join(cls.tmp, 'librispeech')
+    cls.cache = os.path.join(cls.tmp, 'cache')
+
+  def _flags(self, output_dir, *extra):
+    return [f'--corpus_dir={self.corpus}', '--speakers=all', f'--output_dir={output_dir}',
+            f'--feature_cache_dir={self.cache}', '--model_config=tiny', '--cohort_size=2',
+            '--rounds=4', '--local_steps=1', '--checkpoint_every=1', '--eval_every=2',
+            '--sigma_dp=0.01', '--clip=1.0', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
+            '--noprogress', *extra]
+
+  def test_helpfull_lists_the_flags_with_help(self):
+    result = _run('--helpfull', timeout=240)   # absl exits with status 1 after the help.
+    for name in ('cohort_size', 'rounds', 'local_steps', 'local_epochs', 'client_lr',
+                 'server_optimizer', 'server_lr', 'clipping', 'clip', 'noise_multiplier',
+                 'sigma_dp', 'target_epsilon', 'delta', 'population', 'seed'):
+      self.assertRegex(result.stdout, rf'--{name}: \S', msg=name)
+
+  def test_bad_flags_fail_at_start_up_naming_the_flag(self):
+    out = os.path.join(self.tmp, 'bad')
+    cases = [
+        (['--cohort_size=10', '--population=5'], 'population'),
+        (['--sigma_dp=-1'], 'sigma_dp'),
+        (['--noise_multiplier=-0.5'], 'noise_multiplier'),
+        (['--sigma_dp=0.1', '--noise_multiplier=1'], 'one way only'),
+        (['--sigma_dp=0.1', '--target_epsilon=8'], 'one way only'),
+        (['--corpus_dir=/no/such/corpus'], 'corpus_dir'),
+        (['--clipping=none', '--sigma_dp=0.1'], 'clipping=none'),
+        (['--local_steps=2', '--local_epochs=1'], 'local_epochs'),
+    ]
+    # All at once: each fails during start-up, so the cost is one interpreter start each.
+    procs = [subprocess.Popen(_command(*self._flags(out, *extra)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
+             for extra, _ in cases]
+    for proc, (extra, expected) in zip(procs, cases, strict=True):
+      stdout, stderr = proc.communicate(timeout=300)
+      self.assertNotEqual(proc.returncode, 0, msg=extra)
+      self.assertIn(expected, stderr + stdout, msg=extra)
+    self.assertFalse(os.path.exists(os.path.join(out, 'checkpoints')))
+
+  def test_seed_model_of_another_configuration_is_refused(self):
+    small = models.build_ctc_transformer('small', 29)
+    path = os.path.join(self.tmp, 'small.npz')
+    model_io.save_weights(path, small, model_io.model_weights(small))
+    result = _run(*self._flags(os.path.join(self.tmp, 'mismatch'), f'--seed_model={path}'))
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn('--seed_model', result.stderr)
+    self.assertIn('shape', result.stderr)
+
+  def test_killed_run_resumes_to_the_same_final_state(self):
+    reference = os.path.join(self.tmp, 'reference')
+    result = _run(*self._flags(reference))
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
+    self.assertIn('epsilon spent', result.stdout)
+
+    resumed = os.path.join(self.tmp, 'resumed')
+    proc = subprocess.Popen(_command(*self._flags(resumed)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), cwd=_ROOT)
+    checkpoint = os.path.join(resumed, 'checkpoints', 'program_state_2')
+    deadline = time.monotonic() + 600
+    workers = []
+    while not os.path.isdir(checkpoint) and proc.poll() is None:
+      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 2 appeared')
+      try:
+        workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                   if c.name() == 'worker_binary'] or workers
+      except psutil.NoSuchProcess:
+        pass
+      time.sleep(0.2)
+    self.assertIsNone(proc.poll(), 'the run ended before it could be killed')
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertFalse(os.path.exists(os.path.join(resumed, 'model.npz')), 'it ran to the end')
+    self.assertNotEmpty(workers)
+    for worker in workers:
+      self.assertFalse(worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE,
+                       'the killed run left its TFF worker running')
+
+    result = _run(*self._flags(resumed))
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
+    self.assertIn('Resuming from the checkpoint of round', result.stdout)
+    model = models.build_ctc_transformer('tiny', 29)
+    want = model_io.load_weights(os.path.join(reference, 'model.npz'), model)
+    got = model_io.load_weights(os.path.join(resumed, 'model.npz'), model)
+    for a, b in zip(want.trainable, got.trainable, strict=True):
+      np.testing.assert_array_equal(a, b)
+    # The metrics CSV holds every round once, the resumed ones replacing the killed run's.
+    with open(os.path.join(resumed, 'metrics.csv')) as f:
+      keys = [line.split(',')[0] for line in f.read().splitlines()[1:]]
+    self.assertEqual(keys, ['0', '1', '2', '3', '4'])
+
+  def test_resuming_with_other_flags_is_refused(self):
+    out = os.path.join(self.tmp, 'changed')
+    first = _run(*self._flags(out, '--rounds=1'))
+    self.assertEqual(first.returncode, 0, msg=first.stderr[-3000:])
+    second = _run(*self._flags(out, '--rounds=1', '--client_lr=0.5'))
+    self.assertNotEqual(second.returncode, 0)
+    self.assertIn('client_lr', second.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,106 @@
+import math
+import os
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+
+from fedasr_tff import models
+from fedasr_tff import privacy
+from fedasr_tff.program import cohorts
+from fedasr_tff.program import model_io
+from fedasr_tff.program import privacy_ledger
+
+
+class CohortsTest(absltest.TestCase):
+
+  def test_cohort_is_a_function_of_seed_and_round(self):
+    ids = [f's{i}' for i in range(50)]
+    first = cohorts.sample_cohort(ids, 8, seed=3, round_num=7)
+    self.assertLen(set(first), 8)
+    self.assertLessEqual(set(first), set(ids))
+    self.assertEqual(first, cohorts.sample_cohort(list(reversed(ids)), 8, 3, 7))
+    self.assertNotEqual(first, cohorts.sample_cohort(ids, 8, 3, 8))
+    self.assertNotEqual(first, cohorts.sample_cohort(ids, 8, 4, 7))
+    with self.assertRaisesRegex(ValueError, 'cohort_size'):
+      cohorts.sample_cohort(ids, 51, 0, 1)
+
+  def test_every_client_is_drawn_at_rate_s_over_k(self):
+    ids = [str(i) for i in range(20)]
+    counts = np.zeros(20)
+    for r in range(2000):
+      for c in cohorts.sample_cohort(ids, 5, 0, r):
+        counts[int(c)] += 1
+    np.testing.assert_allclose(counts / 2000, 0.25, atol=0.04)
+
+  def test_client_seeds_differ_by_client_and_round(self):
+    seeds = {cohorts.client_seed(0, r, c) for r in range(5) for c in ('a', 'b', 'c')}
+    self.assertLen(seeds, 15)
+    self.assertEqual(cohorts.client_seed(0, 1, 'a'), cohorts.client_seed(0, 1, 'a'))
+    self.assertTrue(all(0 <= s < 2**63 for s in seeds))
+
+
+class PrivacyLedgerTest(absltest.TestCase):
+
+  def _ledger(self, sigma_dp=3e-6):
+    return privacy_ledger.PrivacyLedger(
+        sigma_dp=sigma_dp, cohort_size=8, population=54, declared_cohort_size=1024,
+        declared_population=34753, planned_rounds=2006, delta=1e-9)
+
+  def test_declared_population_uses_sigma_dp_times_declared_cohort(self):
+    ledger = self._ledger()
+    self.assertAlmostEqual(ledger.declared_noise_multiplier, 3e-6 * 1024)
+    self.assertAlmostEqual(ledger.noise_multiplier, 3e-6 * 8)
+    want = privacy.compute_epsilon(3e-6 * 1024, 1024 / 34753, 1000, 1e-9)
+    self.assertAlmostEqual(ledger.epsilon(1000), want)
+    metrics = ledger.metrics(1000)
+    self.assertAlmostEqual(metrics['projected_epsilon_rdp'],
+                           privacy.compute_epsilon(3e-6 * 1024, 1024 / 34753, 2006, 1e-9))
+    self.assertLessEqual(metrics['epsilon_pld'], metrics['epsilon_rdp'] * 1.01)
+    self.assertGreater(metrics['run_epsilon_rdp'], metrics['epsilon_rdp'])
+    self.assertIn('| declared (spec §6) | 1024 | 34753 |', ledger.statement(1000))
+
+  def test_no_noise_is_not_private(self):
+    ledger = self._ledger(0.0)
+    self.assertEqual(ledger.epsilon(10), math.inf)
+    self.assertEqual(ledger.epsilon(0), 0.0)
+    self.assertIn('not', ledger.statement(10))
+
+  def test_noise_given_three_ways(self):
+    kw = dict(cohort_size=8, declared_cohort_size=100, declared_population=10**5,
+              planned_rounds=50, delta=1e-9)
+    self.assertEqual(privacy_ledger.resolve_sigma_dp(
+        sigma_dp=0.01, noise_multiplier=None, target_epsilon=None, **kw), 0.01)
+    self.assertAlmostEqual(privacy_ledger.resolve_sigma_dp(
+        sigma_dp=None, noise_multiplier=0.8, target_epsilon=None, **kw), 0.1)
+    sigma = privacy_ledger.resolve_sigma_dp(sigma_dp=None, noise_multiplier=None,
+                                            target_epsilon=2.0, **kw)
+    epsilon = privacy.compute_epsilon(sigma * 100, 100 / 10**5, 50, 1e-9)
+    self.assertLessEqual(epsilon, 2.0)
+    self.assertGreater(epsilon, 1.9)
+    with self.assertRaisesRegex(ValueError, 'one way only'):
+      privacy_ledger.resolve_sigma_dp(sigma_dp=0.1, noise_multiplier=1.0, target_epsilon=None,
+                                      **kw)
+    with self.assertRaisesRegex(ValueError, 'cohort'):
+      privacy_ledger.PrivacyLedger(0.1, 10, 5, 10, 100, 10, 1e-9)
+
+
+class ModelIoTest(absltest.TestCase):
+
+  def test_round_trip_and_mismatch(self):
+    path = os.path.join(tempfile.mkdtemp(), 'model.npz')
+    tiny = models.build_ctc_transformer('tiny', 29)
+    weights = model_io.model_weights(tiny)
+    model_io.save_weights(path, tiny, weights)
+    loaded = model_io.load_weights(path, models.build_ctc_transformer('tiny', 29))
+    for a, b in zip(weights.trainable, loaded.trainable, strict=True):
+      np.testing.assert_array_equal(a, b)
+    mismatch = r'--seed_model .*conv/conv/kernel.*shape \(7, 80, 192\)'
+    with self.assertRaisesRegex(ValueError, mismatch):
+      model_io.load_weights(path, models.build_ctc_transformer('small', 29), '--seed_model')
+    with self.assertRaisesRegex(ValueError, 'does not exist'):
+      model_io.load_weights(path + '.missing', tiny)
+
+
+if __name__ == '__main__':
+  absltest.main()
