@@ -10,8 +10,9 @@ one `tf.function` assigns the global weights to a Keras `tiny` model, takes `--l
 steps (CTC loss, gradients clipped to global L2 norm 1.0, the same learning rate) over the
 client's batches, cycling them, in a `tf.range` loop on a dataset iterator, and returns the
 delta; the deltas are averaged with `tf.add_n` and applied. For the cohorts in
-`--reduce_floor_cohorts` a second floor runs the same steps with the loop as `dataset.reduce`,
-the form of the library's client work, still in this process. All start from the same weights
+`--reduce_floor_cohorts` a second floor runs the same steps with the loop as `dataset.reduce`
+(the form the library's client work had until this benchmark showed it slow), still in this
+process. All start from the same weights
 and their first rounds are checked to agree, so they do the same work on the same batches.
 Also timed: serializing the cohort's datasets to graphs (`DatasetToGraphV2`), which is how TFF
 ships every client's dataset to the worker each round.

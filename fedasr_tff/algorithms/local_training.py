@@ -166,10 +166,15 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
               examples + tf.cast(output.num_examples, tf.int64), steps + 1,
               tf.maximum(max_norm, grad_norm), tf.maximum(max_clipped_norm, clipped_norm))
 
-    initial = (tf.constant(0.0), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
-               tf.constant(0.0), tf.constant(0.0))
-    loss_sum, examples, steps, max_norm, max_clipped_norm = _local_dataset(
-        dataset, local_steps, local_epochs).reduce(initial, step)
+    loss_sum, examples, steps, max_norm, max_clipped_norm = (
+        tf.constant(0.0), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
+        tf.constant(0.0), tf.constant(0.0))
+    # A while loop over an iterator, not `dataset.reduce`: under TFF's C++ executor the reduce
+    # form ran ~4x slower per round and its worker's memory grew every round
+    # (benchmarks/round_overhead.py).
+    for batch in iter(_local_dataset(dataset, local_steps, local_epochs)):
+      loss_sum, examples, steps, max_norm, max_clipped_norm = step(
+          (loss_sum, examples, steps, max_norm, max_clipped_norm), batch)
     delta = tf.nest.map_structure(lambda w0, w: w0 - w, initial_weights.trainable, trainable)
     stats = collections.OrderedDict(
         loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),

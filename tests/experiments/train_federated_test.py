@@ -1,8 +1,8 @@
 """The federated training binary end to end, in subprocesses (as users run it).
 
 Runs go through `python -m experiments.train_federated`: start-up flag checks, `--helpfull`,
-and a run killed with SIGTERM and started again, which must end in the same model as a run that
-was never interrupted, and leave no TFF worker process behind.
+and a run interrupted with Ctrl-C and later killed with SIGKILL, then started again, which must
+end in the same model as a run that was never interrupted and leave no TFF worker behind.
 """
 
 import os
@@ -51,7 +51,7 @@ class TrainFederatedTest(absltest.TestCase):
   def _flags(self, output_dir, *extra):
     return [f'--corpus_dir={self.corpus}', '--speakers=all', f'--output_dir={output_dir}',
             f'--feature_cache_dir={self.cache}', '--model_config=tiny', '--cohort_size=2',
-            '--rounds=4', '--local_steps=1', '--checkpoint_every=1', '--eval_every=2',
+            '--rounds=5', '--local_steps=1', '--checkpoint_every=1', '--eval_every=2',
             '--sigma_dp=0.01', '--clip=1.0', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
             '--noprogress', *extra]
 
@@ -93,35 +93,56 @@ class TrainFederatedTest(absltest.TestCase):
     self.assertIn('--seed_model', result.stderr)
     self.assertIn('shape', result.stderr)
 
+  def _start(self, output_dir):
+    return subprocess.Popen(_command(*self._flags(output_dir)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
+
+  def _kill_after_checkpoint(self, proc, output_dir, round_num, sig):
+    """Sends `sig` once the checkpoint of `round_num` exists; returns the run's TFF workers."""
+    checkpoint = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}')
+    deadline = time.monotonic() + 600
+    workers = []
+    while not os.path.isdir(checkpoint) and proc.poll() is None:
+      self.assertLess(time.monotonic(), deadline, f'no checkpoint of round {round_num} appeared')
+      try:
+        workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                   if c.name() == 'worker_binary'] or workers
+      except psutil.NoSuchProcess:
+        pass
+      time.sleep(0.1)
+    self.assertIsNone(proc.poll(), 'the run ended before it could be killed')
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    self.assertNotEqual(proc.returncode, 0, msg=err[-3000:])
+    self.assertFalse(os.path.exists(os.path.join(output_dir, 'model.npz')), 'it ran to the end')
+    self.assertNotEmpty(workers, 'the run started no TFF worker')
+    return workers
+
+  def _assert_stopped(self, workers, timeout):
+    deadline = time.monotonic() + timeout
+    while True:
+      left = [w.pid for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+      if not left or time.monotonic() > deadline:
+        break
+      time.sleep(0.1)
+    self.assertEmpty(left, 'the killed run left its TFF worker running')
+
   def test_killed_run_resumes_to_the_same_final_state(self):
     reference = os.path.join(self.tmp, 'reference')
     result = _run(*self._flags(reference))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('epsilon spent', result.stdout)
 
+    # Killed twice: Ctrl-C (SIGINT) after round 1's checkpoint, whose clean-up must stop the
+    # worker before the process exits; then SIGKILL after round 3's, which nothing in the run
+    # can catch, so the watchdog stops the orphaned worker (within its 5 s grace and a margin).
     resumed = os.path.join(self.tmp, 'resumed')
-    proc = subprocess.Popen(_command(*self._flags(resumed)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_env(), cwd=_ROOT)
-    checkpoint = os.path.join(resumed, 'checkpoints', 'program_state_2')
-    deadline = time.monotonic() + 600
-    workers = []
-    while not os.path.isdir(checkpoint) and proc.poll() is None:
-      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 2 appeared')
-      try:
-        workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-                   if c.name() == 'worker_binary'] or workers
-      except psutil.NoSuchProcess:
-        pass
-      time.sleep(0.2)
-    self.assertIsNone(proc.poll(), 'the run ended before it could be killed')
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertFalse(os.path.exists(os.path.join(resumed, 'model.npz')), 'it ran to the end')
-    self.assertNotEmpty(workers)
-    for worker in workers:
-      self.assertFalse(worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE,
-                       'the killed run left its TFF worker running')
+    workers = self._kill_after_checkpoint(self._start(resumed), resumed, 1, signal.SIGINT)
+    self._assert_stopped(workers, timeout=0)
+    proc = self._start(resumed)
+    workers = self._kill_after_checkpoint(proc, resumed, 3, signal.SIGKILL)
+    self.assertEqual(proc.returncode, -signal.SIGKILL)
+    self._assert_stopped(workers, timeout=30)
 
     result = _run(*self._flags(resumed))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
@@ -131,10 +152,10 @@ class TrainFederatedTest(absltest.TestCase):
     got = model_io.load_weights(os.path.join(resumed, 'model.npz'), model)
     for a, b in zip(want.trainable, got.trainable, strict=True):
       np.testing.assert_array_equal(a, b)
-    # The metrics CSV holds every round once, the resumed ones replacing the killed run's.
+    # The metrics CSV holds every round once, the resumed ones replacing the killed runs'.
     with open(os.path.join(resumed, 'metrics.csv')) as f:
       keys = [line.split(',')[0] for line in f.read().splitlines()[1:]]
-    self.assertEqual(keys, ['0', '1', '2', '3', '4'])
+    self.assertEqual(keys, ['0', '1', '2', '3', '4', '5'])
 
   def test_resuming_with_other_flags_is_refused(self):
     out = os.path.join(self.tmp, 'changed')
