@@ -4,13 +4,16 @@ Defined once here so that binaries (and their tests, which may import several bi
 process) never define the same flag twice.
 """
 
+import logging
 import os
 
 from absl import flags
+from absl import logging as absl_logging
 
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff.program import corpus
+from fedasr_tff.runtime import tff_workers
 
 # Quiet TF's C++ logging in the binaries unless the user chose a level.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -49,6 +52,20 @@ PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar on stderr.')
 
 flags.register_validator('corpus_dir', lambda v: v is None or os.path.isdir(v),
                          message='--corpus_dir must be an existing directory.')
+
+
+def start_binary() -> None:
+  """What every binary's `main` does first, before any TFF computation.
+
+  Stops TFF's worker processes however the run ends (`tff_workers.install_termination_handlers`)
+  and, unless --verbosity is given, keeps the log to warnings from our code: TF and TFF log a
+  line per checkpoint file written and warn when evaluation traces the model for a new batch
+  shape, which would bury the per-evaluation lines.
+  """
+  tff_workers.install_termination_handlers()
+  if not flags.FLAGS['verbosity'].present:
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger('tensorflow').setLevel(logging.ERROR)
 
 
 def require(*flag_holders) -> None:

@@ -30,7 +30,6 @@ from fedasr_tff.program import corpus
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
 from fedasr_tff.program import report
-from fedasr_tff.runtime import tff_workers
 
 _SPEAKERS = flags.DEFINE_integer('train_speakers', 60, 'Training speakers in the corpus.',
                                  lower_bound=4)
@@ -93,7 +92,7 @@ def _federated(name, sigma_dp, seed_weights, train_data, eval_data, vocab, outpu
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  tff_workers.install_termination_handlers()
+  common.start_binary()
   common.require(common.OUTPUT_DIR)
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
@@ -135,6 +134,7 @@ def main(argv):
   dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, fl_data, eval_data, vocab, output_dir)
 
   epsilon = dp.ledger.epsilon(_ROUNDS.value, declared=True, accountant='rdp')
+  epsilon_pld = dp.ledger.epsilon(_ROUNDS.value, declared=True, accountant='pld')
   results = [
       {'model': 'seed (central, 10% of speakers)', 'wer': seed_eval.overall.wer,
        'cer': seed_eval.overall.cer, 'rounds': 0, 'epsilon': None},
@@ -149,20 +149,22 @@ def main(argv):
       f'{len(eval_data.client_ids)} held-out speakers (never trained on).',
       'Federated training without noise ' + ('improves on' if improved else
                                              'does NOT improve on') + ' the seed model.',
+      f'Seed training metrics (by step): `{os.path.join(seed_dir, "metrics.csv")}`.',
       f'Wall time of the demo: {(time.monotonic() - started) / 60:.1f} min.',
   ]
   path = report.write_report(
       output_dir, title='fedasr-tff demo: DP federated fine-tuning of a seed ASR model',
       results=results, privacy_statement=dp.ledger.statement(_ROUNDS.value),
-      runs={'seed (central)': os.path.join(seed_dir, 'metrics.csv'),
-            'FL, no noise': os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'),
+      runs={'FL, no noise': os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'),
             'FL + DP': os.path.join(output_dir, 'fl_dp', 'metrics.csv')},
+      references={'seed model': (seed_eval.overall.wer, seed_eval.overall.cer)},
       layer_norm_run=os.path.join(output_dir, 'fl_dp', 'metrics.csv'), notes=notes)
   print('\n== held-out speakers')
   for row in results:
     eps = '' if row['epsilon'] is None else (f'  at (epsilon={row["epsilon"]:.2f}, delta=1e-9) '
                                              f'for K={_DECLARED_POPULATION.value:,}, '
-                                             f'S={_DECLARED_COHORT.value:,}')
+                                             f'S={_DECLARED_COHORT.value:,} (PLD: '
+                                             f'epsilon={epsilon_pld:.2f})')
     print(f'{row["model"]:<34} CER {100 * row["cer"]:5.1f}%  WER {100 * row["wer"]:5.1f}%{eps}')
   print('\n'.join(notes))
   print(f'report: {path}')

@@ -11,7 +11,6 @@ from experiments import common
 from fedasr_tff import models
 from fedasr_tff.program import evaluation
 from fedasr_tff.program import model_io
-from fedasr_tff.runtime import tff_workers
 
 _MODEL = flags.DEFINE_string('model', None, 'Weights to evaluate (model.npz).')
 _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write the '
@@ -21,7 +20,7 @@ _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  tff_workers.install_termination_handlers()
+  common.start_binary()
   common.require(common.CORPUS_DIR, _MODEL)
   vocab = common.vocabulary()
   eval_data = common.client_data(common.SPLIT.value, common.SPEAKERS.value or 'all', vocab,

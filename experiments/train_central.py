@@ -13,7 +13,6 @@ from absl import flags
 
 from experiments import common
 from fedasr_tff.program import central_training
-from fedasr_tff.runtime import tff_workers
 
 _STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps (batches).', lower_bound=1)
 _OPTIMIZER = flags.DEFINE_enum('optimizer', 'lars', list(central_training.OPTIMIZERS),
@@ -38,7 +37,7 @@ _EVAL_EVERY_STEPS = flags.DEFINE_integer('eval_every_steps', 100, 'Steps between
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  tff_workers.install_termination_handlers()
+  common.start_binary()
   common.require(common.CORPUS_DIR, common.OUTPUT_DIR)
   vocab = common.vocabulary()
   train_data = common.client_data(common.SPLIT.value, common.SPEAKERS.value or 'seed', vocab,

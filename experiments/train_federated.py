@@ -23,7 +23,6 @@ from fedasr_tff import optimizers
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
-from fedasr_tff.runtime import tff_workers
 
 _DEFAULTS = federated_training.FederatedConfig(rounds=1, cohort_size=1)
 
@@ -160,7 +159,7 @@ def _positive_clip(value):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  tff_workers.install_termination_handlers()
+  common.start_binary()
   common.require(common.CORPUS_DIR, common.OUTPUT_DIR)
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value or -1)

@@ -11,6 +11,7 @@ from fedasr_tff.data.features import NUM_MELS
 from fedasr_tff.data.features import SAMPLE_RATE
 from fedasr_tff.data.features import log_mel_features
 from fedasr_tff.data.features import spec_augment
+from fedasr_tff.data.features import spec_augment_batch
 from fedasr_tff.data.pipeline import SpeechClientData
 from fedasr_tff.data.pipeline import group_by_speaker
 from fedasr_tff.data.pipeline import make_iid

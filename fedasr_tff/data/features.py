@@ -52,29 +52,53 @@ def spec_augment(features: tf.Tensor, num_freq_masks: int = 2, max_freq_width: i
 
   `seed`: an optional shape-[2] int tensor for stateless, reproducible masks.
   """
-  frames = tf.shape(features)[0]
-  mels = tf.shape(features)[1]
-  max_time = tf.minimum(max_time_width,
-                        tf.cast(max_time_fraction * tf.cast(frames, tf.float32), tf.int32))
-  seeds = (None if seed is None else
-           tf.random.experimental.stateless_split(seed, 2 * (num_freq_masks + num_time_masks)))
+  features = tf.convert_to_tensor(features, tf.float32)
+  return spec_augment_batch(features[tf.newaxis], tf.shape(features)[:1], num_freq_masks,
+                            max_freq_width, num_time_masks, max_time_width, max_time_fraction,
+                            seed)[0]
 
-  def uniform_int(i, maxval):
-    # Uniform integer in [0, maxval] (inclusive).
-    if seeds is None:
-      return tf.random.uniform([], 0, maxval + 1, dtype=tf.int32)
-    return tf.random.stateless_uniform([], seeds[i], 0, maxval + 1, dtype=tf.int32)
 
-  def mask(values, axis_len, width, start, axis):
-    positions = tf.range(axis_len)
-    keep = tf.logical_or(positions < start, positions >= start + width)
-    keep = keep[tf.newaxis, :] if axis == 1 else keep[:, tf.newaxis]
-    return tf.where(keep, values, tf.zeros_like(values))
+def spec_augment_batch(features: tf.Tensor, lengths: tf.Tensor, num_freq_masks: int = 2,
+                       max_freq_width: int = 30, num_time_masks: int = 10,
+                       max_time_width: int = 50, max_time_fraction: float = 0.1,
+                       seed=None) -> tf.Tensor:
+  """SpecAugment of every utterance of a padded [batch, frames, mels] batch, all at once.
 
-  for i in range(num_freq_masks + num_time_masks):
-    is_freq = i < num_freq_masks
-    axis_len = mels if is_freq else frames
-    width = uniform_int(2 * i, tf.minimum(max_freq_width, mels) if is_freq else max_time)
-    start = uniform_int(2 * i + 1, axis_len - width)
-    features = mask(features, axis_len, width, start, axis=1 if is_freq else 0)
-  return features
+  Utterance b has `lengths[b]` valid frames. Each of its masks draws a width w uniform on
+  {0, ..., W} and a start uniform on {0, ..., N - w}, with W = `max_freq_width` (capped at the
+  mels) and N the mels for a frequency mask, W = min(`max_time_width`,
+  floor(`max_time_fraction` * lengths[b])) and N = lengths[b] for a time mask; masked values
+  become 0. Masks are drawn independently for every utterance and built by comparing position
+  ranges with the intervals, with no loop over utterances or masks.
+
+  `seed`: an optional shape-[2] int tensor for stateless, reproducible masks.
+  """
+  features = tf.convert_to_tensor(features, tf.float32)
+  lengths = tf.cast(lengths, tf.int32)
+  batch, frames, mels = tf.unstack(tf.shape(features))
+  max_time = tf.minimum(max_time_width, tf.cast(
+      max_time_fraction * tf.cast(lengths, tf.float32), tf.int32))
+  draws = [num_freq_masks, num_freq_masks, num_time_masks, num_time_masks]
+  if seed is None:
+    uniforms = [tf.random.uniform([batch, n]) for n in draws]
+  else:
+    seeds = tf.random.experimental.stateless_split(seed, len(draws))
+    uniforms = [tf.random.stateless_uniform([batch, n], seeds[i]) for i, n in enumerate(draws)]
+
+  def uniform_int(u, maxval):
+    # Uniform on {0, ..., maxval} from u ~ U[0, 1); min() guards float rounding at u -> 1.
+    return tf.minimum(tf.cast(u * tf.cast(maxval + 1, tf.float32), tf.int32), maxval)
+
+  def masked(width, start, size):
+    # [batch, size]: whether a position lies in any of the [batch, masks] intervals.
+    positions = tf.range(size)[tf.newaxis, tf.newaxis, :]
+    inside = (positions >= start[..., tf.newaxis]) & (positions < (start + width)[..., tf.newaxis])
+    return tf.reduce_any(inside, axis=1)
+
+  freq_width = uniform_int(uniforms[0], tf.minimum(max_freq_width, mels))
+  freq_start = uniform_int(uniforms[1], mels - freq_width)
+  time_width = uniform_int(uniforms[2], max_time[:, tf.newaxis])
+  time_start = uniform_int(uniforms[3], lengths[:, tf.newaxis] - time_width)
+  drop = (masked(freq_width, freq_start, mels)[:, tf.newaxis, :] |
+          masked(time_width, time_start, frames)[:, :, tf.newaxis])
+  return tf.where(drop, tf.zeros_like(features), features)

@@ -315,10 +315,13 @@ def train(config: FederatedConfig,
                                                     disable=not show_progress)
   release = tff.program.GroupingReleaseManager(managers + [progress])
 
+  evaluations = {}  # round -> EvaluationResult, so the final one is not computed twice
+
   def evaluate_and_account(round_num, weights) -> Dict[str, Any]:
     values = {}
     if eval_data is not None:
       result = evaluation.evaluate(eval_model, eval_data, weights)
+      evaluations[round_num] = result
       values['eval'] = result.metrics()
     if config.sigma_dp > 0:
       values['privacy'] = ledger.metrics(round_num)
@@ -370,7 +373,8 @@ def train(config: FederatedConfig,
   model_io.save_weights(os.path.join(output_dir, 'model.npz'), eval_model.keras_model, weights)
   final_eval = None
   if eval_data is not None:
-    final_eval = evaluation.evaluate(eval_model, eval_data, weights)
+    final_eval = evaluations.get(config.rounds) or evaluation.evaluate(eval_model, eval_data,
+                                                                       weights)
     evaluation.write_per_speaker_csv(final_eval, os.path.join(output_dir,
                                                               'eval_per_speaker.csv'))
   summary = {

@@ -143,6 +143,10 @@ class PrivacyLedger:
         'The declared row is the guarantee of the same σ_DP with the declared cohort and '
         'population (the paper\'s extrapolation: quality is assumed to depend on σ_DP only). '
         'The run itself, on its small population, is only protected as its own row says.',
+        '',
+        'Each round trains exactly S distinct clients drawn uniformly without replacement; the '
+        'accounting assumes Poisson sampling with rate q = S/K, as the paper does (spec §6). '
+        'That is the standard approximation for fixed-size cohorts, not a proof for them.',
     ]
     if rounds < self.planned_rounds:
       lines.append(f'At the planned {self.planned_rounds} rounds the declared ε would be '

@@ -19,8 +19,9 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
   """
 
   def __init__(self, total_rounds: int, initial_round: int = 0,
-               shown: Sequence[str] = DEFAULT_SHOWN, file=None, disable: Optional[bool] = None):
-    self._bar = tqdm.tqdm(total=total_rounds, initial=initial_round, unit='round',
+               shown: Sequence[str] = DEFAULT_SHOWN, file=None, disable: Optional[bool] = None,
+               unit: str = 'round'):
+    self._bar = tqdm.tqdm(total=total_rounds, initial=initial_round, unit=unit,
                           file=sys.stderr if file is None else file, disable=disable,
                           dynamic_ncols=True)
     self._shown = tuple(shown)

@@ -139,16 +139,20 @@ def _save(fig: mpl_figure.Figure, png_path: str) -> str:
 # Error rates.
 
 
-def plot_error_rates(runs: Mapping[str, str], png_path: str) -> str:
+def plot_error_rates(runs: Mapping[str, str], png_path: str,
+                     references: Optional[Mapping[str, tuple[float, float]]] = None) -> str:
   """Plots WER and CER (in %) over rounds, one line per run, in two side-by-side panels.
 
   Each run's line joins the rows where the rate was released (evaluation rounds, including key 0
   before training); rounds without evaluation are skipped, not drawn as gaps. For central
-  training CSVs the x axis is the step.
+  training CSVs the x axis is the step. `references` are drawn as dashed horizontal lines: models
+  measured once, such as the seed model the runs start from, whose training ran in steps rather
+  than rounds and would stretch the x axis.
 
   Args:
     runs: Label (e.g. 'FL + DP') -> metrics CSV path, in legend order.
     png_path: Where to write the PNG.
+    references: Label -> (WER, CER) as fractions.
 
   Returns:
     `png_path`.
@@ -167,6 +171,9 @@ def plot_error_rates(runs: Mapping[str, str], png_path: str) -> str:
              for axes, name in ((wer_axes, _WER), (cer_axes, _CER))]
     if not any(drawn):
       raise ValueError(f'Metrics file {csv_path} (run {label!r}) has no {_WER} or {_CER} values.')
+  for i, (label, rates) in enumerate((references or {}).items()):
+    for axes, rate in zip((wer_axes, cer_axes), rates, strict=True):
+      axes.axhline(100.0 * rate, color=f'C{(len(runs) + i) % 10}', linestyle='--', label=label)
   for axes, title in ((wer_axes, 'Word error rate'), (cer_axes, 'Character error rate')):
     axes.set_title(title)
     axes.set_xlabel('round (0 = before training)')
@@ -238,7 +245,7 @@ def _series_style(key: tuple[str, str], colours: Mapping[str, str]) -> dict[str,
               label=param if variable == 'kernel' else f'{param} {variable}')
 
 
-def plot_layer_norms(csv_path: str, png_path: str) -> Optional[str]:
+def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) -> Optional[str]:
   """Plots per-layer client-update norms by parameter type and block (the paper's Figure 6).
 
   Reads the `per_layer/<layer>/norm_before_clip`, `.../norm_after_clip` and
@@ -258,6 +265,7 @@ def plot_layer_norms(csv_path: str, png_path: str) -> Optional[str]:
   Args:
     csv_path: A metrics CSV of a run with per-layer clipping.
     png_path: Where to write the PNG.
+    label: The run's name for the title (default: the CSV's path).
 
   Returns:
     `png_path`, or None (and nothing is written) when the CSV has no per-layer columns, or only
@@ -300,7 +308,7 @@ def plot_layer_norms(csv_path: str, png_path: str) -> Optional[str]:
     handles, labels = grid[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc='outside lower center', ncol=min(len(labels), 8),
                title='parameter type (LayerNorm gamma solid, beta dashed)', fontsize='small')
-  fig.suptitle(f'Per-layer client update norms, averaged over rounds: {os.path.basename(csv_path)}')
+  fig.suptitle(f'Per-layer client update norms, averaged over rounds: {label or csv_path}')
   return _save(fig, png_path)
 
 
@@ -329,12 +337,13 @@ def _draw_outer(axes, metrics, by_layer, outer: Sequence[str], scale: float) -> 
 # Privacy.
 
 
-def plot_privacy(csv_path: str, png_path: str) -> Optional[str]:
+def plot_privacy(csv_path: str, png_path: str, label: Optional[str] = None) -> Optional[str]:
   """Plots ε spent over rounds, from the RDP and PLD accountants.
 
   Draws `privacy/epsilon_rdp` and `privacy/epsilon_pld` solid, and the runner's projected ε
   (`privacy/projected_epsilon_*`) dashed in the same colour, at the rows where each is released.
-  Non-finite values (ε = ∞, e.g. without noise) are left out.
+  Non-finite values (ε = ∞, e.g. without noise) are left out. `label` names the run in the
+  title (default: the CSV's path).
 
   Returns:
     `png_path`, or None (and nothing is written) when the CSV has no privacy column with a finite
@@ -350,7 +359,7 @@ def plot_privacy(csv_path: str, png_path: str) -> Optional[str]:
   axes = fig.subplots()
   for _, label, colour, style, keys, values in present:
     axes.plot(keys, values, color=colour, linestyle=style, marker='o', markersize=3, label=label)
-  axes.set_title(f'Privacy loss spent: {os.path.basename(csv_path)}')
+  axes.set_title(f'Privacy loss spent: {label or csv_path}')
   axes.set_xlabel('round (0 = before training)')
   axes.set_ylabel('ε (at the run\'s δ)')
   axes.set_ylim(bottom=0)
@@ -390,8 +399,9 @@ def _results_table(results: Sequence[Mapping[str, object]]) -> str:
   return '\n'.join(lines)
 
 
-def _figures(output_dir: str, runs: Mapping[str, str],
-             layer_norm_run: Optional[str]) -> list[tuple[str, str, str]]:
+def _figures(output_dir: str, runs: Mapping[str, str], layer_norm_run: Optional[str],
+             references: Optional[Mapping[str, tuple[float, float]]]
+             ) -> list[tuple[str, str, str]]:
   """Draws the figures that apply; returns (heading, file name, caption) for each one written.
 
   error_rates.png when `runs` is not empty; layer_norms.png from `layer_norm_run` when it has
@@ -399,16 +409,20 @@ def _figures(output_dir: str, runs: Mapping[str, str],
   """
   figures = []
   if runs:
-    plot_error_rates(runs, os.path.join(output_dir, 'error_rates.png'))
-    figures.append(('Error rates', 'error_rates.png',
-                    'Word and character error rates on the evaluation set over rounds.'))
+    plot_error_rates(runs, os.path.join(output_dir, 'error_rates.png'), references)
+    caption = 'Word and character error rates on the evaluation set over rounds'
+    if references:
+      caption += f'; dashed: {", ".join(references)}'
+    figures.append(('Error rates', 'error_rates.png', caption + '.'))
   layer_norms_png = os.path.join(output_dir, 'layer_norms.png')
-  if layer_norm_run and plot_layer_norms(layer_norm_run, layer_norms_png):
+  layer_norm_label = next((label for label, path in runs.items() if path == layer_norm_run),
+                          None)
+  if layer_norm_run and plot_layer_norms(layer_norm_run, layer_norms_png, layer_norm_label):
     figures.append(('Per-layer client update norms', 'layer_norms.png',
                     f'Client update norms per parameter type and block, averaged over rounds, '
                     f'from `{layer_norm_run}`.'))
   for label, csv_path in runs.items():
-    if plot_privacy(csv_path, os.path.join(output_dir, 'privacy.png')):
+    if plot_privacy(csv_path, os.path.join(output_dir, 'privacy.png'), label):
       figures.append(('Privacy loss', 'privacy.png', f'ε spent over rounds by run "{label}".'))
       break
   return figures
@@ -416,15 +430,16 @@ def _figures(output_dir: str, runs: Mapping[str, str],
 
 def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, object]],
                  privacy_statement: str, runs: Mapping[str, str],
-                 layer_norm_run: Optional[str] = None, notes: Sequence[str] = ()) -> str:
+                 layer_norm_run: Optional[str] = None, notes: Sequence[str] = (),
+                 references: Optional[Mapping[str, tuple[float, float]]] = None) -> str:
   """Writes `output_dir/report.md` and its figures (PNGs in the same directory).
 
   Sections: the title; "Results", a table of `results` (see `_results_table`; WER and CER are
   fractions and shown in % with one decimal); "Privacy", with `privacy_statement` (Markdown)
   inserted verbatim (only surrounding blank space trimmed); "Figures", each embedded with a link
   relative to the report (error_rates.png, layer_norms.png, privacy.png, whichever apply, see
-  `_figures`); "Metrics files", the CSV behind each run label; and "Notes", one bullet per note,
-  if any.
+  `_figures`; `references` go to the error-rate plot as in `plot_error_rates`); "Metrics
+  files", the CSV behind each run label; and "Notes", one bullet per note, if any.
 
   Returns:
     The path of report.md.
@@ -432,7 +447,7 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
   os.makedirs(output_dir, exist_ok=True)
   sections = [f'# {title}', '## Results', _results_table(results) if results else '_No results._',
               '## Privacy', privacy_statement.strip()]
-  figures = _figures(output_dir, runs, layer_norm_run)
+  figures = _figures(output_dir, runs, layer_norm_run, references)
   if figures:
     sections.append('## Figures')
   for heading, file_name, caption in figures:

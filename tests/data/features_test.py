@@ -59,5 +59,27 @@ class SpecAugmentTest(absltest.TestCase):
       self.assertLessEqual(np.all(masked == 0, axis=1).sum(), 4)
 
 
+  def test_batch_masks_each_utterance_within_its_own_frames(self):
+    lengths = np.array([300, 120, 40], np.int32)
+    features = np.zeros([3, 300, 80], np.float32)
+    for b, length in enumerate(lengths):
+      features[b, :length] = 10.0 + np.random.default_rng(b).normal(size=[length, 80])
+    seed = tf.constant([5, 6], tf.int64)
+    masked = data.spec_augment_batch(features, lengths, seed=seed).numpy()
+    np.testing.assert_array_equal(
+        masked, data.spec_augment_batch(features, lengths, seed=seed).numpy())
+    changed = masked != features
+    self.assertTrue(np.all(masked[changed] == 0))
+    for b, length in enumerate(lengths):
+      valid = masked[b, :length]
+      # Time masks lie within the valid frames; each of the 10 has at most
+      # min(50, 0.1 * length) frames.
+      self.assertLessEqual(np.all(valid == 0, axis=1).sum(), 10 * min(50, length // 10))
+      self.assertLessEqual(np.all(valid == 0, axis=0).sum(), 60)
+      np.testing.assert_array_equal(masked[b, length:], 0.0)
+    # Utterances draw their own masks.
+    self.assertFalse(np.array_equal(changed[0, :40], changed[2, :40]))
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -132,6 +132,12 @@ class ReportTest(absltest.TestCase):
     png = self.path('plots/error_rates.png')
     self.assertEqual(report.plot_error_rates(runs, png), png)
     self.assertPng(png)
+    # A reference (the seed model) is drawn as a line of its own.
+    with_seed = self.path('plots/with_seed.png')
+    report.plot_error_rates(runs, with_seed, references={'seed model': (0.9, 0.45)})
+    self.assertPng(with_seed)
+    with open(png, 'rb') as a, open(with_seed, 'rb') as b:
+      self.assertNotEqual(a.read(), b.read())
 
   def test_error_rate_plot_rejects_a_run_without_error_rates(self):
     no_eval = _release_all(self.path('no_eval.csv'), [(1, _train(1, ['all']))])
@@ -187,7 +193,7 @@ class ReportTest(absltest.TestCase):
             {'model': 'seed (central)', 'wer': 0.41, 'cer': 0.18, 'rounds': 0, 'epsilon': None},
             {'model': 'FL + DP', 'wer': 0.23456, 'cer': 0.0949, 'rounds': 4, 'epsilon': 1.6789},
         ],
-        notes=['Evaluation every 2 rounds.'])
+        notes=['Evaluation every 2 rounds.'], references={'seed (central)': (0.41, 0.18)})
     self.assertEqual(report_path, os.path.join(out_dir, 'report.md'))
     with open(report_path) as f:
       text = f.read()
@@ -197,6 +203,7 @@ class ReportTest(absltest.TestCase):
                   '| FL + DP | 23.5 | 9.5 | 4 | 1.68 |\n', text)
     self.assertIn('## Privacy\n\n' + statement + '\n', text)
     self.assertIn('- Evaluation every 2 rounds.', text)
+    self.assertIn('dashed: seed (central).', text)
     links = re.findall(r'!\[[^\]]*\]\(([^)]+)\)', text)
     self.assertCountEqual(links, ['error_rates.png', 'layer_norms.png', 'privacy.png'])
     for link in links:
