@@ -15,9 +15,6 @@ from fedasr_tff import models
 from fedasr_tff.program import corpus
 from fedasr_tff.runtime import tff_workers
 
-# Quiet TF's C++ logging in the binaries unless the user chose a level.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
 CORPUS_DIR = flags.DEFINE_string(
     'corpus_dir', None, 'Root of the corpus: the folder holding the split folders (LibriSpeech), '
     'SPLIT.tsv and clips/ (Common Voice), or the manifest TSVs (manifest).')

@@ -24,9 +24,11 @@ from absl import flags
 
 from experiments import common
 from fedasr_tff import data
+from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import central_training
 from fedasr_tff.program import corpus
+from fedasr_tff.program import evaluation
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
 from fedasr_tff.program import report
@@ -125,10 +127,9 @@ def main(argv):
             decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.SEED.value,
             eval_every=max(1, _CENTRAL_STEPS.value // 4)),
         seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
-  model = federated_training.models.build_tff_model_fn(common.MODEL_CONFIG.value,
-                                                       vocab.tokens)()
+  model = models.build_tff_model_fn(common.MODEL_CONFIG.value, vocab.tokens)()
   seed_weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
-  seed_eval = federated_training.evaluation.evaluate(model, eval_data, seed_weights)
+  seed_eval = evaluation.evaluate(model, eval_data, seed_weights)
 
   no_noise = _federated('fl_no_noise', 0.0, seed_weights, fl_data, eval_data, vocab, output_dir)
   dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, fl_data, eval_data, vocab, output_dir)

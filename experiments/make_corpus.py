@@ -28,6 +28,9 @@ _WORDS = flags.DEFINE_list('words', None, 'Words to build sentences from (defaul
                           'and a few dozen common words of --language).')
 _SPLIT = flags.DEFINE_string('split', 'train', 'Split name.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Random seed; the corpus is a function of it.')
+_FIRST_SPEAKER = flags.DEFINE_integer(
+    'first_speaker', 0, 'Index of the first speaker: give a held-out split speakers of its own '
+    '(e.g. --split=dev --first_speaker=<training speakers>).', lower_bound=0)
 
 
 def main(argv):
@@ -38,7 +41,7 @@ def main(argv):
   voices = synthetic.make_corpus(
       _OUTPUT_DIR.value, num_speakers=_SPEAKERS.value, mean_utterances=_UTTERANCES.value,
       words=_WORDS.value, language=_LANGUAGE.value, seed=_SEED.value, layouts=tuple(_LAYOUTS.value),
-      split=_SPLIT.value, skew=_SKEW.value)
+      split=_SPLIT.value, skew=_SKEW.value, first_speaker=_FIRST_SPEAKER.value)
   by_voice = collections.Counter(v.voice for v in voices.values())
   print(f'wrote {len(voices)} speakers ({", ".join(sorted(by_voice))}) to {_OUTPUT_DIR.value} '
         f'in layouts {", ".join(_LAYOUTS.value)}')

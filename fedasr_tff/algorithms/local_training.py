@@ -138,6 +138,11 @@ def build_local_training_client_work(
 def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedprox_mu):
   """The local training of one client, as one `tf.function` (so ops run in program order)."""
 
+  # Traced inline when the model's forward pass is itself a `tf.function`: differentiating a
+  # nested function call inside the while loop makes Grappler's function optimizer fail ("has
+  # inputs from different frames") and log an error every time a worker compiles the round.
+  forward_pass = getattr(model.forward_pass, 'python_function', model.forward_pass)
+
   @tf.function
   def client_update(learning_rate, initial_weights, dataset):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
@@ -149,7 +154,7 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
     def step(state, batch):
       loss_sum, examples, steps, max_norm, max_clipped_norm = state
       with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
+        output = forward_pass(batch, training=True)
         loss = output.loss
         if fedprox_mu > 0:
           loss += 0.5 * fedprox_mu * tf.add_n([

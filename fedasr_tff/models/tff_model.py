@@ -78,12 +78,18 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
   # reduce_retracing: dynamic batches differ in shape, so trace once with relaxed shapes.
   @tf.function(reduce_retracing=True)
   def predict_on_batch(self, batch_input, training=True):
+    return self._logits(batch_input, training)
+
+  def _logits(self, batch_input, training):
+    # Not a nested tf.function call in forward_pass: client training differentiates
+    # forward_pass inside a while loop, where a nested call's gradient makes Grappler's function
+    # optimizer fail ("inputs from different frames") and log an error.
     return self._model((batch_input['features'], batch_input['feature_lengths']),
                        training=training)
 
   @tf.function(reduce_retracing=True)
   def forward_pass(self, batch_input, training=True):
-    logits = self.predict_on_batch(batch_input, training=training)
+    logits = self._logits(batch_input, training)
     logit_lengths = transformer.output_lengths(batch_input['feature_lengths'],
                                                self._model.config)
     loss = ctc.ctc_loss(batch_input['labels'], batch_input['label_lengths'], logits,

@@ -42,6 +42,7 @@ How each way a run can end is covered:
 """
 
 import atexit
+import gc
 import os
 import signal
 import subprocess
@@ -124,8 +125,41 @@ def stop_tff_workers_at_exit() -> None:
   """Registers `stop_tff_workers` to run when the interpreter exits (idempotent)."""
   global _registered_at_exit
   if not _registered_at_exit:
-    atexit.register(stop_tff_workers)
+    atexit.register(_at_exit)
     _registered_at_exit = True
+
+
+def _at_exit() -> None:
+  stop_tff_workers()
+  _release_tff_context()
+
+
+def _release_tff_context() -> None:
+  """Frees TFF's default context now, while the interpreter is intact.
+
+  TFF keeps its worker's handle in the default context and only lets go of it when that context
+  is garbage collected. Left to the interpreter's final teardown, the handle's `__del__` runs
+  after the `subprocess` module is gone and prints "Exception ignored ... 'NoneType' object has
+  no attribute 'Popen'" at the end of every run. Installing a context that holds no worker
+  frees it here instead; its `__del__` then reaps the worker `stop_tff_workers` stopped. A
+  computation run after this (by an exit hook registered before `fedasr_tff` was imported)
+  fails with a message saying why.
+  """
+  tff = sys.modules.get('tensorflow_federated')
+  if tff is None:
+    return
+
+  class _ClosedContext(tff.framework.SyncContext):
+
+    def invoke(self, comp, arg):
+      raise RuntimeError('TFF computations cannot run after fedasr_tff stopped the TFF workers '
+                         'at interpreter exit.')
+
+  try:
+    tff.framework.set_default_context(_ClosedContext())
+  except Exception:  # pylint: disable=broad-except
+    return  # Cosmetic only: the worker is stopped either way.
+  gc.collect()
 
 
 def install_termination_handlers() -> None:

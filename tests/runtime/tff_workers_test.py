@@ -159,6 +159,24 @@ class TffWorkersTest(absltest.TestCase):
     self.assertEqual(tff_workers.stop_tff_workers(), 1)
 
 
+  def test_exit_releases_tffs_worker_handle_before_interpreter_teardown(self):
+    # Building a TFF model leaves TFF's worker handle to be collected at interpreter teardown,
+    # where its __del__ fails ("Exception ignored ... no attribute 'Popen'") unless the exit
+    # hook released it first.
+    script = textwrap.dedent("""
+        from fedasr_tff import data, models
+        models.build_tff_model_fn('tiny', data.Vocabulary('en').tokens)()
+        print('built')
+        """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+               TF_CPP_MIN_LOG_LEVEL='2')
+    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                            env=env, timeout=_STARTUP_TIMEOUT_SECONDS, check=False)
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
+    self.assertIn('built', result.stdout)
+    self.assertNotIn('Exception ignored', result.stderr)
+
+
 class InstallTerminationHandlersTest(absltest.TestCase):
   """The handlers in this process; the children below check whole runs."""
 
