@@ -102,10 +102,19 @@ def train(config: CentralConfig,
   opt_state = optimizer.initialize([tf.TensorSpec(v.shape, v.dtype) for v in variables])
   schedule = learning_rate_schedule(config)
 
-  @tf.function(reduce_retracing=True)
+  # Traced once, for any batch shape (and the model's forward pass inline): a first trace for
+  # the first batch's exact shapes followed by a relaxed one (reduce_retracing) makes TF's graph
+  # optimizer report errors about the CTC loss loop's shapes ("'tfg.While' op body function
+  # argument ... is not compatible").
+  forward_pass = model.forward_pass.python_function
+  opt_state_spec = tf.nest.map_structure(lambda t: tf.TensorSpec.from_tensor(
+      tf.convert_to_tensor(t)), opt_state)
+
+  @tf.function(input_signature=[opt_state_spec, train_data.element_type_structure,
+                                tf.TensorSpec([], tf.float32)])
   def train_step(opt_state, batch, learning_rate):
     with tf.GradientTape() as tape:
-      loss = model.forward_pass(batch, training=True).loss
+      loss = forward_pass(batch, training=True).loss
     gradients = tape.gradient(loss, variables)
     opt_state = optimizer.set_hparams(opt_state, {**optimizer.get_hparams(opt_state),
                                                   'learning_rate': learning_rate})
@@ -149,8 +158,9 @@ def train(config: CentralConfig,
       if eval_data is not None and (step % config.eval_every == 0 or step == config.steps):
         result = evaluation.evaluate(eval_model, eval_data, model_io.model_weights(keras_model))
         values['eval'] = result.metrics()
-        log(f'step {step}/{config.steps} | loss {values["train"]["loss"]:.3f} | WER '
-            f'{100 * result.overall.wer:.1f}% CER {100 * result.overall.cer:.1f}%')
+        progress.write(f'step {step}/{config.steps} | loss {values["train"]["loss"]:.3f} | '
+                       f'WER {100 * result.overall.wer:.1f}% CER '
+                       f'{100 * result.overall.cer:.1f}%', log)
       if step % 10 == 0 or 'eval' in values:
         asyncio.run(managers.release(values, step))
         losses = []

@@ -338,7 +338,7 @@ def train(config: FederatedConfig,
                    f'S={ledger.cohort_size}): RDP {p["run_epsilon_rdp"]:.3g}')
     else:
       parts.append('no DP noise')
-    log(' | '.join(parts))
+    progress.write(' | '.join(parts), log)
     return values
 
   weights = process.get_model_weights(state)

@@ -36,5 +36,14 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
     self._bar.set_postfix({k: f'{v:.4g}' for k, v in self._latest.items()}, refresh=False)
     self._bar.update(max(0, key - self._bar.n))
 
+  def write(self, line: str, writer=print) -> None:
+    """Passes `line` to `writer` with the bar cleared first and redrawn after, so log lines
+    and the bar do not share a terminal line."""
+    if self._bar.disable:
+      writer(line)
+      return
+    with self._bar.external_write_mode():
+      writer(line)
+
   def close(self) -> None:
     self._bar.close()
