@@ -94,8 +94,11 @@ class TrainFederatedTest(absltest.TestCase):
     self.assertIn('shape', result.stderr)
 
   def _start(self, output_dir):
+    # SIGINT at its default disposition in the run, as under a terminal: a test runner started
+    # as a background job of a non-interactive shell ignores SIGINT, and its children inherit that.
     return subprocess.Popen(_command(*self._flags(output_dir)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
   def _kill_after_checkpoint(self, proc, output_dir, round_num, sig):
     """Sends `sig` once the checkpoint of `round_num` exists; returns the run's TFF workers."""
