@@ -118,8 +118,11 @@ def main(argv):
         f'({_CENTRAL_STEPS.value} steps)')
   if os.path.isfile(seed_path):
     print(f'reusing {seed_path}')
+    model = models.build_tff_model_fn(common.MODEL_CONFIG.value, vocab.tokens)()
+    seed_weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
+    seed_eval = evaluation.evaluate(model, eval_data, seed_weights)
   else:
-    central_training.train(
+    seed = central_training.train(
         central_training.CentralConfig(
             steps=_CENTRAL_STEPS.value, model_config=common.MODEL_CONFIG.value,
             optimizer='adam', learning_rate=_CENTRAL_LR.value, schedule='step', decay_rate=0.5,
@@ -127,9 +130,7 @@ def main(argv):
             decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.SEED.value,
             eval_every=max(1, _CENTRAL_STEPS.value // 4)),
         seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
-  model = models.build_tff_model_fn(common.MODEL_CONFIG.value, vocab.tokens)()
-  seed_weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
-  seed_eval = evaluation.evaluate(model, eval_data, seed_weights)
+    seed_weights, seed_eval = seed.weights, seed.evaluation
 
   no_noise = _federated('fl_no_noise', 0.0, seed_weights, fl_data, eval_data, vocab, output_dir)
   dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, fl_data, eval_data, vocab, output_dir)

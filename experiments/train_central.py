@@ -12,6 +12,7 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from fedasr_tff import optimizers
 from fedasr_tff.program import central_training
 
 _STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps (batches).', lower_bound=1)
@@ -21,7 +22,7 @@ _LEARNING_RATE = flags.DEFINE_float('learning_rate', 0.5, 'Learning rate (spec: 
                                     lower_bound=0.0)
 _MOMENTUM = flags.DEFINE_float('momentum', 0.9, 'LARS momentum.', lower_bound=0.0,
                                upper_bound=0.999)
-_SCHEDULE = flags.DEFINE_enum('schedule', 'step', list(central_training.SCHEDULES),
+_SCHEDULE = flags.DEFINE_enum('schedule', 'step', list(optimizers.schedules.NAMES),
                               'step: multiply by --decay_rate every --decay_every steps from '
                               '--decay_start (the paper halves every 50k steps); exponential: '
                               'rate^((t - start) / every).')

@@ -47,7 +47,7 @@ _SERVER_OPTIMIZER = flags.DEFINE_enum('server_optimizer', _DEFAULTS.server_optim
 _SERVER_LR = flags.DEFINE_float('server_lr', _DEFAULTS.server_lr, 'Server learning rate.',
                                 lower_bound=0.0)
 _SERVER_LR_SCHEDULE = flags.DEFINE_enum(
-    'server_lr_schedule', 'constant', list(federated_training.SCHEDULES),
+    'server_lr_schedule', 'constant', list(optimizers.schedules.NAMES),
     'Server LR schedule: exponential is lr * rate^((t - start) / transition) after start '
     '(spec §3.4); step multiplies by rate every transition rounds after start.')
 _SERVER_LR_DECAY_RATE = flags.DEFINE_float('server_lr_decay_rate', 0.6, 'Decay rate rho.',

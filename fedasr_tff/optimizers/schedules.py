@@ -9,6 +9,8 @@ a TensorFlow computation) and return a float32 tensor; `float(schedule(t))` give
 * `step_decay(η0, factor, every, t0)`: η0 · factor^floor((t − t0)/every + 1) once t >= t0 (the
                                       seed recipe: halve every 50k steps from t0 on).
 * `linear_warmup(schedule, rounds)`:  schedule(t) · min(1, (t + 1)/rounds).
+* `by_name(name, η0, ρ, period, t0)`: one of the first three by its name in `NAMES` (what the
+                                      experiment binaries' schedule flags hold).
 """
 
 from typing import Callable
@@ -19,6 +21,8 @@ import tensorflow as tf
 from fedasr_tff import validation
 
 Schedule = Callable[[Union[int, tf.Tensor]], tf.Tensor]
+
+NAMES = ('constant', 'exponential', 'step')
 
 
 def _rounds_since(round_num, start_round):
@@ -75,3 +79,18 @@ def linear_warmup(schedule: Schedule, warmup_rounds: int) -> Schedule:
     return scale * schedule(round_num)
 
   return warmed_up
+
+
+def by_name(name: str, learning_rate: float, decay_rate: float, period: int,
+            start_round: int) -> Schedule:
+  """`constant(η0)`, `exponential_decay(η0, ρ, period, t0)` or `step_decay(η0, ρ, period, t0)`.
+
+  The decay arguments are checked only for the schedules that use them.
+  """
+  if name == 'exponential':
+    return exponential_decay(learning_rate, decay_rate, period, start_round=start_round)
+  if name == 'step':
+    return step_decay(learning_rate, decay_rate, period, start_round)
+  if name == 'constant':
+    return constant(learning_rate)
+  raise ValueError(f'`name` must be one of {NAMES}, got {name!r}.')

@@ -29,7 +29,6 @@ from fedasr_tff.program import evaluation
 from fedasr_tff.program import model_io
 from fedasr_tff.program import progress as progress_lib
 
-SCHEDULES = ('constant', 'step', 'exponential')
 # LARS is the paper's; Adam reaches a usable tiny model in a few hundred CPU steps (the demo).
 OPTIMIZERS = ('lars', 'adam')
 
@@ -55,8 +54,9 @@ class CentralConfig:
       raise ValueError(f'`optimizer` must be one of {OPTIMIZERS}, got {self.optimizer!r}.')
     validation.check_positive('learning_rate', self.learning_rate)
     validation.check_unit_interval_right_open('momentum', self.momentum)
-    if self.schedule not in SCHEDULES:
-      raise ValueError(f'`schedule` must be one of {SCHEDULES}, got {self.schedule!r}.')
+    if self.schedule not in optimizers.schedules.NAMES:
+      raise ValueError(f'`schedule` must be one of {optimizers.schedules.NAMES}, got '
+                       f'{self.schedule!r}.')
     validation.check_positive('decay_rate', self.decay_rate)
     validation.check_positive_integer('decay_every', self.decay_every)
     validation.check_non_negative_integer('decay_start', self.decay_start)
@@ -69,17 +69,6 @@ class CentralConfig:
 class CentralResult:
   weights: tff.learning.models.ModelWeights
   evaluation: Optional[evaluation.EvaluationResult]
-
-
-def learning_rate_schedule(config: CentralConfig):
-  if config.schedule == 'step':
-    return optimizers.schedules.step_decay(config.learning_rate, config.decay_rate,
-                                           config.decay_every, config.decay_start)
-  if config.schedule == 'exponential':
-    return optimizers.schedules.exponential_decay(config.learning_rate, config.decay_rate,
-                                                  config.decay_every,
-                                                  start_round=config.decay_start)
-  return optimizers.schedules.constant(config.learning_rate)
 
 
 def train(config: CentralConfig,
@@ -100,7 +89,9 @@ def train(config: CentralConfig,
   else:
     optimizer = optimizers.build('adam', config.learning_rate)
   opt_state = optimizer.initialize([tf.TensorSpec(v.shape, v.dtype) for v in variables])
-  schedule = learning_rate_schedule(config)
+  schedule = optimizers.schedules.by_name(config.schedule, config.learning_rate,
+                                          config.decay_rate, config.decay_every,
+                                          config.decay_start)
 
   # Traced once, for any batch shape (and the model's forward pass inline): a first trace for
   # the first batch's exact shapes followed by a relaxed one (reduce_retracing) makes TF's graph

@@ -7,6 +7,15 @@ global or per-layer clipping of the deltas with `aggregators.PerLayerDPFactory`,
 the server optimizer). Every `eval_every` rounds the global model is scored on held-out speakers
 and the privacy spent so far is accounted (`privacy_ledger`).
 
+Privacy (spec §1.2, §6): a client is a speaker, and each contributes one delta per round, clipped
+to total L2 norm C (per-layer bounds C_h with sum_h C_h^2 = C^2), so adding or removing a
+speaker changes the sum of deltas by at most C. The aggregator adds Gaussian noise of std z·C
+to that sum with z = σ_DP·S (`ledger.noise_multiplier`, the value passed to
+`build_aggregator`), i.e. σ_DP·C on the average of the S deltas. The ledger accounts exactly that
+z at sampling rate q = S/K for this run, and z' = σ_DP·S' at q' = S'/K' for the declared
+population. With adaptive clipping the same z is split between the value noise and the noised
+clipped counts (`aggregators.PerLayerDPFactory.gaussian_adaptive`), so the account is unchanged.
+
 Run management with `tff.program`:
 * `tff.program.FileProgramStateManager` saves the whole process state every `checkpoint_every`
   rounds (and at round 0 and the end). Started again with the same configuration, a run resumes
@@ -52,7 +61,6 @@ from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import progress as progress_lib
 
 CLIPPINGS = ('none', 'global', 'uniform', 'dim', 'weighted')
-SCHEDULES = ('constant', 'exponential', 'step')
 # Parameter groups of the MLP, which the "weighted" allocation favours (spec §2, α-weighted).
 MLP_GROUPS = ('w1', 'w2')
 
@@ -106,8 +114,8 @@ class FederatedConfig:
       raise ValueError(f'`server_optimizer` must be one of {sorted(optimizers.OPTIMIZERS)}, got '
                        f'{self.server_optimizer!r}.')
     validation.check_positive('server_lr', self.server_lr)
-    if self.server_lr_schedule not in SCHEDULES:
-      raise ValueError(f'`server_lr_schedule` must be one of {SCHEDULES}, got '
+    if self.server_lr_schedule not in optimizers.schedules.NAMES:
+      raise ValueError(f'`server_lr_schedule` must be one of {optimizers.schedules.NAMES}, got '
                        f'{self.server_lr_schedule!r}.')
     if self.clipping not in CLIPPINGS:
       raise ValueError(f'`clipping` must be one of {CLIPPINGS}, got {self.clipping!r}.')
@@ -136,15 +144,9 @@ class FederatedResult:
 
 
 def _server_lr_schedule(config: FederatedConfig):
-  if config.server_lr_schedule == 'exponential':
-    return optimizers.schedules.exponential_decay(
-        config.server_lr, config.server_lr_decay_rate, config.server_lr_transition_rounds,
-        start_round=config.server_lr_start_round)
-  if config.server_lr_schedule == 'step':
-    return optimizers.schedules.step_decay(
-        config.server_lr, config.server_lr_decay_rate, config.server_lr_transition_rounds,
-        start_round=config.server_lr_start_round)
-  return optimizers.schedules.constant(config.server_lr)
+  return optimizers.schedules.by_name(
+      config.server_lr_schedule, config.server_lr, config.server_lr_decay_rate,
+      config.server_lr_transition_rounds, config.server_lr_start_round)
 
 
 def _group_names(config: FederatedConfig, tensor_names: List[str]) -> List[str]:
@@ -268,9 +270,7 @@ def train(config: FederatedConfig,
   """
   client_ids = train_data.client_ids
   population = config.population or len(client_ids)
-  if config.cohort_size > len(client_ids):
-    raise ValueError(f'`cohort_size` ({config.cohort_size}) exceeds the {len(client_ids)} '
-                     'training clients.')
+  # The ledger refuses a cohort larger than the training clients (its `population`).
   ledger = privacy_ledger.PrivacyLedger(
       sigma_dp=config.sigma_dp, cohort_size=config.cohort_size, population=len(client_ids),
       declared_cohort_size=config.declared_cohort_size, declared_population=population,

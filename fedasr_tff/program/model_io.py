@@ -95,10 +95,3 @@ def model_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
       trainable=[v.numpy() for v in model.trainable_variables],
       non_trainable=[v.numpy() for v in model.non_trainable_variables])
 
-
-def assign_weights(model: tf.keras.Model, weights: tff.learning.models.ModelWeights) -> None:
-  """Copies `weights` into the model's variables."""
-  for variable, value in zip(model.trainable_variables, weights.trainable, strict=True):
-    variable.assign(value)
-  for variable, value in zip(model.non_trainable_variables, weights.non_trainable, strict=True):
-    variable.assign(value)

@@ -22,6 +22,17 @@ class SchedulesTest(parameterized.TestCase):
     self.assertAlmostEqual(float(schedules.exponential_decay(0.003, 0.6, 250, 1000)(2000)),
                            3.888e-4, places=8)
 
+  def test_by_name_builds_the_named_schedule(self):
+    for name, expected in (('constant', schedules.constant(0.4)),
+                           ('exponential', schedules.exponential_decay(0.4, 0.5, 10, 5)),
+                           ('step', schedules.step_decay(0.4, 0.5, 10, 5))):
+      schedule = schedules.by_name(name, 0.4, 0.5, 10, 5)
+      for t in (0, 5, 14, 15, 40):
+        self.assertAlmostEqual(float(schedule(t)), float(expected(t)), places=7, msg=(name, t))
+    self.assertLess(float(schedules.by_name('step', 0.4, 0.5, 10, 5)(15)), 0.4)
+    with self.assertRaisesRegex(ValueError, '`name`.*cosine'):
+      schedules.by_name('cosine', 0.4, 0.5, 10, 5)
+
   def test_staircase(self):
     schedule = schedules.exponential_decay(1.0, 0.5, 10, start_round=5, staircase=True)
     self.assertEqual([float(schedule(t)) for t in (5, 14, 15, 25)], [1.0, 1.0, 0.5, 0.25])

@@ -4,10 +4,12 @@ import tempfile
 
 from absl.testing import absltest
 import numpy as np
+import tensorflow_federated as tff
 
 from fedasr_tff import models
 from fedasr_tff import privacy
 from fedasr_tff.program import cohorts
+from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
 
@@ -59,6 +61,26 @@ class PrivacyLedgerTest(absltest.TestCase):
     self.assertLessEqual(metrics['epsilon_pld'], metrics['epsilon_rdp'] * 1.01)
     self.assertGreater(metrics['run_epsilon_rdp'], metrics['epsilon_rdp'])
     self.assertIn('| declared (spec §6) | 1024 | 34753 |', ledger.statement(1000))
+
+  def test_runner_aggregator_adds_the_noise_the_ledger_accounts(self):
+    # The aggregator `federated_training.train` builds must carry the ledger's z in its DP event
+    # (fixed and adaptive clipping), or the printed epsilon would not describe the run.
+    value_type = tff.types.to_type([tff.TensorType(np.float32, [3]),
+                                    tff.TensorType(np.float32, [2, 2])])
+    for adaptive in (False, True):
+      config = federated_training.FederatedConfig(
+          rounds=10, cohort_size=8, sigma_dp=0.05, clip=0.5, adaptive_clipping=adaptive)
+      ledger = privacy_ledger.PrivacyLedger(
+          sigma_dp=config.sigma_dp, cohort_size=config.cohort_size, population=54,
+          declared_cohort_size=config.declared_cohort_size, declared_population=54,
+          planned_rounds=config.rounds, delta=config.delta)
+      factory = federated_training.build_aggregator(config, ['a', 'b'], ledger.noise_multiplier)
+      process = factory.create(value_type)
+      deltas = [[np.full([3], 0.1, np.float32), np.full([2, 2], 0.1, np.float32)]] * 8
+      state = process.next(process.initialize(), deltas).state
+      event = tff.aggregators.differential_privacy.extract_dp_event_from_state(state)
+      self.assertAlmostEqual(event.noise_multiplier, 0.05 * 8, places=5, msg=adaptive)
+      self.assertAlmostEqual(event.noise_multiplier, ledger.noise_multiplier, places=5)
 
   def test_no_noise_is_not_private(self):
     ledger = self._ledger(0.0)
