@@ -7,13 +7,13 @@ server optimizer at learning rate 1), run by TFF's default execution context: th
 
 The floor is the same arithmetic without TFF, in this process: for every client of the cohort,
 one `tf.function` assigns the global weights to a Keras `tiny` model, takes `--local_steps` SGD
-steps (CTC loss, gradients clipped to global L2 norm 1.0, the same learning rate) over the
-client's batches, cycling them, in a `tf.range` loop on a dataset iterator, and returns the
-delta; the deltas are averaged with `tf.add_n` and applied. For the cohorts in
-`--reduce_floor_cohorts` a second floor runs the same steps with the loop as `dataset.reduce`
-(the form the library's client work had until this benchmark showed it slow), still in this
-process. All start from the same weights
-and their first rounds are checked to agree, so they do the same work on the same batches.
+steps (CTC loss, gradients clipped to global L2 norm 1.0, the same learning rate, the model's
+seed the batch's `seed` with the local step folded in, as the client work does) over the client's
+batches, cycling them, in a `tf.range` loop on a dataset iterator, and returns the delta; the
+deltas are averaged with `tf.add_n` and applied. For the cohorts in `--reduce_floor_cohorts` a
+second floor runs the same steps with the loop as `dataset.reduce` (the form the library's client
+work had until this benchmark showed it slow), still in this process. All start from the same
+weights and their first rounds are checked to agree, so they do the same work on the same batches.
 Also timed: serializing the cohort's datasets to graphs (`DatasetToGraphV2`), which is how TFF
 ships every client's dataset to the worker each round.
 
@@ -51,6 +51,7 @@ from fedasr_tff import algorithms
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff import optimizers
+from fedasr_tff.algorithms import local_training
 from fedasr_tff.data import synthetic
 from fedasr_tff.runtime import tff_workers
 
@@ -100,7 +101,7 @@ def _client_datasets(corpus_dir, vocab):
   ids = client_data.client_ids[:_SPEAKERS.value]
   if len(ids) < _SPEAKERS.value:
     raise app.UsageError(f'{corpus_dir} has {len(ids)} speakers, --speakers={_SPEAKERS.value}.')
-  return [client_data.create_tf_dataset_for_client(i) for i in ids]
+  return [client_data.create_tf_dataset_for_client(c, seed=i) for i, c in enumerate(ids)]
 
 
 def _cohort(datasets, size):
@@ -115,10 +116,11 @@ class _Floor:
     self._local_steps = local_steps
     self._reduce_loop = reduce_loop
 
-  def _step(self, batch):
+  def _step(self, batch, step):
     variables = self._model.trainable_variables
     with tf.GradientTape() as tape:
-      logits = self._model((batch['features'], batch['feature_lengths']), training=True)
+      logits = self._model((batch['features'], batch['feature_lengths']), training=True,
+                           seed=local_training.local_step_seed(batch['seed'], step))
       loss = models.ctc_loss(batch['labels'], batch['label_lengths'], logits,
                              models.output_lengths(batch['feature_lengths'], _MODEL))
     grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), _CLIP_NORM)
@@ -133,14 +135,14 @@ class _Floor:
     if self._reduce_loop:
 
       def body(count, batch):
-        self._step(batch)
+        self._step(batch, count)
         return count + 1
 
       dataset.repeat().take(self._local_steps).reduce(tf.constant(0), body)
     else:
       batches = iter(dataset.repeat())
-      for _ in tf.range(self._local_steps):
-        self._step(next(batches))
+      for step in tf.range(self._local_steps):
+        self._step(next(batches), step)
     return [w0 - w for w0, w in zip(initial_weights, variables, strict=True)]
 
   def next(self, weights, datasets):

@@ -11,13 +11,28 @@ and returns Δ_k = θ − θ_k (old minus new, so Δ acts as a gradient for the 
 client weight 1: DP averaging needs uniform weights (spec §1). There is no optimizer state to
 carry between rounds. The local learning rate lives in the process state (`get_hparams`).
 
-Measurements (`train`): mean loss over local steps, examples and steps (summed over clients),
-mean delta norm, and the largest gradient norm before and after clipping seen on any client.
-These client statistics are sent without noise: they are simulation diagnostics, not part of the
-DP release.
+Randomness: every training-time random draw of client work is a function of the client's dataset
+and the local step, never of TF's global random state. A batch that is a mapping with a `seed`
+entry (a [2] integer tensor, as the speech pipeline's batches are) reaches the model's forward
+pass with the local step k (0, 1, ...) folded into that seed (`local_step_seed`), so a batch seen
+again (`local_steps` cycling the data, `local_epochs`) draws fresh dropout masks, yet the whole
+client update is a function of the dataset's seeds. This is what makes a replayed round (a resumed
+DP run replays the round's noise) bit-identical: were client work random, two executions with the
+same noise would differ by a noise-free difference of client updates, which cancels the noise.
+Batches of other structures (tuples of generic models) pass unchanged; such models must then draw
+nothing at random in training for the guarantee to hold.
+
+Measurements (`train`): `loss`, the mean over clients of each client's mean loss over its local
+steps; `examples` and `steps` (summed over clients); `clients`, the number of clients;
+`delta_norm`, the mean over clients of the L2 norm of the delta; and the largest gradient norm
+before and after clipping seen on any client (`max_grad_norm`, `max_clipped_grad_norm`). The means
+are a sum over clients divided by `clients` on the server, 0 in a round of no clients (Poisson
+sampling can draw an empty cohort), as are the maxima. These client statistics are sent without
+noise: they are simulation diagnostics, not part of the DP release.
 """
 
 import collections
+from collections import abc
 from typing import Callable
 from typing import Optional
 
@@ -51,8 +66,34 @@ def _identity(a):
 
 
 def _federated_max(value):
-  """Largest of a non-negative float32 client value (TFF 0.87 has no federated max)."""
+  """Largest of a non-negative float32 client value, 0 without clients (TFF 0.87 has no max)."""
   return tff.federated_aggregate(value, 0.0, _maximum, _maximum, _identity)
+
+
+@tff.tensorflow.computation(tf.float32, tf.int64)
+def _divide_by_count(total, count):
+  return tf.math.divide_no_nan(total, tf.cast(count, tf.float32))
+
+
+def _federated_client_mean(value, clients):
+  """Unweighted mean of a float32 client value over `clients` (server-placed), 0 for none.
+
+  Not `tff.federated_mean`, which gives NaN in a round of no clients.
+  """
+  return tff.federated_map(_divide_by_count,
+                           tff.federated_zip((tff.federated_sum(value), clients)))
+
+
+def local_step_seed(seed, step) -> tf.Tensor:
+  """The seed of local step `step` over a batch of seed `seed`: the step folded in; [2] int64."""
+  return tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
+
+
+def _with_step_seed(batch, step):
+  """`batch` with the local step folded into its seed, if it is a mapping holding one."""
+  if isinstance(batch, abc.Mapping) and 'seed' in batch:
+    return collections.OrderedDict(batch, seed=local_step_seed(batch['seed'], step))
+  return batch
 
 
 def _local_dataset(dataset: tf.data.Dataset, local_steps, local_epochs) -> tf.data.Dataset:
@@ -111,11 +152,13 @@ def build_local_training_client_work(
   def next_fn(state, weights, client_data):
     result, stats = tff.federated_map(client_update,
                                       (tff.federated_broadcast(state), weights, client_data))
+    clients = tff.federated_sum(stats['clients'])
     measurements = collections.OrderedDict(
-        loss=tff.federated_mean(stats['loss']),
+        loss=_federated_client_mean(stats['loss'], clients),
         examples=tff.federated_sum(stats['examples']),
         steps=tff.federated_sum(stats['steps']),
-        delta_norm=tff.federated_mean(stats['delta_norm']),
+        clients=clients,
+        delta_norm=_federated_client_mean(stats['delta_norm'], clients),
         max_grad_norm=_federated_max(stats['max_grad_norm']),
         max_clipped_grad_norm=_federated_max(stats['max_clipped_grad_norm']),
     )
@@ -154,7 +197,7 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
     def step(state, batch):
       loss_sum, examples, steps, max_norm, max_clipped_norm = state
       with tf.GradientTape() as tape:
-        output = forward_pass(batch, training=True)
+        output = forward_pass(_with_step_seed(batch, steps), training=True)
         loss = output.loss
         if fedprox_mu > 0:
           loss += 0.5 * fedprox_mu * tf.add_n([
@@ -185,6 +228,7 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
         loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),
         examples=examples,
         steps=steps,
+        clients=tf.constant(1, tf.int64),
         delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)),
         max_grad_norm=max_norm,
         max_clipped_grad_norm=max_clipped_norm)

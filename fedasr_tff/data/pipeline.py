@@ -5,7 +5,18 @@ decoded, featurised and batched when that client's dataset is iterated, so a pop
 thousands of speakers costs a list of file names. Batches are filled up to `max_batch_seconds`
 of audio (dynamic batching; the paper uses 120 s per client batch on Common Voice) and padded:
 
-    {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B]}
+    {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B],
+     'seed': [2]}
+
+Randomness: a client's dataset is made with a seed (`create_tf_dataset_for_client(client_id,
+seed)`; a federated run derives it from its secret, the round and the client), and batch i carries
+`seed` = [seed mod 2**63, i] (int64). Every training-time random draw of client work is a
+function of that element seed and the local step: SpecAugment's masks (drawn here, from the
+element seed) and the model's dropout, layer drop and CAPE shift (drawn from the element seed
+with the local step folded in, see `fedasr_tff.algorithms.local_training` and
+`fedasr_tff.models.transformer`). A TFF client has no identity, so its seed travels in its data;
+a replayed round (a resumed DP run replays its noise) then repeats its client work bit for bit,
+and the noise is not cancelled by a difference of client updates.
 
 Unreadable audio and transcripts with no in-vocabulary characters are skipped and counted in
 `report` (naming the file), or raised with `strict=True`; characters outside the vocabulary are
@@ -28,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import private_files
 from fedasr_tff import validation
 from fedasr_tff.data import audio as audio_lib
 from fedasr_tff.data import corpora
@@ -72,6 +84,7 @@ _ELEMENT_SPEC = collections.OrderedDict(
     feature_lengths=tf.TensorSpec([None], tf.int32),
     labels=tf.TensorSpec([None, None], tf.int32),
     label_lengths=tf.TensorSpec([None], tf.int32),
+    seed=tf.TensorSpec([2], tf.int64),
 )
 
 
@@ -103,6 +116,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       max_utterance_seconds: longer utterances are skipped (30 s in the released code).
       feature_cache_dir: if given, log-mel features are stored there (keyed by the audio file's
         path, size and modification time) and read back instead of decoding the audio again.
+        They are derived from raw client audio, so folder and files are owner-only.
       report: where skipped utterances are counted; a new one by default.
     """
     validation.check_positive('max_batch_seconds', max_batch_seconds)
@@ -164,9 +178,11 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       return None
     feats = features_lib.log_mel_features(waveform).numpy()
     if cache_path is not None:
-      os.makedirs(os.path.dirname(cache_path), exist_ok=True)
+      private_files.make_private_directory(self._feature_cache_dir)
+      private_files.make_private_directory(os.path.dirname(cache_path))
       partial = f'{cache_path}.{os.getpid()}.tmp.npy'
-      np.save(partial, feats)
+      with private_files.open_private(partial, 'wb') as f:
+        np.save(f, feats)
       os.replace(partial, cache_path)  # Atomic: readers never see a half-written file.
     return feats
 
@@ -183,45 +199,58 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       yield _pad_batch(batch)
 
   def create_tf_dataset_for_client(self, client_id: str,
-                                   spec_augment_seed: Optional[int] = None) -> tf.data.Dataset:
-    """The client's padded dynamic batches.
+                                   seed: Optional[int] = None) -> tf.data.Dataset:
+    """The client's padded dynamic batches, batch i with `seed` = [seed mod 2**63, i].
 
     The client's audio is decoded and featurised now (only this client's), and the batches are
     held as constants, so the dataset can be shipped into TFF computations. SpecAugment, when on,
-    is a map over the batches with masks drawn anew for every dataset made (so every round);
-    repeated passes over one dataset (local epochs) see the same masks.
+    is a map over the batches with masks drawn from each batch's `seed`, so from a new seed for
+    every dataset made (every round); repeated passes over one dataset (local epochs) see the same
+    masks. The model's random draws in training come from the same element seed (module
+    docstring).
 
     Args:
       client_id: the speaker.
-      spec_augment_seed: seed of the SpecAugment masks (an integer >= 0), for runs that must
-        replay exactly (a resumed run derives it from its seed, the round and the client);
-        None draws it from OS entropy.
+      seed: seed of all the client's randomness (an integer >= 0), for runs that must replay
+        exactly (a federated run derives it from its secret, the round and the client); None
+        draws it from OS entropy.
     """
+    if seed is None:
+      # OS entropy rather than TF's global seed, which would freeze the draws across datasets.
+      seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> np.uint64(1))
+    else:
+      validation.check_non_negative_integer('seed', seed)
+    seed = int(seed) % 2**63
     batches = list(self._batches(client_id))
     if not batches:  # Every utterance was skipped (see `report`): an empty dataset.
-      placeholder = _pad_batch([(np.zeros([1, features_lib.NUM_MELS], np.float32), [1])])
-      return tf.data.Dataset.from_tensors(placeholder).take(0)
-    dataset = tf.data.Dataset.from_tensors(batches[0])
-    for batch in batches[1:]:
-      dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+      batches = [_pad_batch([(np.zeros([1, features_lib.NUM_MELS], np.float32), [1])])]
+      dataset = tf.data.Dataset.from_tensors(batches[0]).take(0)
+    else:
+      dataset = tf.data.Dataset.from_tensors(batches[0])
+      for batch in batches[1:]:
+        dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+    # Stateless ops from a seed held in the graph keep the dataset shippable into TFF.
+    dataset = dataset.enumerate().map(
+        lambda index, batch: collections.OrderedDict(
+            batch, seed=tf.stack([tf.constant(seed, tf.int64), index])))
     if self._spec_augment:
-      # Fresh masks for every dataset made (every round), from OS entropy rather than TF's
-      # global seed unless a seed is given; stateless ops keep the dataset shippable into TFF.
-      if spec_augment_seed is None:
-        seed = int(np.random.SeedSequence().generate_state(1)[0] >> 1)
-      else:
-        validation.check_non_negative_integer('spec_augment_seed', spec_augment_seed)
-        seed = int(spec_augment_seed) % 2**63
-      dataset = dataset.enumerate().map(
-          lambda index, batch: _spec_augment_batch(batch, tf.stack([seed, index])))
+      dataset = dataset.map(_spec_augment_batch)
     return dataset
 
   def create_tf_dataset_from_all_clients(self, seed: Optional[int] = None) -> tf.data.Dataset:
-    """Every client's batches, clients in an order shuffled by `seed` (None: id order)."""
+    """Every client's batches, clients in an order shuffled by `seed` (None: id order).
+
+    With a seed, the clients' datasets are seeded from it too (so the whole dataset replays);
+    without, each draws its seed from OS entropy.
+    """
     ids = self.client_ids
+    client_seeds = [None] * len(ids)
     if seed is not None:
-      ids = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
-    datasets = [self.create_tf_dataset_for_client(client_id) for client_id in ids]
+      rng = np.random.default_rng(seed)
+      ids = [ids[i] for i in rng.permutation(len(ids))]
+      client_seeds = [int(s) for s in rng.integers(0, 2**63, size=len(ids), dtype=np.int64)]
+    datasets = [self.create_tf_dataset_for_client(client_id, seed=client_seed)
+                for client_id, client_seed in zip(ids, client_seeds, strict=True)]
     dataset = datasets[0]
     for other in datasets[1:]:
       dataset = dataset.concatenate(other)
@@ -238,11 +267,11 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     return _ELEMENT_SPEC
 
 
-@tf.function(input_signature=[_ELEMENT_SPEC, tf.TensorSpec([2], tf.int64)])
-def _spec_augment_batch(batch, seed):
-  """SpecAugment of a padded batch; traced once per process, not once per dataset made."""
+@tf.function(input_signature=[_ELEMENT_SPEC])
+def _spec_augment_batch(batch):
+  """SpecAugment of a padded batch from its `seed`; traced once per process, not per dataset."""
   features = features_lib.spec_augment_batch(batch['features'], batch['feature_lengths'],
-                                             seed=seed)
+                                             seed=batch['seed'])
   return collections.OrderedDict(batch, features=features)
 
 

@@ -1,8 +1,8 @@
 """The CTC transformer as a `tff.learning.models.VariableModel`, with loss, WER and CER metrics.
 
 Batches are the data pipeline's dicts (`features`, `feature_lengths`, `labels`,
-`label_lengths`). `forward_pass` returns the mean CTC loss over the batch's utterances; it also
-accumulates, over all batches since `reset_metrics`:
+`label_lengths`, `seed`). `forward_pass` returns the mean CTC loss over the batch's utterances; it
+also accumulates, over all batches since `reset_metrics`:
 
 * `loss`: utterance-weighted mean CTC loss;
 * `wer`, `cer`: corpus-level error rates of greedy decoding against the labels (computed only
@@ -11,6 +11,13 @@ accumulates, over all batches since `reset_metrics`:
 
 The metrics are sums and counts, so TFF's `sum_then_finalize` aggregation across clients gives
 corpus-level rates.
+
+Randomness: a training pass (`forward_pass(batch, training=True)`) draws every random number
+(dropout, layer drop, CAPE's shift) statelessly from the batch's `seed`, a [2] int64 tensor (see
+`transformer`), so it is a deterministic function of the weights and the batch. Federated local
+training folds the local step into that seed before the pass (`algorithms.local_training`), so
+a client's whole update is a function of its dataset's seed. Evaluation (`training=False`) ignores
+the seed.
 """
 
 import collections
@@ -29,6 +36,7 @@ INPUT_SPEC = collections.OrderedDict(
     feature_lengths=tf.TensorSpec([None], tf.int32),
     labels=tf.TensorSpec([None, None], tf.int32),
     label_lengths=tf.TensorSpec([None], tf.int32),
+    seed=tf.TensorSpec([2], tf.int64),
 )
 
 _METRIC_NAMES = ('loss_sum', 'utterances', 'word_edits', 'words', 'char_edits', 'chars')
@@ -84,8 +92,11 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
     # Not a nested tf.function call in forward_pass: client training differentiates
     # forward_pass inside a while loop, where a nested call's gradient makes Grappler's function
     # optimizer fail ("inputs from different frames") and log an error.
-    return self._model((batch_input['features'], batch_input['feature_lengths']),
-                       training=training)
+    inputs = (batch_input['features'], batch_input['feature_lengths'])
+    if not training:
+      return self._model(inputs, training=False)
+    # A batch without a seed reaches the model's error, which says what is missing.
+    return self._model(inputs, training=True, seed=batch_input.get('seed'))
 
   @tf.function(reduce_retracing=True)
   def forward_pass(self, batch_input, training=True):

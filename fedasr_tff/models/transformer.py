@@ -12,6 +12,15 @@ Linear layers inside blocks have no biases and LayerNorm uses ε = 1e-5, as in t
 Weights are named `input_norm`, `conv`, `block_XX/{ln1,wqkv,wf,ln2,w1,w2}`, `final_ln` and
 `output`, so per-layer clipping and the per-layer norm plots can address the paper's groups.
 The output has floor(T / 3) frames (`output_lengths`).
+
+Randomness: a training pass (`training=True`) takes a `seed`, a shape-[2] integer tensor, and
+every random number it draws (dropout masks, layer drop, CAPE's global shift) is a stateless
+function of that seed: each use draws from its own seed, `seed` with a constant of that use folded
+in (`tf.random.experimental.stateless_fold_in`). So a training pass is a deterministic function of
+(weights, batch, seed), and a replayed federated round repeats its clients' work bit for bit
+(in federated training the seed is the batch's `seed` with the local step folded in, see
+`fedasr_tff.algorithms.local_training`). A training pass without a seed is an error, never a
+draw from TF's global random state. Inference (`training=False`) takes no seed.
 """
 
 import math
@@ -24,10 +33,30 @@ _LN_EPSILON = 1e-5
 # Seconds between output frames: 10 ms feature hop times the conv stride.
 _FEATURE_HOP_SECONDS = 0.01
 
+# The uses of the model's seed, each folded into it to give that use its own stream.
+_FRONT_END_DROPOUT = 0
+_CAPE_SHIFT = 1
+_FIRST_BLOCK = 2  # Block i uses _FIRST_BLOCK + i, then its own uses below.
+_LAYER_DROP = 0
+_ATTENTION_DROPOUT = 1
+_MLP_DROPOUT = 2
+
 
 def output_lengths(lengths, config) -> tf.Tensor:
   """Valid output frames for inputs of `lengths` frames: floor(T / stride)."""
   return tf.math.floordiv(tf.cast(lengths, tf.int32), configs.get_config(config).conv_stride)
+
+
+def fold_seed(seed, use: int) -> tf.Tensor:
+  """The seed of one use of `seed` ([2] integers): `use` folded in; a [2] int64 tensor."""
+  return tf.random.experimental.stateless_fold_in(seed, tf.constant(use, tf.int64))
+
+
+def stateless_dropout(x, rate: float, seed, training: bool):
+  """Inverted dropout with its mask drawn from `seed`; the identity unless training."""
+  if not training or rate == 0:
+    return x
+  return tf.nn.experimental.stateless_dropout(x, rate, seed)
 
 
 class InputNormalization(tf.keras.layers.Layer):
@@ -50,18 +79,20 @@ class ConvGLUFrontEnd(tf.keras.layers.Layer):
     total_padding = kernel - stride
     self._padding = (total_padding // 2, total_padding - total_padding // 2)
     self.conv = tf.keras.layers.Conv1D(2 * model_dim, kernel, strides=stride, name='conv')
-    self.dropout = tf.keras.layers.Dropout(dropout)
+    self._dropout = dropout
 
-  def call(self, x, training=False):
+  def call(self, x, training=False, seed=None):
     x = tf.pad(x, [[0, 0], list(self._padding), [0, 0]])
     value, gate = tf.split(self.conv(x), 2, axis=-1)
-    return self.dropout(value * tf.sigmoid(gate), training=training)
+    return stateless_dropout(value * tf.sigmoid(gate), self._dropout, seed, training)
 
 
-def cape_embedding(mask, model_dim, frame_seconds, freq_scale, max_global_shift, training):
+def cape_embedding(mask, model_dim, frame_seconds, freq_scale, max_global_shift, training,
+                   seed=None):
   """CAPE sinusoidal embedding of frame times in seconds, mean-centred over valid frames.
 
-  While training every utterance's positions move by one global shift ~ U(-max, max) seconds.
+  While training every utterance's positions move by one global shift ~ U(-max, max) seconds,
+  drawn from `seed` (a [2] integer tensor, required then).
   """
   mask = tf.cast(mask, tf.float32)
   frames = tf.shape(mask)[1]
@@ -69,8 +100,8 @@ def cape_embedding(mask, model_dim, frame_seconds, freq_scale, max_global_shift,
   valid = tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
   positions -= tf.reduce_sum(positions * mask, axis=1, keepdims=True) / valid
   if training and max_global_shift > 0:
-    shift = tf.random.uniform([tf.shape(mask)[0], 1], -max_global_shift, max_global_shift)
-    positions += shift
+    positions += tf.random.stateless_uniform([tf.shape(mask)[0], 1], seed, -max_global_shift,
+                                             max_global_shift)
   half = model_dim // 2
   frequencies = tf.exp(tf.range(half, dtype=tf.float32) * (-math.log(1e4) / half))
   angles = (positions * freq_scale)[:, :, tf.newaxis] * frequencies
@@ -87,6 +118,7 @@ class TransformerBlock(tf.keras.layers.Layer):
     super().__init__(**kwargs)
     self._num_heads = num_heads
     self._head_dim = model_dim // num_heads
+    self._dropout = dropout
     self._layer_drop = layer_drop
     self.ln1 = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='ln1')
     self.wqkv = tf.keras.layers.Dense(3 * model_dim, use_bias=False, name='wqkv')
@@ -94,31 +126,38 @@ class TransformerBlock(tf.keras.layers.Layer):
     self.ln2 = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='ln2')
     self.w1 = tf.keras.layers.Dense(mlp_dim, use_bias=False, activation='relu', name='w1')
     self.w2 = tf.keras.layers.Dense(model_dim, use_bias=False, name='w2')
-    self.attention_dropout = tf.keras.layers.Dropout(dropout)
-    self.mlp_dropout = tf.keras.layers.Dropout(dropout)
 
-  def _attention(self, x, mask, training):
+  def _attention(self, x, mask, training, seed):
     batch, frames = tf.shape(x)[0], tf.shape(x)[1]
     qkv = tf.reshape(self.wqkv(x), [batch, frames, 3, self._num_heads, self._head_dim])
     q, k, v = tf.unstack(tf.transpose(qkv, [2, 0, 3, 1, 4]))  # each [B, heads, T, head_dim]
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self._head_dim)
     scores += (1.0 - tf.cast(mask, scores.dtype))[:, tf.newaxis, tf.newaxis, :] * -1e9
-    weights = self.attention_dropout(tf.nn.softmax(scores, axis=-1), training=training)
+    weights = stateless_dropout(tf.nn.softmax(scores, axis=-1), self._dropout, seed, training)
     context = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]),
                          [batch, frames, self._num_heads * self._head_dim])
     return self.wf(context)
 
-  def call(self, x, mask, training=False):
+  def call(self, x, mask, training=False, seed=None):
+    """`seed`: this block's [2] integer seed, required when training."""
     keep = 1.0
     if training and self._layer_drop > 0:
-      keep = tf.cast(tf.random.uniform([]) >= self._layer_drop, x.dtype)
-    x = x + keep * self._attention(self.ln1(x), mask, training)
-    hidden = self.mlp_dropout(self.w1(self.ln2(x)), training=training)
+      keep = tf.cast(tf.random.stateless_uniform([], fold_seed(seed, _LAYER_DROP))
+                     >= self._layer_drop, x.dtype)
+    attention_seed = fold_seed(seed, _ATTENTION_DROPOUT) if training else None
+    x = x + keep * self._attention(self.ln1(x), mask, training, attention_seed)
+    hidden = stateless_dropout(self.w1(self.ln2(x)), self._dropout,
+                               fold_seed(seed, _MLP_DROPOUT) if training else None, training)
     return x + keep * self.w2(hidden)
 
 
 class CTCTransformer(tf.keras.Model):
-  """The encoder of the module docstring; call on (features [B, T, M], lengths [B])."""
+  """The encoder of the module docstring.
+
+  Call on (features [B, T, M], lengths [B]); a training pass also takes `seed`, a [2] integer
+  tensor from which all its random draws are made (module docstring):
+  `model((features, lengths), training=True, seed=seed)`.
+  """
 
   def __init__(self, config, vocab_size, **kwargs):
     super().__init__(**kwargs)
@@ -134,20 +173,30 @@ class CTCTransformer(tf.keras.Model):
     self.final_ln = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='final_ln')
     self.output_layer = tf.keras.layers.Dense(vocab_size + 1, name='output')
 
-  def call(self, inputs, training=False):
+  def call(self, inputs, training=False, seed=None):
+    if training and seed is None:
+      raise ValueError(
+          'A training pass of the CTC transformer needs `seed` (a [2] integer tensor, e.g. the '
+          "batch's `seed` field): model((features, lengths), training=True, seed=seed). Every "
+          'random draw of training is made from it, so that a replayed round repeats itself.')
+
+    def use(number):
+      return fold_seed(seed, number) if training else None
+
     features, lengths = inputs
     c = self.config
     # Zero the padding after the input normalisation, so a padded utterance sees the same zeros
     # at its end as the front-end's own padding gives it alone.
     input_mask = tf.sequence_mask(lengths, tf.shape(features)[1], dtype=features.dtype)
     x = self.input_norm(features) * input_mask[:, :, tf.newaxis]
-    x = self.front_end(x, training=training)
+    x = self.front_end(x, training=training, seed=use(_FRONT_END_DROPOUT))
     out_lengths = output_lengths(lengths, c)
     mask = tf.sequence_mask(out_lengths, tf.shape(x)[1])
     x += cape_embedding(mask, c.model_dim, c.conv_stride * _FEATURE_HOP_SECONDS,
-                        c.cape_freq_scale, c.cape_max_global_shift, training)
-    for block in self.blocks:
-      x = block(x, mask, training=training)
+                        c.cape_freq_scale, c.cape_max_global_shift, training,
+                        use(_CAPE_SHIFT))
+    for i, block in enumerate(self.blocks):
+      x = block(x, mask, training=training, seed=use(_FIRST_BLOCK + i))
     return self.output_layer(self.final_ln(x))
 
 

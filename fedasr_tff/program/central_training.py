@@ -5,7 +5,9 @@ them) with LARS (`optimizers.build_lars`, κ = 0.001, momentum 0.9) and a step o
 learning-rate decay, SpecAugment on (Adam is offered for short CPU runs). Batches are the
 speakers' dynamic batches, visited in an order reshuffled every epoch from (seed, epoch), with
 fresh SpecAugment masks every epoch (with masks fixed once, the tiny demo model memorised its six
-speakers: held-out CER 69% against 44%). The weights are exported with `model_io` for
+speakers: held-out CER 69% against 44%). Every random draw of a step (SpecAugment, dropout, layer
+drop, CAPE's shift) comes from its batch's `seed`, a function of (seed, epoch, speaker, batch), so
+a run is a function of its configuration. The weights are exported with `model_io` for
 `federated_training` to start from. Metrics (loss, learning rate, and WER/CER on held-out
 speakers every `eval_every` steps) go to `metrics.csv` through `tff.program`'s CSV manager.
 """
@@ -116,11 +118,12 @@ def train(config: CentralConfig,
     return opt_state, loss
 
   def epoch_batches(epoch):
-    # Made anew every epoch, so SpecAugment (when on) draws fresh masks from (seed, epoch).
+    # Made anew every epoch, so SpecAugment (when on) and the model's dropout, layer drop and
+    # CAPE shift draw afresh, from the batches' seeds: functions of (seed, epoch, speaker).
     batches = []
     for speaker in train_data.client_ids:
       batches.extend(train_data.create_tf_dataset_for_client(
-          speaker, spec_augment_seed=cohorts.client_seed(config.seed, epoch, speaker)))
+          speaker, seed=cohorts.client_seed(config.seed, epoch, speaker)))
     return batches
 
   batches = epoch_batches(0)

@@ -68,7 +68,9 @@ def evaluate(model: tff_model.CTCSpeechModel,
   per_speaker = {}
   for speaker in speakers:
     model.reset_metrics()
-    for batch in client_data.create_tf_dataset_for_client(speaker):
+    # A fixed seed: the model draws nothing at random in evaluation, and SpecAugment, should the
+    # data have it on, then masks alike in every evaluation.
+    for batch in client_data.create_tf_dataset_for_client(speaker, seed=0):
       model.forward_pass(batch, training=False)
     sums = model.report_local_unfinalized_metrics()
     per_speaker[speaker] = ErrorCounts(

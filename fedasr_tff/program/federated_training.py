@@ -352,7 +352,7 @@ def train(config: FederatedConfig,
       cohort = cohorts.sample_cohort(client_ids, config.cohort_size, config.seed, round_num)
       datasets = [
           train_data.create_tf_dataset_for_client(
-              c, spec_augment_seed=cohorts.client_seed(config.seed, round_num, c))
+              c, seed=cohorts.client_seed(config.seed, round_num, c))
           for c in cohort
       ]
       output = process.next(state, datasets)

@@ -1,5 +1,6 @@
 import os
 import shutil
+import stat
 import tempfile
 from unittest import mock
 
@@ -82,18 +83,43 @@ class SpeechClientDataTest(absltest.TestCase):
     self.assertTrue(np.all(first[changed] == 0))
     self.assertGreater(changed.sum(), 0)
 
-  def test_spec_augment_seed_replays_the_masks(self):
+  def test_seed_replays_the_masks(self):
     client = self.utterances[0].speaker
     augmented = data.SpeechClientData(self.utterances, data.Vocabulary('en'), spec_augment=True)
 
     def features(seed):
-      dataset = augmented.create_tf_dataset_for_client(client, spec_augment_seed=seed)
+      dataset = augmented.create_tf_dataset_for_client(client, seed=seed)
       return next(iter(dataset))['features'].numpy()
 
     np.testing.assert_array_equal(features(5), features(5))
     self.assertFalse(np.array_equal(features(5), features(6)))
-    with self.assertRaisesRegex(ValueError, 'spec_augment_seed'):
+    with self.assertRaisesRegex(ValueError, '`seed`'):
       features(-1)
+
+  def test_every_batch_carries_its_seed(self):
+    client = self.utterances[0].speaker
+    for spec_augment in (False, True):
+      client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                          max_batch_seconds=1.0, spec_augment=spec_augment)
+      dataset = client_data.create_tf_dataset_for_client(client, seed=2**64 + 3)
+      self.assertEqual(dataset.element_spec['seed'], tf.TensorSpec([2], tf.int64))
+      self.assertEqual(client_data.element_type_structure['seed'],
+                       tf.TensorSpec([2], tf.int64))
+      seeds = [b['seed'].numpy().tolist() for b in dataset]
+      self.assertGreater(len(seeds), 1)
+      self.assertEqual(seeds, [[3, i] for i in range(len(seeds))])  # seed mod 2**63, batch.
+    drawn = [next(iter(client_data.create_tf_dataset_for_client(client)))['seed'].numpy()
+             for _ in range(2)]
+    self.assertNotEqual(drawn[0][0], drawn[1][0])  # From OS entropy without a seed.
+
+  def test_dataset_of_no_usable_utterance_has_the_element_spec(self):
+    speaker = self.utterances[0].speaker
+    client_data = data.SpeechClientData([data.Utterance(self.utterances[0].path, '123', speaker)],
+                                        data.Vocabulary('en'), spec_augment=True)
+    dataset = client_data.create_tf_dataset_for_client(speaker, seed=1)
+    self.assertEmpty(list(dataset))
+    self.assertEqual(set(dataset.element_spec), set(client_data.element_type_structure))
+    self.assertEqual(dataset.element_spec['seed'], tf.TensorSpec([2], tf.int64))
 
   def test_feature_cache_is_used_on_the_second_pass(self):
     cache = self.enterContext(tempfile.TemporaryDirectory())
@@ -101,8 +127,13 @@ class SpeechClientDataTest(absltest.TestCase):
     first = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
                                   feature_cache_dir=cache)
     want = [b['features'].numpy() for b in first.create_tf_dataset_for_client(client)]
-    cached = [f for _, _, files in os.walk(cache) for f in files]
+    cached = [os.path.join(root, f) for root, _, files in os.walk(cache) for f in files]
     self.assertLen(cached, sum(u.speaker == client for u in self.utterances))
+    # Features derived from raw client audio are as private as the audio: owner-only.
+    for root, _, _ in os.walk(cache):
+      self.assertEqual(stat.S_IMODE(os.stat(root).st_mode), 0o700, root)
+    for path in cached:
+      self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600, path)
     second = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
                                    feature_cache_dir=cache)
     with mock.patch.object(pipeline.audio_lib, 'load_audio', side_effect=AssertionError):
@@ -115,6 +146,13 @@ class SpeechClientDataTest(absltest.TestCase):
     total = sum(int(b['features'].shape[0])
                 for b in client_data.create_tf_dataset_from_all_clients(seed=1))
     self.assertEqual(total, len(self.utterances))
+
+    def seeds(seed):
+      return [b['seed'].numpy().tolist()
+              for b in client_data.create_tf_dataset_from_all_clients(seed=seed)]
+
+    self.assertEqual(seeds(1), seeds(1))
+    self.assertNotEqual(seeds(1), seeds(2))
     with self.assertRaisesRegex(ValueError, 'nobody'):
       client_data.create_tf_dataset_for_client('nobody')
 

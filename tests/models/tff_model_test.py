@@ -1,5 +1,6 @@
 """The model on real (synthetic, espeak-ng) speech: overfitting, and the TFF wrapper."""
 
+import collections
 import dataclasses
 import os
 import shutil
@@ -47,7 +48,8 @@ class SpeechModelTest(absltest.TestCase):
     @tf.function
     def train_step():
       with tf.GradientTape() as tape:
-        logits = model((batch['features'], batch['feature_lengths']), training=True)
+        logits = model((batch['features'], batch['feature_lengths']), training=True,
+                       seed=batch['seed'])
         loss = models.ctc_loss(batch['labels'], batch['label_lengths'], logits, out_lengths)
       optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights),
                                     model.trainable_weights, strict=True))
@@ -104,6 +106,74 @@ class SpeechModelTest(absltest.TestCase):
         'current_round_metrics']
     self.assertEqual(eval_metrics['num_examples'], 8)
     self.assertBetween(eval_metrics['cer'], 0.0, 5.0)
+
+
+# Every kind of training-time randomness of the model: dropout, layer drop, CAPE's global shift.
+_RANDOM_CONFIG = models.TransformerConfig(num_blocks=2, model_dim=48, mlp_dim=96, dropout=0.3,
+                                          layer_drop=0.3, cape_max_global_shift=5.0)
+
+
+class SeededClientWorkTest(absltest.TestCase):
+  """A round's client work is a function of the datasets' seeds (the privacy fix it tests).
+
+  A DP run resumed from its checkpoint replays a round's noise; were client work random (TF's
+  stateful RNG in dropout, layer drop and CAPE), two executions of one round would differ by the
+  noise-free difference of the client updates, and subtracting them would cancel the noise.
+  """
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.root, num_speakers=3, mean_utterances=2, skew=0.0, seed=1,
+                          words_per_utterance=(1, 2))
+    cls.vocab = data.Vocabulary('en')
+    cls.client_data = data.SpeechClientData(
+        data.read_librispeech(os.path.join(cls.root, 'librispeech'), 'train'), cls.vocab,
+        max_batch_seconds=1.0, spec_augment=True, strict=True)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root)
+    super().tearDownClass()
+
+  def _datasets(self, seeds):
+    return [self.client_data.create_tf_dataset_for_client(client, seed=seed)
+            for client, seed in zip(self.client_data.client_ids, seeds, strict=True)]
+
+  def test_forward_pass_is_a_function_of_the_batch_seed(self):
+    model = models.build_tff_model_fn(_RANDOM_CONFIG, self.vocab.tokens)()
+    client = self.client_data.client_ids[0]
+    (batch,) = list(self.client_data.create_tf_dataset_for_client(client, seed=5).take(1))
+    logits = model.forward_pass(batch, training=True).predictions.numpy()
+    np.testing.assert_array_equal(logits, model.forward_pass(batch, training=True).predictions)
+    reseeded = collections.OrderedDict(batch, seed=batch['seed'] + [0, 1])
+    self.assertFalse(np.array_equal(logits, model.forward_pass(reseeded, training=True)
+                                    .predictions))
+    np.testing.assert_array_equal(model.forward_pass(batch, training=False).predictions,
+                                  model.forward_pass(reseeded, training=False).predictions)
+    # The same draws in another traced graph (equal up to float rounding, not bit for bit).
+    np.testing.assert_allclose(model.predict_on_batch(batch), logits, rtol=1e-4, atol=1e-5)
+
+  def test_replayed_round_is_bit_identical(self):
+    process = algorithms.build_fed_avg_process(
+        models.build_tff_model_fn(_RANDOM_CONFIG, self.vocab.tokens), client_learning_rate=0.1,
+        local_steps=3,
+        server_optimizer=optimizers.build('sgd', 1.0))
+    state = process.initialize()
+
+    def round_output(seeds):
+      output = process.next(state, self._datasets(seeds))
+      return output.state.global_model_weights.trainable, output.metrics['client_work']['train']
+
+    weights, train = round_output([11, 12, 13])
+    self.assertEqual(train['clients'], 3)
+    replayed, replayed_train = round_output([11, 12, 13])
+    for a, b in zip(weights, replayed, strict=True):
+      np.testing.assert_array_equal(a, b)
+    self.assertEqual(train, replayed_train)
+    other, _ = round_output([11, 12, 14])
+    self.assertTrue(any(not np.array_equal(a, b) for a, b in zip(weights, other, strict=True)))
 
 
 if __name__ == '__main__':

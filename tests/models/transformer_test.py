@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff import models
+from fedasr_tff.models import transformer
 
 
 class ConfigTest(parameterized.TestCase):
@@ -67,11 +68,13 @@ class ModelTest(absltest.TestCase):
     optimizer = tf.keras.optimizers.Adam(5e-3)
     out_lengths = models.output_lengths(lengths, 'tiny')
 
+    seed = tf.constant([0, 0], tf.int64)  # `tiny` draws nothing at random.
+
     @tf.function
     def train_step():
       with tf.GradientTape() as tape:
-        loss = models.ctc_loss(labels, label_lengths, model((features, lengths), training=True),
-                               out_lengths)
+        loss = models.ctc_loss(labels, label_lengths,
+                               model((features, lengths), training=True, seed=seed), out_lengths)
       optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_weights),
                                     model.trainable_weights, strict=True))
       return loss
@@ -83,6 +86,84 @@ class ModelTest(absltest.TestCase):
                                       strict=True)]
     self.assertEqual(decoded, want)
     self.assertLess(float(loss), 0.5)
+
+
+def _random_model(**randomness):
+  """A 2-block model drawing only the given randomness (dropout, layer_drop, CAPE shift)."""
+  config = models.TransformerConfig(
+      num_blocks=2, model_dim=32, mlp_dim=64, **{'dropout': 0.0, 'layer_drop': 0.0,
+                                                 'cape_max_global_shift': 0.0, **randomness})
+  tf.keras.utils.set_random_seed(3)
+  return models.build_ctc_transformer(config, vocab_size=29)
+
+
+def _seed(*words):
+  return tf.constant(words, tf.int64)
+
+
+class SeededTrainingTest(absltest.TestCase):
+  """A training pass draws everything from its seed (the module's randomness contract)."""
+
+  def setUp(self):
+    super().setUp()
+    self.inputs = (tf.random.stateless_normal([2, 60, 80], seed=[1, 2]), tf.constant([60, 45]))
+
+  def test_training_pass_is_a_function_of_the_seed(self):
+    model = _random_model(dropout=0.3, layer_drop=0.3, cape_max_global_shift=5.0)
+    first = model(self.inputs, training=True, seed=_seed(4, 5)).numpy()
+    tf.keras.utils.set_random_seed(99)  # TF's global random state plays no part.
+    np.testing.assert_array_equal(first, model(self.inputs, training=True, seed=_seed(4, 5)))
+    self.assertFalse(np.array_equal(first, model(self.inputs, training=True, seed=_seed(4, 6))))
+    # Inference takes no seed and is deterministic.
+    np.testing.assert_array_equal(model(self.inputs), model(self.inputs, training=False))
+
+  def test_training_without_a_seed_is_an_error(self):
+    with self.assertRaisesRegex(ValueError, 'needs `seed`'):
+      _random_model()(self.inputs, training=True)
+
+  def test_dropout_masks_follow_the_seed(self):
+    ones = tf.ones([64, 64])
+    masks = [transformer.stateless_dropout(ones, 0.5, _seed(s, 0), training=True).numpy() != 0
+             for s in (1, 1, 2)]
+    np.testing.assert_array_equal(masks[0], masks[1])
+    self.assertFalse(np.array_equal(masks[0], masks[2]))
+    self.assertBetween(masks[0].mean(), 0.45, 0.55)
+    np.testing.assert_array_equal(transformer.stateless_dropout(ones, 0.5, None, False), ones)
+    # Through the model: dropout alone makes seeds differ, and a seed repeats itself.
+    model = _random_model(dropout=0.3)
+    outputs = [model(self.inputs, training=True, seed=_seed(s, 0)).numpy() for s in (1, 1, 2)]
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    self.assertFalse(np.array_equal(outputs[0], outputs[2]))
+
+  def test_layer_drop_follows_the_seed_with_a_stream_per_block(self):
+    model = _random_model(layer_drop=0.5)
+    outcomes = []  # The distinct outputs: which of the 2 blocks were skipped.
+    for seed in range(32):
+      output = model(self.inputs, training=True, seed=_seed(seed, 0)).numpy()
+      np.testing.assert_array_equal(output, model(self.inputs, training=True,
+                                                  seed=_seed(seed, 0)))
+      if not any(np.allclose(output, known, rtol=1e-5, atol=1e-5) for known in outcomes):
+        outcomes.append(output)
+    # Both blocks kept, both skipped, and each alone: the blocks draw independently.
+    self.assertLen(outcomes, 4)
+    self.assertTrue(any(np.allclose(model(self.inputs), known, rtol=1e-5, atol=1e-5)
+                        for known in outcomes))
+
+  def test_cape_shift_follows_the_seed(self):
+    mask = tf.sequence_mask([10, 6], 10)
+
+    def embedding(seed=None):
+      return transformer.cape_embedding(mask, 16, 0.03, 30.0, 5.0, training=seed is not None,
+                                        seed=seed).numpy()
+
+    shifted = embedding(_seed(1, 0))
+    np.testing.assert_array_equal(shifted, embedding(_seed(1, 0)))
+    self.assertFalse(np.array_equal(shifted, embedding(_seed(2, 0))))
+    self.assertFalse(np.allclose(shifted, embedding(), atol=1e-3))
+    model = _random_model(cape_max_global_shift=5.0)
+    outputs = [model(self.inputs, training=True, seed=_seed(s, 0)).numpy() for s in (1, 1, 2)]
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    self.assertFalse(np.array_equal(outputs[0], outputs[2]))
 
 
 if __name__ == '__main__':
