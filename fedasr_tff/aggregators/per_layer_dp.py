@@ -5,7 +5,8 @@ its privacy argument) for the value type it is asked to aggregate, wraps it in
 `tfp.NormalizedQuery` (division by `clients_per_round`) and hands it to TFF's own
 `tff.aggregators.DifferentiallyPrivateFactory`. So the process it creates has TFF's state and
 measurements layout: `tff.aggregators.differential_privacy.extract_dp_event_from_state(state)`
-returns the round's `DpEvent`, and the per-group measurements are under `dp_query_metrics`.
+returns the round's `DpEvent`, and the measurements (`per_layer_query`, "Diagnostics") are under
+`dp_query_metrics`.
 
 Usage, like `tff.aggregators.DifferentiallyPrivateFactory`:
 
@@ -70,8 +71,10 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         and, for the same guarantee, a server that only sees the sum (secure aggregation).
       grouping: group index of every leaf of the value (flatten order); default one group per
         leaf tensor.
-      diagnostics: report exact per-group client norms (outside the DP guarantee; see
-        `per_layer_query`).
+      diagnostics: also report exact per-group client statistics of the round (mean norms
+        before and after clipping, clipped fractions, non-finite and participating client
+        counts), which are outside the DP guarantee (see `per_layer_query`). Without them the
+        measurements hold only the clips and `noise_stddev`, functions of the noised state.
       noise_seed: seed of the server-side noise, kept and advanced in the aggregator state so a
         restored checkpoint replays the same noise; None (the default) draws a new one from OS
         entropy for every process `create` builds. Fix it only for reproducible simulations:

@@ -1,15 +1,18 @@
 """A tensorflow-privacy `DPQuery` for per-layer clipping with isotropic Gaussian noise.
 
-Mechanism (spec §1–§2). Each client delta is split into H groups (tensors, or a given grouping).
+Mechanism. DP federated averaging (McMahan et al. 2018, "Learning Differentially Private
+Recurrent Language Models", ICLR 2018) with per-layer clipping: each client delta g is split into
+H groups g_h (tensors, or a given grouping), with bounds C_h such that sqrt(Σ_h C_h^2) = C
+(`allocation.group_clips`).
 
 1. Sanitise: a delta holding NaN or Inf is replaced by zeros (and counted), so it can never reach
    the sum; a zero delta has norm 0 <= C, so this does not change the sensitivity.
-2. Clip group h to C_h, with sqrt(sum_h C_h^2) = C (`allocation.group_clips`):
-   * clip (Def. 3):       g_h <- g_h * min(1, C_h / ||g_h||);
-   * normalize (the released code, spec §2): if ||g|| >= C every group is rescaled to exactly
-     C_h, otherwise g is left alone.
-   Either way ||clipped g|| <= C, so adding or removing one client moves the sum by at most C.
-3. Sum over the cohort and add N(0, (z C)^2) to every coordinate of every group: isotropic noise
+2. Clip every group:
+   * clip (McMahan et al. 2018, per-layer clipping): g_h <- g_h · min(1, C_h / ||g_h||);
+   * normalize (the variant of the DP-FL-for-ASR paper's released code): if ||g|| >= C every
+     group is rescaled to exactly C_h, otherwise g is left alone.
+3. Guard: if the clipped record's total norm exceeds C it is rescaled to C (below).
+4. Sum over the cohort and add N(0, (z C)^2) to every coordinate of every group: isotropic noise
    calibrated to the *total* sensitivity C, not to C_h. `noise_placement="client"` instead adds
    N(0, (z C)^2 / S) on each of the S clients before the sum, as the paper's Algorithm 1 does;
    the S independent draws sum to the same N(0, (z C)^2), provided exactly S clients report.
@@ -18,12 +21,69 @@ Mechanism (spec §1–§2). Each client delta is split into H groups (tensors, o
    (Dividing by S, done by the enclosing `tfp.NormalizedQuery`, gives std σ_DP·C on the mean
    with σ_DP = z / S.)
 
+Sensitivity, for every finite input. Adding or removing one client moves the sum by its clipped
+record, so the sensitivity is C if ||clipped record|| <= C holds for *every* finite input, not
+only for typical deltas. Computed naively in float32, ||g_h||^2 = Σ x^2 underflows for groups of
+entries below ~1e-19 (or where most squares underflow and a few do not) and overflows near the
+float32 maximum; normalize would then scale a tiny group up by C_h / (its underestimated norm),
+releasing a record many orders of magnitude outside the ball of radius C. So:
+
+* Group norms are computed as ||g_h|| = 2^e_h · n_h with n_h = ||2^-e_h g_h||, where 2^e_h is the
+  power of two at the group's largest |x| (clamped so that 2^±e_h are normal numbers). The scaled
+  entries lie in (-4, 4), the largest at least 1 in magnitude unless the whole group is
+  subnormal, so Σ (2^-e_h x)^2 neither overflows nor loses more than d_h · 2^-126 (relative) to
+  underflow. A multiplication by a power of two is exact, so on ordinary inputs the norms and the
+  clipped record are bit for bit those of the direct formulas, but for the guard's corrections
+  of rounding (one ulp).
+* The clip is applied as (2^-e_h g_h) · b_h with b_h = min(2^e_h, C_h / n_h) (clip) or
+  b_h = C_h / n_h (normalize): no factor can overflow, and an all-zero group stays zero.
+* The guard recomputes the total norm of the clipped record the same way (in float64 across
+  groups) and, if it exceeds C = sqrt(Σ_h C_h^2), rescales the record to C. So
+  ||clipped record|| <= C to float rounding for every finite input, every allocation, with and
+  without normalize and for both noise placements, whatever the clipping above computed; on an
+  ordinary input it only ever corrects rounding.
+* TensorFlow flushes subnormal numbers (below 1.2e-38 in float32) to zero on CPU: such entries
+  count as 0, which can only lower the norm.
+
+The adaptive indicators and the diagnostics below use the same robust norms.
+
 One round is therefore the Gaussian mechanism with noise multiplier z, reported as
 `GaussianDpEvent(z)`; with Poisson sampling of rate q the accountant composes
 `PoissonSampledDpEvent(q, GaussianDpEvent(z))` over rounds.
 
-Adaptive clipping (Andrew et al. 2021, "Differentially private learning with adaptive
-clipping"; the geometric update of tensorflow-privacy's `QuantileEstimatorQuery`). Every group
+Gaussian noise of unbounded reach. TensorFlow's Gaussian samplers (float32 and float64) use
+Box-Muller with the uniform draw u clamped at 1e-7, so a draw never exceeds
+a = sqrt(-2 ln 1e-7) = 5.678 standard deviations, and a pair of draws lands exactly on the circle
+of radius a with probability p_a ≈ 1e-7 (u = 0, 2^-23, in float32; u < 1e-7 in float64), whose
+coordinates pile up towards ±a (an arcsine law). Bounded support breaks the Gaussian mechanism's
+argument: an output coordinate within Δ_i of the edge of one dataset's noise range, where the
+noise of a neighbouring dataset (mean shifted by Δ_i) cannot reach, identifies the dataset, so
+that event belongs in δ. With one draw per coordinate its probability per round is about
+Σ_i [φ(a) Δ_i / σ + p_a sqrt(2 Δ_i / (a σ)) / π]; at the paper's scale (d = 2.6e8 parameters,
+z = σ / C ≈ 0.6, Δ spread evenly so that Δ_i / σ = 1 / (z sqrt(d))) that is 1e-3 + 6e-2 per
+round, far above δ = 1e-9.
+
+Every DP noise tensor here (value noise on the server or on the clients, clipped-count noise) is
+therefore drawn by `gaussian_noise` as the sum of k = `NOISE_DRAWS` = 7 independent TF draws of
+variance σ^2 / k: still variance σ^2, but support ±a sqrt(k) σ = ±15.02 σ. Write a draw as
+T_j = G_j · min(1, a / R_j), with G_j the exact Box-Muller output of the same uniforms and R_j its
+radius, so T_j has the sign of G_j and |T_j| <= |G_j|. The edge event of coordinate i needs
+Σ_j T_j > k a - sqrt(k) Δ_i / σ; when Δ_i <= a σ / sqrt(k) this forces every T_j >= 0, hence
+Σ_j G_j >= Σ_j T_j, so its probability is at most Φ̄(a sqrt(k) - Δ_i / σ) (Φ̄ the standard
+normal tail). As Δ_i <= C = σ / z, a round's edge event has probability at most
+d Φ̄(a sqrt(k) - 1/z) for any neighbour once z >= sqrt(k) / a = 0.47: 1e-32 at the paper's scale
+(for Δ spread evenly, d Φ̄(15.02) + φ(15.02) sqrt(d) / z = 7e-43 + 1e-45), far below
+δ / (100 T) = 5e-15 for δ = 1e-9 and T = 2000 rounds. k = 5 is the smallest k meeting that
+bound at this scale (k = 4 gives 4e-14); 7 leaves room for larger models and smaller z. Inside
+its support the k-sum differs from a Gaussian only through the clamped draws (probability p_a per
+pair). What remains is the discreteness of floating-point noise: float outputs lie on a grid
+whose gaps differ between neighbouring outputs, so in principle the low-order bits of a release
+can distinguish neighbouring datasets (Mironov 2012, "On significance of the least significant
+bits for differential privacy", ACM CCS 2012). That is a known limitation shared by all
+TensorFlow-based DP (tensorflow-privacy, TFF), which the k-sum does not address.
+
+Adaptive clipping (Andrew et al. 2021, "Differentially private learning with adaptive clipping",
+NeurIPS 2021; the geometric update of tensorflow-privacy's `QuantileEstimatorQuery`). Every group
 tracks its own quantile: each client also reports b_h = 1[||g_h|| <= C_h] - 1/2 for all h, the
 server adds N(0, σ_b^2) to each of the H sums and sets
 
@@ -31,7 +91,7 @@ server adds N(0, σ_b^2) to each of the H sums and sets
 
 with target quantile γ and learning rate η. The value noise follows the current total
 C = sqrt(Σ_h C_h^2): its std is z_v·C, so the sensitivity the noise assumes is the one the
-clipping enforces, whatever the C_h drift to.
+clipping (and the guard) enforces, whatever the C_h drift to.
 
 Privacy of the adaptive round. One client changes each b_h by at most 1/2, in all H coordinates at
 once, so the count vector has L2 sensitivity sqrt(H)/2 and noise multiplier z_b = 2σ_b / sqrt(H).
@@ -42,26 +102,34 @@ raised to
 
     z_v = (z^-2 - H (2σ_b)^-2)^(-1/2),
 
-which needs z < 2σ_b / sqrt(H). This is TFF's `adaptive_clip_noise_params` with the count
-sensitivity sqrt(H)/2 in place of 1/2 (H = 1 gives TFF's formula exactly). The reported event is
-the equivalent single `GaussianDpEvent(z)`. (Not `ComposedDpEvent([Gaussian(z_v), Gaussian(z_b)])`:
-TFF hands events back with float32 multipliers, and dp-accounting 0.4.3's RDP accountant then
-silently keeps only the first Gaussian of a composition under Poisson sampling, understating ε.)
+which needs z < 2σ_b / sqrt(H). This is TFF's `adaptive_clip_noise_params` (Andrew et al.
+2021's split) with the count sensitivity sqrt(H)/2 in place of 1/2 (H = 1 gives TFF's formula
+exactly). The reported event is the equivalent single `GaussianDpEvent(z)`. (Not
+`ComposedDpEvent([Gaussian(z_v), Gaussian(z_b)])`: TFF hands events back with float32
+multipliers, and dp-accounting 0.4.3's RDP accountant then silently keeps only the first Gaussian
+of a composition under Poisson sampling, understating ε.)
 
 Noise randomness. Server-side noise (the value noise with `noise_placement="server"` and the
 clipped-count noise) is drawn with stateless ops from a seed carried in the global state, which
-is split every round: the noise stream is fresh every round, and a run restored from a
-checkpoint of that state continues the exact stream an uninterrupted run would have drawn. The
-seed defaults to 63 bits of OS entropy (`secrets`), drawn when the query is built; a fixed
-`noise_seed` is for reproducible simulations only, since anyone who knows it can subtract the
-noise. Client-side noise comes from TF's stateful RNG on each client (a client has no identity in
-a TFF aggregation to derive a distinct seed from), so it is not replayed on resume.
+is split every round (and each leaf's seed into the k draws): the noise stream is fresh every
+round, and a run restored from a checkpoint of that state continues the exact stream an
+uninterrupted run would have drawn. The seed defaults to 63 bits of OS entropy (`secrets`), drawn
+when the query is built; a fixed `noise_seed` is for reproducible simulations only, since anyone
+who knows it can subtract the noise. Client-side noise comes from TF's stateful RNG on each client
+(a client has no identity in a TFF aggregation to derive a distinct seed from), so it is not
+replayed on resume.
 
-Diagnostics. The global state also carries exact (un-noised) per-group sums of the clients' norms
-before and after clipping, clip indicators and non-finite counts of the last round, reported by
-`derive_metrics` for the per-layer norm plots. They are computed from client data without noise:
-they never feed back into the model or the clips, but releasing them is outside the DP guarantee.
-Pass `diagnostics=False` where they must not leave the server.
+Diagnostics. `derive_metrics` always reports quantities that are not client statistics: the
+current clips `group_clip` and the clips of the round just run `round_clip` (public constants, or
+the noised adaptive state), and `noise_stddev`, the std of the noise on each coordinate of the
+averaged update (σ_DP·C, a function of the clips). With `diagnostics=True` (the default) the
+global state also carries exact (un-noised) per-group sums of the clients' norms before and after
+clipping, clip indicators, non-finite and participating client counts of the last round, reported
+as `mean_norm_before_clip`, `mean_norm_after_clip`, `clipped_fraction` (vectors of length H),
+`nonfinite_clients` and `clients`, and `mean_noise_stddev` (`noise_stddev` for every group), for
+the per-layer norm plots. They are computed from client data without noise: they never feed back
+into the model or the clips, but releasing them is outside the DP guarantee. Pass
+`diagnostics=False` where they must not leave the server.
 """
 
 import collections
@@ -77,16 +145,81 @@ import tensorflow_privacy as tfp
 
 NOISE_PLACEMENTS = ('server', 'client')
 
-# Smallest norm divided by; keeps a zero group at zero instead of producing NaN.
-_TINY = 1e-30
+# Every DP noise tensor is the sum of this many TF Gaussian draws (module docstring).
+NOISE_DRAWS = 7
 
-_GlobalState = collections.namedtuple('_GlobalState',
-                                      ['group_clips', 'diagnostics', 'noise_seed'])
+_GlobalState = collections.namedtuple(
+    '_GlobalState', ['group_clips', 'round_clips', 'diagnostics', 'noise_seed'])
 
 
 def fresh_noise_seed() -> int:
   """63 bits of OS entropy, the default seed of the server-side noise."""
   return secrets.randbits(63)
+
+
+def gaussian_noise(shape, stddev, dtype=tf.float32, seed=None) -> tf.Tensor:
+  """N(0, stddev^2) noise drawn as the sum of `NOISE_DRAWS` TF draws of variance stddev^2 / k.
+
+  A single TF draw never exceeds 5.678 standard deviations; the sum of k reaches
+  5.678 sqrt(k) (module docstring, "Gaussian noise of unbounded reach").
+
+  Args:
+    shape: shape of the noise.
+    stddev: its standard deviation (a scalar).
+    dtype: a floating dtype.
+    seed: a shape-[2] integer seed: stateless draws (the seed is split into k), for noise that is
+      a function of the aggregator state; None draws from TF's stateful RNG.
+  """
+  draws = NOISE_DRAWS
+  seeds = None if seed is None else tf.random.experimental.stateless_split(seed, draws)
+  total = None
+  for j in range(draws):
+    # Draw j waits for the running sum, so at most two noise tensors are alive at once.
+    with tf.control_dependencies([] if total is None else [total]):
+      if seeds is None:
+        draw = tf.random.normal(shape, dtype=dtype)
+      else:
+        draw = tf.random.stateless_normal(shape, seeds[j], dtype=dtype)
+    total = draw if total is None else total + draw
+  return total * tf.cast(stddev / math.sqrt(draws), dtype)
+
+
+def _pow2(exponents, dtype):
+  """2^e exactly, for int64 exponents in float64's normal range, as `dtype`."""
+  return tf.cast(tf.bitcast(tf.bitwise.left_shift(exponents + 1023, 52), tf.float64), dtype)
+
+
+def _scaled_group_norms(leaves, group_ids, num_groups):
+  """Leaves scaled by a power of two per group, and the groups' norms, free of under/overflow.
+
+  Args:
+    leaves: tensors of one floating dtype.
+    group_ids: group index of every leaf.
+    num_groups: H.
+
+  Returns:
+    (scaled, exponents, norms): scaled[i] = leaves[i] · 2^-e_h for its group h, with 2^e_h the
+    power of two at the group's largest |x| clamped so that 2^±e_h are normal numbers (int64
+    exponents); norms[h] = ||scaled group h|| in the leaves' dtype, so ||group h|| = 2^e_h ·
+    norms[h].
+  """
+  dtype = leaves[0].dtype
+  leaf_max = tf.stack([tf.reduce_max(tf.abs(x)) for x in leaves])
+  group_max = tf.maximum(tf.math.unsorted_segment_max(leaf_max, group_ids, num_groups), 0.0)
+  # The biased exponent field of a positive float64 (0 for zero and float64 subnormals).
+  exponents = tf.bitwise.right_shift(tf.bitcast(tf.cast(group_max, tf.float64), tf.int64), 52)
+  min_exponent = int(np.finfo(dtype.as_numpy_dtype).minexp)
+  exponents = tf.clip_by_value(exponents - 1023, min_exponent, -min_exponent)
+  down = tf.gather(_pow2(-exponents, dtype), group_ids)
+  scaled = [x * down[i] for i, x in enumerate(leaves)]
+  sq_norms = tf.stack([tf.reduce_sum(tf.square(y)) for y in scaled])
+  norms = tf.sqrt(tf.math.unsorted_segment_sum(sq_norms, group_ids, num_groups))
+  return scaled, exponents, norms
+
+
+def _unscaled(norms, exponents):
+  """The norms 2^e_h · n_h, in float64, which holds them without overflow for float32 values."""
+  return tf.cast(norms, tf.float64) * _pow2(exponents, tf.float64)
 
 
 def adaptive_value_noise_multiplier(noise_multiplier: float, clipped_count_stddev: float,
@@ -133,7 +266,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
       initial_group_clips: C_h for every group.
       value_noise_multiplier: z_v; the noise std on the sum is z_v * sqrt(sum_h C_h^2).
       clients_per_round: S, the expected number of clients a round.
-      normalize: rescale every group to C_h when the total norm is >= C (spec §2).
+      normalize: rescale every group to C_h when the total norm is >= C (the released code's
+        variant, module docstring).
       noise_placement: "server" (on the sum) or "client" (on each record).
       target_quantile: γ for adaptive clipping; None keeps the clips fixed.
       learning_rate: η of the geometric clip update.
@@ -177,12 +311,12 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
         norm_after_clip=zeros,
         clipped=zeros,
         nonfinite=tf.constant(0.0),
-        clients=tf.constant(0.0),
-        round_clips=zeros)
+        clients=tf.constant(0.0))
 
   def initial_global_state(self):
     seed = tf.constant([0, self._noise_seed], tf.int64)
-    return _GlobalState(tf.constant(self._initial_group_clips), self._zero_diagnostics(), seed)
+    clips = tf.constant(self._initial_group_clips)
+    return _GlobalState(clips, clips, self._zero_diagnostics(), seed)
 
   def derive_sample_params(self, global_state):
     return global_state.group_clips
@@ -190,47 +324,70 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
   def initial_sample_state(self, template=None):
     value = tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype), template)
     below = tf.zeros([self._num_groups], tf.float32) if self.adaptive else ()
-    diagnostics = self._zero_diagnostics()
-    if self._diagnostics:
-      del diagnostics['round_clips']
-    return value, below, diagnostics
+    return value, below, self._zero_diagnostics()
 
   def _value_stddev(self, group_clips):
     return self._value_noise_multiplier * tf.norm(group_clips)
+
+  def _clip(self, leaves, group_clips):
+    """Clips every group and guards the total norm (module docstring, "Sensitivity").
+
+    Args:
+      leaves: the record's finite leaves, all of one floating dtype.
+      group_clips: C_h, float32.
+
+    Returns:
+      (clipped leaves, group norms before and after clipping (float64), whether each group was
+      scaled down by its clip).
+    """
+    dtype = leaves[0].dtype
+    scaled, exponents, norms = _scaled_group_norms(leaves, self._group_ids, self._num_groups)
+    norms_before = _unscaled(norms, exponents)
+    clips = tf.cast(group_clips, tf.float64)
+    total_clip = tf.norm(clips)
+    # With y = 2^-e g_h and n = ||y||, the clipped group is y · b_h (module docstring).
+    restore = _pow2(exponents, dtype)
+    to_bound = tf.math.divide_no_nan(tf.cast(group_clips, dtype), norms)
+    if self._normalize:
+      factors = tf.where(tf.norm(norms_before) >= total_clip, to_bound, restore)
+    else:
+      factors = tf.minimum(restore, to_bound)
+    clipped = tf.logical_and(factors < restore, norms > 0)
+    leaf_factors = tf.gather(factors, self._group_ids)
+    values = [y * leaf_factors[i] for i, y in enumerate(scaled)]
+
+    # The guard: whatever the above computed, the record leaves with norm <= C.
+    scaled, exponents, norms = _scaled_group_norms(values, self._group_ids, self._num_groups)
+    norms_after = _unscaled(norms, exponents)
+    total_after = tf.norm(norms_after)
+    guard = tf.where(total_after > total_clip, total_clip / total_after, 1.0)
+    leaf_factors = tf.gather(tf.cast(_pow2(exponents, tf.float64) * guard, dtype), self._group_ids)
+    values = [y * leaf_factors[i] for i, y in enumerate(scaled)]
+    return values, norms_before, norms_after * guard, clipped
 
   def preprocess_record(self, params, record):
     group_clips = params
     leaves = tf.nest.flatten(record)
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(leaf)) for leaf in leaves])
-    leaves = [tf.where(finite, leaf, tf.zeros_like(leaf)) for leaf in leaves]
-
-    leaf_sq_norms = tf.stack([tf.reduce_sum(tf.square(tf.cast(x, tf.float32))) for x in leaves])
-    group_norms = tf.sqrt(
-        tf.math.unsorted_segment_sum(leaf_sq_norms, self._group_ids, self._num_groups))
-    scale_to_clip = group_clips / tf.maximum(group_norms, _TINY)
-    if self._normalize:
-      total_norm = tf.norm(group_norms)
-      factors = tf.where(total_norm >= tf.norm(group_clips), scale_to_clip,
-                         tf.ones_like(group_norms))
-    else:
-      factors = tf.minimum(1.0, scale_to_clip)
-    leaf_factors = tf.gather(factors, self._group_ids)
-    clipped = [leaf * tf.cast(leaf_factors[i], leaf.dtype) for i, leaf in enumerate(leaves)]
-    if self._noise_placement == 'client':
+    # One dtype for the norms of all groups: float64 if any leaf needs it.
+    dtype = tf.float64 if any(leaf.dtype == tf.float64 for leaf in leaves) else tf.float32
+    values = [tf.where(finite, tf.cast(leaf, dtype), tf.zeros([], dtype)) for leaf in leaves]
+    values, norms_before, norms_after, clipped = self._clip(values, group_clips)
+    values = [tf.cast(x, leaf.dtype) for x, leaf in zip(values, leaves, strict=True)]
+    if self._noise_placement == 'client' and self._value_noise_multiplier > 0:
       stddev = self._value_stddev(group_clips) / math.sqrt(self._clients_per_round)
-      clipped = [x + tf.random.normal(tf.shape(x), stddev=tf.cast(stddev, x.dtype), dtype=x.dtype)
-                 for x in clipped]
-    value = tf.nest.pack_sequence_as(record, clipped)
+      values = [x + gaussian_noise(tf.shape(x), stddev, x.dtype) for x in values]
+    value = tf.nest.pack_sequence_as(record, values)
 
     below = ()
     if self.adaptive:
-      below = tf.cast(group_norms <= group_clips, tf.float32) - 0.5
+      below = tf.cast(norms_before <= tf.cast(group_clips, tf.float64), tf.float32) - 0.5
     diagnostics = ()
     if self._diagnostics:
       diagnostics = collections.OrderedDict(
-          norm_before_clip=group_norms,
-          norm_after_clip=group_norms * factors,
-          clipped=tf.cast(factors < 1.0, tf.float32),
+          norm_before_clip=tf.cast(norms_before, tf.float32),
+          norm_after_clip=tf.cast(norms_after, tf.float32),
+          clipped=tf.cast(clipped, tf.float32),
           nonfinite=1.0 - tf.cast(finite, tf.float32),
           clients=tf.constant(1.0))
     return value, below, diagnostics
@@ -238,48 +395,51 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
   def get_noised_result(self, sample_state, global_state):
     value_sum, below_sum, diagnostics = sample_state
     group_clips = global_state.group_clips
-    value_stddev = self._value_stddev(group_clips)
     leaves = tf.nest.flatten(value_sum)
     # One seed per leaf, one for the counts, one carried to the next round.
     seeds = tf.random.experimental.stateless_split(global_state.noise_seed, len(leaves) + 2)
-    if self._noise_placement == 'server':
-      leaves = [
-          x + tf.random.stateless_normal(
-              tf.shape(x), seeds[i], stddev=tf.cast(value_stddev, x.dtype), dtype=x.dtype)
-          for i, x in enumerate(leaves)
-      ]
+    if self._noise_placement == 'server' and self._value_noise_multiplier > 0:
+      stddev = self._value_stddev(group_clips)
+      leaves = [x + gaussian_noise(tf.shape(x), stddev, x.dtype, seeds[i])
+                for i, x in enumerate(leaves)]
       value_sum = tf.nest.pack_sequence_as(value_sum, leaves)
 
     event = dp_accounting.GaussianDpEvent(self._total_noise_multiplier)
     new_clips = group_clips
     if self.adaptive:
-      noised_below = below_sum + tf.random.stateless_normal(
-          [self._num_groups], seeds[-2], stddev=self._clipped_count_stddev)
+      noised_below = below_sum
+      if self._clipped_count_stddev > 0:
+        noised_below += gaussian_noise([self._num_groups], self._clipped_count_stddev,
+                                       tf.float32, seeds[-2])
       unclipped_fraction = tf.clip_by_value(noised_below / self._clients_per_round + 0.5, 0.0,
                                             1.0)
       new_clips = group_clips * tf.exp(-self._learning_rate *
                                        (unclipped_fraction - self._target_quantile))
-
-    if self._diagnostics:
-      diagnostics = collections.OrderedDict(diagnostics, round_clips=group_clips)
-    return value_sum, _GlobalState(new_clips, diagnostics, seeds[-1]), event
+    return value_sum, _GlobalState(new_clips, group_clips, diagnostics, seeds[-1]), event
 
   def derive_metrics(self, global_state):
-    """Per-group measurements of the last round (vectors of length H) and the current clips."""
-    metrics = collections.OrderedDict(group_clip=global_state.group_clips)
+    """The clips and the noise std; with diagnostics, per-group client statistics of the round.
+
+    Keys (module docstring, "Diagnostics"): always `group_clip` (the clips of the next round),
+    `round_clip` (of the round just run) and `noise_stddev` (scalar); with diagnostics also
+    `mean_norm_before_clip`, `mean_norm_after_clip`, `clipped_fraction`, `mean_noise_stddev`
+    (vectors of length H), `nonfinite_clients` and `clients`.
+    """
+    round_clips = global_state.round_clips
+    # Std of the noise on each coordinate of the averaged update (σ_DP·C), the same in every
+    # group: a function of the clips alone.
+    noise_stddev = self._value_stddev(round_clips) / self._clients_per_round
+    metrics = collections.OrderedDict(
+        group_clip=global_state.group_clips, round_clip=round_clips, noise_stddev=noise_stddev)
     if not self._diagnostics:
       return metrics
     d = global_state.diagnostics
     clients = tf.maximum(d['clients'], 1.0)
-    round_clips = d['round_clips']
     metrics.update(
         mean_norm_before_clip=d['norm_before_clip'] / clients,
         mean_norm_after_clip=d['norm_after_clip'] / clients,
         clipped_fraction=d['clipped'] / clients,
-        round_clip=round_clips,
-        # Std of the noise on each coordinate of the averaged update (σ_DP·C), every group.
-        mean_noise_stddev=tf.fill([self._num_groups],
-                                  self._value_stddev(round_clips) / self._clients_per_round),
+        mean_noise_stddev=tf.fill([self._num_groups], noise_stddev),
         nonfinite_clients=d['nonfinite'],
         clients=d['clients'])
     return metrics

@@ -1,4 +1,6 @@
 
+import itertools
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import dp_accounting
@@ -74,6 +76,62 @@ class ClippingTest(parameterized.TestCase):
     unchanged, _ = _preprocess(factory, small)
     for got, want in zip(unchanged, small, strict=True):
       np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# One group of 10000 entries, where the squares of tiny entries underflow in bulk.
+_EXTREME_SHAPES = [(50,), (10000,), (20, 5), (300,)]
+_EXTREME_VALUE_TYPE = tff.types.to_type(
+    [tff.TensorType(np.float32, s) for s in _EXTREME_SHAPES])
+
+
+def _extreme_deltas(rng):
+  """Deltas with groups whose float32 squares underflow or overflow, next to ordinary groups."""
+  def delta(**groups):
+    values = [0.1 * rng.normal(size=s) for s in _EXTREME_SHAPES]
+    for h, value in groups.items():
+      values[int(h[1:])] = value
+    return [np.asarray(x, np.float32) for x in values]
+
+  signs = rng.choice([-1.0, 1.0], size=10000)
+  partly = 3e-20 * signs
+  partly[:3] = 1e-18
+  return {
+      'underflowing': delta(g1=1e-25 * signs),
+      'partly_underflowing': delta(g1=partly),
+      'subnormal': delta(g1=1e-40 * signs),
+      'huge_and_subnormal': delta(g0=np.full(50, 1e38), g3=np.full(300, -1e-40)),
+      'huge_and_underflowing': delta(g0=np.full(50, -1e38), g1=1e-25 * signs),
+  }
+
+
+class SensitivityTest(parameterized.TestCase):
+  """||clipped record|| <= C for every finite delta, seen in a real aggregation round."""
+
+  @parameterized.named_parameters(
+      (f'{allocation}_{"normalize" if normalize else "clip"}_{placement}', allocation,
+       normalize, placement)
+      for allocation, normalize, placement in itertools.product(
+          ('global', 'uniform', 'dim', 'weighted'), (False, True), ('server', 'client')))
+  def test_round_result_stays_within_the_clip_for_extreme_deltas(self, allocation, normalize,
+                                                                 placement):
+    clip = 0.01
+    weights = [1.0, 0.5, 3.0, 2.0] if allocation == 'weighted' else None
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(
+        0.0, 1, clip, allocation, layer_weights=weights, normalize=normalize,
+        noise_placement=placement)
+    clips = aggregators.group_clips(clip, [np.prod(s) for s in _EXTREME_SHAPES], allocation,
+                                    weights)
+    process = factory.create(_EXTREME_VALUE_TYPE)
+    state = process.initialize()
+    for name, delta in _extreme_deltas(np.random.default_rng(12)).items():
+      result = process.next(state, [delta]).result
+      self.assertTrue(all(np.all(np.isfinite(x)) for x in result), msg=name)
+      norm = np.sqrt(sum(np.sum(np.square(x.astype(np.float64))) for x in result))
+      self.assertLessEqual(norm, clip * (1 + 1e-5), msg=name)
+      if name.startswith('huge'):
+        # The 1e38 group is clipped to its bound (C_1, or C itself with one group), not dropped.
+        self.assertAlmostEqual(np.linalg.norm(result[0].astype(np.float64)), clips[0],
+                               delta=1e-5 * clips[0], msg=name)
 
 
 def _run_round(factory, deltas, value_type=_VALUE_TYPE):
@@ -228,6 +286,50 @@ class AggregationTest(parameterized.TestCase):
     tff_z_v, _ = tff.aggregators.differential_privacy.adaptive_clip_noise_params(z, 100.0, sigma_b)
     self.assertAlmostEqual(aggregators.adaptive_value_noise_multiplier(z, sigma_b, 1), tff_z_v)
     self.assertEqual(aggregators.adaptive_value_noise_multiplier(0.0, 0.0, groups), 0.0)
+
+
+_PUBLIC_METRICS = {'group_clip', 'round_clip', 'noise_stddev'}
+_CLIENT_STATISTICS = {'mean_norm_before_clip', 'mean_norm_after_clip', 'clipped_fraction',
+                      'mean_noise_stddev', 'nonfinite_clients', 'clients'}
+
+
+class MeasurementsTest(parameterized.TestCase):
+
+  def _round(self, kind, diagnostics):
+    cohort, clip, z, count_stddev = 4, 0.5, 1.0, 10.0
+    if kind == 'fixed':
+      factory = aggregators.PerLayerDPFactory.gaussian_fixed(z, cohort, clip, 'dim',
+                                                             diagnostics=diagnostics)
+      value_z = z
+    else:
+      factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
+          z, cohort, clip, clipped_count_stddev=count_stddev, diagnostics=diagnostics)
+      value_z = aggregators.adaptive_value_noise_multiplier(z, count_stddev, len(_SHAPES))
+    rng = np.random.default_rng(13)
+    output = _run_round(factory, [_random_delta(rng) for _ in range(cohort)])
+    return output.measurements, value_z * clip / cohort, clip
+
+  @parameterized.parameters('fixed', 'adaptive')
+  def test_without_diagnostics_only_clips_and_noise_stddev_are_reported(self, kind):
+    measurements, noise_stddev, clip = self._round(kind, diagnostics=False)
+    self.assertEqual(set(measurements), {'dp_query_metrics', 'dp'})
+    self.assertEmpty(measurements['dp'])   # The inner sum reports nothing.
+    metrics = measurements['dp_query_metrics']
+    self.assertEqual(set(metrics), _PUBLIC_METRICS)
+    self.assertEqual(np.ndim(metrics['noise_stddev']), 0)
+    np.testing.assert_allclose(metrics['noise_stddev'], noise_stddev, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(metrics['round_clip']), clip, rtol=1e-5)
+    self.assertLen(metrics['group_clip'], len(_SHAPES))
+
+  @parameterized.parameters('fixed', 'adaptive')
+  def test_diagnostics_add_the_client_statistics(self, kind):
+    measurements, noise_stddev, _ = self._round(kind, diagnostics=True)
+    metrics = measurements['dp_query_metrics']
+    self.assertEqual(set(metrics), _PUBLIC_METRICS | _CLIENT_STATISTICS)
+    np.testing.assert_allclose(metrics['noise_stddev'], noise_stddev, rtol=1e-5)
+    np.testing.assert_allclose(metrics['mean_noise_stddev'],
+                               np.full(len(_SHAPES), noise_stddev), rtol=1e-5)
+    self.assertEqual(metrics['clients'], 4.0)
 
 
 class AdaptiveClippingTest(absltest.TestCase):
