@@ -42,9 +42,13 @@ EVAL_SPLIT = flags.DEFINE_string('eval_split', None, 'Held-out split to evaluate
 MODEL_CONFIG = flags.DEFINE_enum('model_config', 'tiny', list(models.CONFIGS),
                                  'Transformer size (spec §4; tiny/small for CPUs).')
 OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Folder for the run\'s files.')
-SEED = flags.DEFINE_integer('seed', 0, 'Random seed of the run (initialisation, cohorts, '
-                            'SpecAugment, IID control); the run is a function of it.',
-                            lower_bound=0)
+SEED = flags.DEFINE_integer(
+    'seed', None, 'Random seed of the run: its initialisation, IID control and, for federated '
+    'training, the cohorts and every client\'s random draws. Default: 0 for initialisation '
+    'and IID control, and a secret from OS entropy (kept only in the checkpoints) for cohorts '
+    'and client draws. A fixed seed makes a DP run reproducible but its cohorts public, which '
+    'voids the amplification by sampling its epsilon assumes (the privacy statement says so).',
+    lower_bound=0)
 PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar on stderr.')
 
 flags.register_validator('corpus_dir', lambda v: v is None or os.path.isdir(v),
@@ -74,6 +78,11 @@ def require(*flag_holders) -> None:
 
 def vocabulary() -> data.Vocabulary:
   return data.Vocabulary(LANGUAGE.value)
+
+
+def seed_or_zero() -> int:
+  """--seed where a number is needed for public randomness (initialisation, IID control)."""
+  return SEED.value or 0
 
 
 def client_data(split: str, speakers: str, vocab: data.Vocabulary, spec_augment: bool,

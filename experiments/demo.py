@@ -16,6 +16,7 @@ Every step is a library call of the binaries' own code (`fedasr_tff.program`); a
 output is reused when the demo is run again (the federated runs resume from their checkpoints).
 """
 
+import math
 import os
 import time
 
@@ -68,10 +69,10 @@ def _corpus(root: str) -> str:
   if not os.path.isdir(os.path.join(librispeech, _HELD_OUT_SPLIT)):
     print(f'writing the synthetic corpus to {root}')
     synthetic.make_corpus(root, num_speakers=_SPEAKERS.value,
-                          mean_utterances=_UTTERANCES.value, seed=common.SEED.value,
+                          mean_utterances=_UTTERANCES.value, seed=common.seed_or_zero(),
                           split=_TRAIN_SPLIT)
     synthetic.make_corpus(root, num_speakers=_HELD_OUT.value, mean_utterances=_UTTERANCES.value,
-                          seed=common.SEED.value + 1, split=_HELD_OUT_SPLIT,
+                          seed=common.seed_or_zero() + 1, split=_HELD_OUT_SPLIT,
                           first_speaker=_SPEAKERS.value)
   return librispeech
 
@@ -102,7 +103,7 @@ def main(argv):
   librispeech = _corpus(root)
   vocab = data.Vocabulary('en')
   cache = os.path.join(output_dir, 'feature_cache')
-  load = dict(seed_fraction=0.1, split_seed=common.SEED.value, feature_cache_dir=cache,
+  load = dict(seed_fraction=0.1, split_seed=common.seed_or_zero(), feature_cache_dir=cache,
               max_batch_seconds=common.MAX_BATCH_SECONDS.value)
   seed_data = corpus.load_client_data(librispeech, 'librispeech', _TRAIN_SPLIT, vocab,
                                       speakers='seed', spec_augment=True, **load)
@@ -127,7 +128,7 @@ def main(argv):
             steps=_CENTRAL_STEPS.value, model_config=common.MODEL_CONFIG.value,
             optimizer='adam', learning_rate=_CENTRAL_LR.value, schedule='step', decay_rate=0.5,
             decay_every=max(1, _CENTRAL_STEPS.value // 3),
-            decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.SEED.value,
+            decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.seed_or_zero(),
             eval_every=max(1, _CENTRAL_STEPS.value // 4)),
         seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
     seed_weights, seed_eval = seed.weights, seed.evaluation
@@ -135,15 +136,21 @@ def main(argv):
   no_noise = _federated('fl_no_noise', 0.0, seed_weights, fl_data, eval_data, vocab, output_dir)
   dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, fl_data, eval_data, vocab, output_dir)
 
-  epsilon = dp.ledger.epsilon(_ROUNDS.value, declared=True, accountant='rdp')
-  epsilon_pld = dp.ledger.epsilon(_ROUNDS.value, declared=True, accountant='pld')
+  ledger = dp.ledger
+  epsilons = {
+      'epsilon_run': ledger.epsilon(_ROUNDS.value, declared=False, accountant='rdp'),
+      'epsilon_declared': ledger.epsilon(_ROUNDS.value, declared=True, accountant='rdp'),
+  }
+  epsilon_declared_pld = ledger.epsilon(_ROUNDS.value, declared=True, accountant='pld')
   results = [
       {'model': 'seed (central, 10% of speakers)', 'wer': seed_eval.overall.wer,
-       'cer': seed_eval.overall.cer, 'rounds': 0, 'epsilon': None},
+       'cer': seed_eval.overall.cer, 'rounds': 0, 'epsilon_run': None,
+       'epsilon_declared': None},
       {'model': 'FL, no noise', 'wer': no_noise.evaluation.overall.wer,
-       'cer': no_noise.evaluation.overall.cer, 'rounds': _ROUNDS.value, 'epsilon': None},
+       'cer': no_noise.evaluation.overall.cer, 'rounds': _ROUNDS.value, 'epsilon_run': math.inf,
+       'epsilon_declared': math.inf},
       {'model': f'FL + DP (σ_DP = {_SIGMA_DP.value:g})', 'wer': dp.evaluation.overall.wer,
-       'cer': dp.evaluation.overall.cer, 'rounds': _ROUNDS.value, 'epsilon': epsilon},
+       'cer': dp.evaluation.overall.cer, 'rounds': _ROUNDS.value, **epsilons},
   ]
   improved = no_noise.evaluation.overall.cer < seed_eval.overall.cer
   notes = [
@@ -151,22 +158,31 @@ def main(argv):
       f'{len(eval_data.client_ids)} held-out speakers (never trained on).',
       'Federated training without noise ' + ('improves on' if improved else
                                              'does NOT improve on') + ' the seed model.',
+      f'ε (RDP, δ = 1e-9): `epsilon_run` is the DP run\'s own guarantee ({ledger.cohort_size} '
+      f'of {ledger.population} clients a round, Poisson-sampled); `epsilon_declared` is the '
+      f'extrapolation to K\' = {ledger.declared_population:,}, S\' = '
+      f'{ledger.declared_cohort_size:,} at the same σ_DP (PLD: {epsilon_declared_pld:.2f}), '
+      'which assumes quality depends on σ_DP only.',
+      'The per-layer norms figure comes from the run without noise: its exact client '
+      'statistics are outside any guarantee, and the DP run does not release them.',
       f'Seed training metrics (by step): `{os.path.join(seed_dir, "metrics.csv")}`.',
       f'Wall time of the demo: {(time.monotonic() - started) / 60:.1f} min.',
   ]
   path = report.write_report(
       output_dir, title='fedasr-tff demo: DP federated fine-tuning of a seed ASR model',
-      results=results, privacy_statement=dp.ledger.statement(_ROUNDS.value),
+      results=results, privacy_statement=dp.privacy_statement(),
       runs={'FL, no noise': os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'),
             'FL + DP': os.path.join(output_dir, 'fl_dp', 'metrics.csv')},
       references={'seed model': (seed_eval.overall.wer, seed_eval.overall.cer)},
-      layer_norm_run=os.path.join(output_dir, 'fl_dp', 'metrics.csv'), notes=notes)
+      layer_norm_run=os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'), notes=notes)
   print('\n== held-out speakers')
   for row in results:
-    eps = '' if row['epsilon'] is None else (f'  at (epsilon={row["epsilon"]:.2f}, delta=1e-9) '
-                                             f'for K={_DECLARED_POPULATION.value:,}, '
-                                             f'S={_DECLARED_COHORT.value:,} (PLD: '
-                                             f'epsilon={epsilon_pld:.2f})')
+    eps = ''
+    if row['epsilon_run'] is not None and math.isfinite(row['epsilon_run']):
+      eps = (f'  epsilon_run={row["epsilon_run"]:.3g} (this run, K={ledger.population}, '
+             f'S={ledger.cohort_size}); epsilon_declared={row["epsilon_declared"]:.2f} (K\'='
+             f'{ledger.declared_population:,}, S\'={ledger.declared_cohort_size:,}; PLD '
+             f'{epsilon_declared_pld:.2f}) at delta=1e-9')
     print(f'{row["model"]:<34} CER {100 * row["cer"]:5.1f}%  WER {100 * row["wer"]:5.1f}%{eps}')
   print('\n'.join(notes))
   print(f'report: {path}')

@@ -42,13 +42,13 @@ def main(argv):
   common.require(common.CORPUS_DIR, common.OUTPUT_DIR)
   vocab = common.vocabulary()
   train_data = common.client_data(common.SPLIT.value, common.SPEAKERS.value or 'seed', vocab,
-                                  spec_augment=True, seed=common.SEED.value)
+                                  spec_augment=True, seed=common.seed_or_zero())
   config = central_training.CentralConfig(
       steps=_STEPS.value, model_config=common.MODEL_CONFIG.value,
       optimizer=_OPTIMIZER.value, learning_rate=_LEARNING_RATE.value, momentum=_MOMENTUM.value,
       schedule=_SCHEDULE.value,
       decay_rate=_DECAY_RATE.value, decay_every=_DECAY_EVERY.value,
-      decay_start=_DECAY_START.value, seed=common.SEED.value,
+      decay_start=_DECAY_START.value, seed=common.seed_or_zero(),
       eval_every=_EVAL_EVERY_STEPS.value)
   print(f'central training on {len(train_data.client_ids)} speakers of {common.SPLIT.value}')
   result = central_training.train(config, train_data, vocab, common.OUTPUT_DIR.value,

@@ -10,7 +10,8 @@ Started again with the same flags and --output_dir, a run resumes from its lates
 (see `fedasr_tff/program/federated_training.py`). Noise is given one way: --sigma_dp (std on
 the averaged update in units of --clip), --noise_multiplier (z of this run's cohort) or
 --target_epsilon (for --population and --population_cohort_size at --rounds, solved with the
-RDP accountant). At every evaluation the run prints the epsilon spent and projected.
+RDP accountant). At every evaluation the run prints the epsilon spent and projected, for this
+run's own population (epsilon_run) and for the declared one (epsilon_declared).
 """
 
 from absl import app
@@ -20,6 +21,7 @@ import tensorflow_federated as tff
 from experiments import common
 from fedasr_tff import models
 from fedasr_tff import optimizers
+from fedasr_tff.program import cohorts
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
@@ -89,6 +91,17 @@ _POPULATION = flags.DEFINE_integer('population', None, 'Population K the privacy
 _POPULATION_COHORT_SIZE = flags.DEFINE_integer(
     'population_cohort_size', None, 'Cohort S\' of the declared population (same sigma_dp, '
     'z\' = sigma_dp * S\'); default --cohort_size.', lower_bound=1)
+_SAMPLING = flags.DEFINE_enum(
+    'sampling', None, list(cohorts.SAMPLINGS),
+    'How cohorts are drawn: poisson (every client joins a round with probability '
+    '--cohort_size / K, the mechanism the accountant analyses) or fixed (exactly --cohort_size '
+    'clients without replacement, the paper\'s code). Default: poisson with noise, fixed '
+    'without.')
+_RELEASE_CLIENT_DIAGNOSTICS = flags.DEFINE_bool(
+    'release_client_diagnostics', False,
+    'In a run with noise, also release un-noised client statistics (training loss, delta and '
+    'per-layer norms, clipped fractions, client counts) under client/: OUTSIDE the DP '
+    'guarantee, and the privacy statement says so. Runs without noise always release them.')
 _NOISE_SEED = flags.DEFINE_integer('noise_seed', None, 'Seed of the server-side DP noise '
                                    '(default: OS entropy, kept in the checkpoints). Fix it only '
                                    'for reproducible simulations.', lower_bound=0)
@@ -166,7 +179,7 @@ def main(argv):
 
   vocab = common.vocabulary()
   train_data = common.client_data(common.SPLIT.value, common.SPEAKERS.value or 'federated', vocab,
-                                  spec_augment=True, seed=common.SEED.value)
+                                  spec_augment=True, seed=common.seed_or_zero())
   num_clients = len(train_data.client_ids)
   if _COHORT_SIZE.value > num_clients:
     raise app.UsageError(f'--cohort_size={_COHORT_SIZE.value} exceeds the {num_clients} '
@@ -193,7 +206,23 @@ def main(argv):
   local_steps = _LOCAL_STEPS.value
   if local_steps is None and _LOCAL_EPOCHS.value is None:
     local_steps = 10
-  config = federated_training.FederatedConfig(
+  try:
+    config = _config(sigma_dp, population, declared_cohort, local_steps)
+  except ValueError as e:   # The configuration's messages name the flags.
+    raise app.UsageError(str(e)) from e
+  result = federated_training.train(
+      config, train_data, vocab, common.OUTPUT_DIR.value, eval_data=common.eval_data(vocab),
+      initial_weights=initial_weights, show_progress=common.PROGRESS.value)
+  if train_data.report.problems:
+    print(f'Skipped training utterances: {train_data.report}')
+  if result.evaluation is not None:
+    print(f'final WER {100 * result.evaluation.overall.wer:.2f}% CER '
+          f'{100 * result.evaluation.overall.cer:.2f}% on {common.EVAL_SPLIT.value}')
+  print(result.privacy_statement())
+
+
+def _config(sigma_dp, population, declared_cohort, local_steps):
+  return federated_training.FederatedConfig(
       rounds=_ROUNDS.value, cohort_size=_COHORT_SIZE.value, model_config=common.MODEL_CONFIG.value,
       local_steps=local_steps, local_epochs=_LOCAL_EPOCHS.value, client_lr=_CLIENT_LR.value,
       local_clip=_LOCAL_CLIP.value or None, fedprox_mu=_FEDPROX_MU.value,
@@ -206,18 +235,10 @@ def main(argv):
       adaptive_clipping=_ADAPTIVE_CLIPPING.value, target_quantile=_TARGET_QUANTILE.value,
       clip_learning_rate=_CLIP_LEARNING_RATE.value, noise_placement=_NOISE_PLACEMENT.value,
       sigma_dp=sigma_dp, delta=_DELTA.value, population=population,
-      population_cohort_size=declared_cohort, seed=common.SEED.value,
-      noise_seed=_NOISE_SEED.value, eval_every=_EVAL_EVERY.value,
+      population_cohort_size=declared_cohort, sampling=_SAMPLING.value,
+      release_client_diagnostics=_RELEASE_CLIENT_DIAGNOSTICS.value, iid=common.IID.value,
+      seed=common.SEED.value, noise_seed=_NOISE_SEED.value, eval_every=_EVAL_EVERY.value,
       checkpoint_every=_CHECKPOINT_EVERY.value)
-  result = federated_training.train(
-      config, train_data, vocab, common.OUTPUT_DIR.value, eval_data=common.eval_data(vocab),
-      initial_weights=initial_weights, show_progress=common.PROGRESS.value)
-  if train_data.report.problems:
-    print(f'Skipped training utterances: {train_data.report}')
-  if result.evaluation is not None:
-    print(f'final WER {100 * result.evaluation.overall.wer:.2f}% CER '
-          f'{100 * result.evaluation.overall.cer:.2f}% on {common.EVAL_SPLIT.value}')
-  print(result.ledger.statement(config.rounds))
 
 
 if __name__ == '__main__':

@@ -5,6 +5,7 @@ from fedasr_tff.privacy.accounting import DEFAULT_RDP_ORDERS
 from fedasr_tff.privacy.accounting import PUBLISHED_RDP_ORDERS
 from fedasr_tff.privacy.accounting import compute_epsilon
 from fedasr_tff.privacy.accounting import compute_epsilon_and_order
+from fedasr_tff.privacy.accounting import compute_epsilon_without_replacement
 from fedasr_tff.privacy.accounting import dp_event
 from fedasr_tff.privacy.accounting import noise_multiplier_for_epsilon
 from fedasr_tff.privacy.conventions import client_noise_stddev_from_sigma_dp

@@ -12,6 +12,16 @@ That `DpEvent` is handed to dp-accounting, either to the Rényi-DP accountant (R
 Gaussian, converted to (ε, δ) with the improved conversion of Balle et al. 2020,
 ε = min_α RDP(α) + log((α−1)/α) − (log δ + log α)/(α−1), which is what reproduces the paper's
 tables) or to the privacy-loss-distribution (PLD) accountant, which is tighter.
+
+Fixed-size cohorts (S distinct users drawn uniformly without replacement every round) are a
+different mechanism. `compute_epsilon_without_replacement` accounts them exactly as run, with
+`SampledWithoutReplacementDpEvent` and dp-accounting's RDP accountant (its only accountant for
+that event). That analysis (Wang, Balle and Kasiviswanathan 2019, "Subsampled Rényi
+differential privacy and analytical moments accountant", AISTATS) holds for *replace-one*
+adjacency (the population size is public; neighbours swap one user's data for another's), so its
+ε is not comparable with the add/remove-one ε of the Poisson analysis. Swapping one user's
+clipped delta (norm <= C) for another's moves the sum by up to 2C, so noise z·C is the Gaussian
+mechanism with multiplier z/2 in that relation, and that is what is accounted.
 """
 
 import math
@@ -135,6 +145,32 @@ def compute_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, d
   if steps == 0:
     return 0.0
   return _pld_epsilon(noise_multiplier, sampling_rate, steps, delta)
+
+
+def compute_epsilon_without_replacement(noise_multiplier: float, population: int,
+                                        cohort_size: int, steps: int, delta: float) -> float:
+  """RDP ε of `steps` rounds of the Gaussian mechanism on fixed-size cohorts (module docstring).
+
+  Each round draws `cohort_size` distinct users of `population` uniformly without replacement.
+  Replace-one adjacency: not comparable with `compute_epsilon`'s add/remove-one ε.
+  """
+  validation.check_positive('noise_multiplier', noise_multiplier)
+  validation.check_positive_integer('population', population)
+  validation.check_positive_integer('cohort_size', cohort_size)
+  if cohort_size > population:
+    raise ValueError(f'`cohort_size` ({cohort_size}) exceeds `population` ({population}).')
+  validation.check_non_negative_integer('steps', steps)
+  validation.check_open_unit_interval('delta', delta)
+  if steps == 0:
+    return 0.0
+  # Replace-one sensitivity of the sum is 2C (module docstring).
+  event = dp_accounting.SampledWithoutReplacementDpEvent(
+      population, cohort_size, dp_accounting.GaussianDpEvent(noise_multiplier / 2))
+  accountant = dp_accounting.rdp.RdpAccountant(
+      orders=list(DEFAULT_RDP_ORDERS),
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  accountant.compose(dp_accounting.SelfComposedDpEvent(event, steps))
+  return float(accountant.get_epsilon(delta))
 
 
 def _pld_epsilon(noise_multiplier: float, sampling_rate: float, steps: int,

@@ -1,17 +1,26 @@
-"""The privacy a federated run spends, and the noise a run must add (spec §1.2 and §6).
+"""The privacy a federated run spends, and the noise a run must add.
 
 A run adds noise of std σ_DP·C to the averaged update (σ_DP in units of the clip C). Its
 guarantee is user-level (ε, δ)-DP of T rounds of the Poisson-sampled Gaussian mechanism with
 
     q = S / K,    z = σ_DP · S,
 
-for cohort S and population K. Two populations are accounted:
+for cohort S and population K (the DP-FL-for-ASR paper's accounting, after McMahan et al. 2018).
+Two populations are accounted, and every ε is named by the one it covers:
 
-* the run itself: the S clients a round out of the K clients it trains on;
-* the declared one (spec §6, extrapolation): the population K' and cohort S' the user says the
-  configuration stands for. Model quality is assumed to depend only on σ_DP, so the same σ_DP
-  with S' clients a round is the noise multiplier z' = σ_DP·S' at rate q' = S'/K'. This is how
-  the paper quotes ε for millions of users from runs on thousands.
+* `epsilon_run_*`: the run itself, the S clients a round out of the K clients it trains on. This
+  is the run's guarantee.
+* `epsilon_declared_*`: the declared population K' and cohort S' the user says the configuration
+  stands for (the paper's extrapolation). Model quality is assumed to depend only on σ_DP, so the
+  same σ_DP with S' clients a round is the noise multiplier z' = σ_DP·S' at rate q' = S'/K'. This
+  is how the paper quotes ε for millions of users from runs on thousands; it describes a run that
+  was not made.
+
+Each with the RDP and PLD accountants (add/remove-one adjacency). Runs with fixed-size cohorts
+also get `*_wor_rdp`: dp-accounting's RDP analysis of sampling without replacement, for
+replace-one adjacency (`privacy.compute_epsilon_without_replacement`), not comparable with the
+others. The statement (`PrivacyLedger.statement`) adds what the run released or assumed beyond
+the mechanism (`Disclosures`).
 
 The noise can be given as σ_DP, as the noise multiplier z of the run's own cohort (σ_DP = z/S),
 or as a target ε for the declared population at the planned rounds (σ_DP = z'/S' with z' the
@@ -23,11 +32,15 @@ import functools
 import math
 from typing import Dict
 from typing import Optional
+from typing import Tuple
 
 from fedasr_tff import privacy
 from fedasr_tff import validation
+from fedasr_tff.program.cohorts import SAMPLINGS
 
-ACCOUNTANTS = ('rdp', 'pld')
+ACCOUNTANTS = privacy.ACCOUNTANTS
+# With fixed-size cohorts, also dp-accounting's without-replacement RDP (replace-one adjacency).
+ALL_ACCOUNTANTS = ACCOUNTANTS + ('wor_rdp',)
 
 
 def resolve_sigma_dp(*, sigma_dp: Optional[float], noise_multiplier: Optional[float],
@@ -57,8 +70,35 @@ def resolve_sigma_dp(*, sigma_dp: Optional[float], noise_multiplier: Optional[fl
 
 
 @dataclasses.dataclass(frozen=True)
+class Disclosures:
+  """What a run releases or assumes beyond the mechanism itself, for its privacy statement.
+
+  Attributes:
+    sampling: "poisson" or "fixed" (`cohorts.SAMPLINGS`): how cohorts were drawn.
+    sampling_seed_known: the cohorts come from a seed the user fixed (`--seed`), not from a
+      secret drawn from OS entropy: anyone who knows it can recompute every cohort.
+    noise_placement: "server" or "client" (client placement assumes secure aggregation).
+    client_statistics: names of released metric columns computed from client data without noise
+      (the `--release_client_diagnostics` opt-in); empty when none are released.
+    pseudo_clients: clients are `--iid` pseudo-speakers, not people.
+    adaptive_clipping: the clips are the noised adaptive state.
+  """
+  sampling: str = 'poisson'
+  sampling_seed_known: bool = False
+  noise_placement: str = 'server'
+  client_statistics: Tuple[str, ...] = ()
+  pseudo_clients: bool = False
+  adaptive_clipping: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class PrivacyLedger:
-  """ε spent by a run, for the run's own population and for the declared one."""
+  """ε spent by a run, for the run's own population and for the declared one.
+
+  Every ε is named by what it covers: `epsilon_run_*` is the guarantee of this run on its own K
+  clients; `epsilon_declared_*` is the extrapolation to the declared K', S' (module docstring),
+  which holds only under the assumption that model quality depends on σ_DP alone.
+  """
   sigma_dp: float
   cohort_size: int
   population: int
@@ -66,6 +106,7 @@ class PrivacyLedger:
   declared_population: int
   planned_rounds: int
   delta: float
+  sampling: str = 'poisson'
 
   def __post_init__(self):
     validation.check_non_negative('sigma_dp', self.sigma_dp)
@@ -79,6 +120,8 @@ class PrivacyLedger:
     if self.declared_cohort_size > self.declared_population:
       raise ValueError(f'The declared cohort ({self.declared_cohort_size}) exceeds the declared '
                        f'population ({self.declared_population}).')
+    if self.sampling not in SAMPLINGS:
+      raise ValueError(f'`sampling` must be one of {SAMPLINGS}, got {self.sampling!r}.')
 
   @property
   def noise_multiplier(self) -> float:
@@ -99,62 +142,159 @@ class PrivacyLedger:
 
   def epsilon(self, rounds: int, declared: bool = True,
               accountant: str = 'rdp') -> float:
-    """ε after `rounds` rounds; inf without noise, 0 before the first round."""
+    """ε after `rounds` rounds; inf without noise, 0 before the first round.
+
+    `accountant` is "rdp" or "pld" (Poisson sampling, add/remove-one adjacency) or "wor_rdp"
+    (fixed-size cohorts drawn without replacement, replace-one adjacency: not comparable).
+    """
     validation.check_non_negative_integer('rounds', rounds)
+    if accountant not in ALL_ACCOUNTANTS:
+      raise ValueError(f'`accountant` must be one of {ALL_ACCOUNTANTS}, got {accountant!r}.')
     if rounds == 0:
       return 0.0
     if self.sigma_dp == 0:
       return math.inf
     if declared:
-      return _epsilon(self.declared_noise_multiplier, self.declared_sampling_rate, rounds,
-                      self.delta, accountant)
-    return _epsilon(self.noise_multiplier, self.sampling_rate, rounds, self.delta, accountant)
+      return _epsilon(self.declared_noise_multiplier, self.declared_cohort_size,
+                      self.declared_population, rounds, self.delta, accountant)
+    return _epsilon(self.noise_multiplier, self.cohort_size, self.population, rounds,
+                    self.delta, accountant)
+
+  def _accountants(self) -> Tuple[str, ...]:
+    return ACCOUNTANTS + (('wor_rdp',) if self.sampling == 'fixed' else ())
 
   def metrics(self, rounds: int) -> Dict[str, float]:
-    """ε of the declared population so far and at the planned rounds, both accountants, and
-    the RDP ε of the run's own population so far."""
+    """Every ε after `rounds` and at the planned rounds, named by population and accountant:
+    `epsilon_{run,declared}_{rdp,pld[,wor_rdp]}` and `projected_epsilon_...` likewise
+    (`wor_rdp` only for fixed-size cohorts)."""
     values = {}
-    for accountant in ACCOUNTANTS:
-      values[f'epsilon_{accountant}'] = self.epsilon(rounds, True, accountant)
-      values[f'projected_epsilon_{accountant}'] = self.epsilon(self.planned_rounds, True,
-                                                               accountant)
-    values['run_epsilon_rdp'] = self.epsilon(rounds, False, 'rdp')
+    for population in ('run', 'declared'):
+      for accountant in self._accountants():
+        values[f'epsilon_{population}_{accountant}'] = self.epsilon(
+            rounds, population == 'declared', accountant)
+    for population in ('run', 'declared'):
+      for accountant in self._accountants():
+        values[f'projected_epsilon_{population}_{accountant}'] = self.epsilon(
+            self.planned_rounds, population == 'declared', accountant)
     return values
 
-  def statement(self, rounds: int) -> str:
+  def summary_line(self, rounds: int) -> str:
+    """One log line with both populations' ε, each named."""
+    m = self.metrics(rounds)
+    parts = [f'this run (K={self.population}, S={self.cohort_size}): epsilon_run '
+             f'RDP {m["epsilon_run_rdp"]:.3g} / PLD {m["epsilon_run_pld"]:.3g}']
+    if self.sampling == 'fixed':
+      parts[-1] += f' / without-replacement RDP {m["epsilon_run_wor_rdp"]:.3g}'
+    parts.append(f'declared (K\'={self.declared_population}, S\'={self.declared_cohort_size}, '
+                 'assumes quality depends on sigma_dp only): epsilon_declared '
+                 f'RDP {m["epsilon_declared_rdp"]:.3g} / PLD {m["epsilon_declared_pld"]:.3g}, '
+                 f'{m["projected_epsilon_declared_rdp"]:.3g} / '
+                 f'{m["projected_epsilon_declared_pld"]:.3g} at {self.planned_rounds} rounds')
+    return f'epsilon spent at delta={self.delta:g}: ' + '; '.join(parts)
+
+  def statement(self, rounds: int, disclosures: Optional[Disclosures] = None) -> str:
     """The privacy statement of a run after `rounds` rounds, in Markdown."""
+    disclosures = disclosures or Disclosures(sampling=self.sampling)
     if self.sigma_dp == 0:
-      return ('No noise was added: the run is **not** differentially private (ε = ∞). '
+      return ('No noise was added: the run is **not** differentially private (ε = ∞), and every '
+              'number it released (including client statistics) is outside any guarantee. '
               f'Cohort S = {self.cohort_size} of K = {self.population} clients, {rounds} rounds.')
-    declared = self.metrics(rounds)
+    m = self.metrics(rounds)
+    fixed = self.sampling == 'fixed'
+    wor_header = ' ε (RDP, without replacement, replace-one) |' if fixed else ''
+    wor_rule = '---|' if fixed else ''
+
+    def row(name, population, cohort, k, q, z):
+      cells = (f'| {name} | {cohort} | {k} | {q:.4g} | {z:.4g} | '
+               f'{m[f"epsilon_{population}_rdp"]:.3g} | {m[f"epsilon_{population}_pld"]:.3g} |')
+      if fixed:
+        cells += f' {m[f"epsilon_{population}_wor_rdp"]:.3g} |'
+      return cells
+
+    sampling_text = (
+        'Every round each client joins independently with probability q = S/K (Poisson '
+        'sampling), the mechanism the accountant analyses; the noised sum is divided by the '
+        'expected cohort S, a public constant.' if not fixed else
+        'Each round trains exactly S distinct clients drawn uniformly without replacement. The '
+        'add/remove-one columns account it as Poisson sampling with q = S/K, the paper\'s '
+        'approximation, not a proof for fixed-size cohorts; the last column is dp-accounting\'s '
+        'RDP analysis of sampling without replacement, which holds for replace-one adjacency '
+        'and is not comparable with the other columns.')
     lines = [
-        f'User-level (ε, δ)-DP with δ = {self.delta:g}: noise σ_DP = {self.sigma_dp:.4g} on the '
-        f'averaged update (in units of the clip), {rounds} rounds of the Poisson-sampled Gaussian '
-        'mechanism.',
+        f'User-level (ε, δ)-DP with δ = {self.delta:g}: Gaussian noise σ_DP = '
+        f'{self.sigma_dp:.4g} on the averaged update (in units of the clip), {rounds} rounds.',
         '',
-        '| population | cohort S | population K | q = S/K | z = σ_DP·S | ε (RDP) | ε (PLD) |',
-        '|---|---|---|---|---|---|---|',
-        f'| declared (spec §6) | {self.declared_cohort_size} | {self.declared_population} | '
-        f'{self.declared_sampling_rate:.4g} | {self.declared_noise_multiplier:.4g} | '
-        f'{declared["epsilon_rdp"]:.3g} | {declared["epsilon_pld"]:.3g} |',
-        f'| this run | {self.cohort_size} | {self.population} | {self.sampling_rate:.4g} | '
-        f'{self.noise_multiplier:.4g} | {declared["run_epsilon_rdp"]:.3g} | — |',
+        '| whose ε | cohort S | population K | q = S/K | z = σ_DP·S | ε (RDP) | ε (PLD) |'
+        + wor_header,
+        '|---|---|---|---|---|---|---|' + wor_rule,
+        row('this run (`epsilon_run_*`)', 'run', self.cohort_size, self.population,
+            self.sampling_rate, self.noise_multiplier),
+        row('declared population (`epsilon_declared_*`)', 'declared', self.declared_cohort_size,
+            self.declared_population, self.declared_sampling_rate,
+            self.declared_noise_multiplier),
         '',
-        'The declared row is the guarantee of the same σ_DP with the declared cohort and '
-        'population (the paper\'s extrapolation: quality is assumed to depend on σ_DP only). '
-        'The run itself, on its small population, is only protected as its own row says.',
-        '',
-        'Each round trains exactly S distinct clients drawn uniformly without replacement; the '
-        'accounting assumes Poisson sampling with rate q = S/K, as the paper does (spec §6). '
-        'That is the standard approximation for fixed-size cohorts, not a proof for them.',
+        '- **This run**: the guarantee the run itself has, for its own K clients.',
+        '- **Declared population**: the paper\'s extrapolation. The same σ_DP with S\' clients a '
+        'round out of K\' is the noise multiplier σ_DP·S\' at rate S\'/K\'. It describes a run '
+        'that was not made, under the assumption that model quality depends on σ_DP only; it '
+        'is not a guarantee of this run.',
+        f'- Sampling: {sampling_text}',
+    ]
+    if disclosures.sampling_seed_known:
+      lines.append('- **The sampling seed was fixed by the user (`--seed`)**: anyone who knows '
+                   'it can recompute every cohort, which voids the amplification by sampling '
+                   'the accountant assumes. The ε above then do not hold; run without `--seed` '
+                   'for a guarantee.')
+    else:
+      lines.append('- The cohorts and every client\'s random draws come from a secret drawn from '
+                   'OS entropy and kept only in the checkpoints.')
+    lines.append('- The population size K is treated as public; the number of clients that took '
+                 'part in a round is not released (it is a client statistic).')
+    if disclosures.noise_placement == 'client':
+      lines.append('- Noise is added on the clients (N(0, (zC)²/S) each, for exactly S clients a '
+                   'round): the guarantee covers the **sum only** and assumes secure '
+                   'aggregation, which this simulation does not provide; a server seeing single '
+                   'noised updates would see each with std zC/√S.')
+    if disclosures.adaptive_clipping:
+      lines.append('- Adaptive clipping: the clips are updated from noised clipped counts, paid '
+                   'for within the same z (the released clips are covered).')
+    if disclosures.client_statistics:
+      lines.append('- **Outside the guarantee (opt-in `--release_client_diagnostics`)**: these '
+                   'released columns are computed from client data without noise: '
+                   + ', '.join(f'`{c}`' for c in disclosures.client_statistics) + '.')
+    else:
+      lines.append('- Released: held-out evaluation (server data), privacy figures, and server '
+                   'quantities derived from the noised aggregate (update norm, learning rate, '
+                   'noise std, clips). No un-noised client statistic is released.')
+    lines.append('- Round timings depend on client data (utterance lengths, example counts): '
+                 'they are a side channel outside the guarantee.')
+    if disclosures.pseudo_clients:
+      lines.append('- Clients are `--iid` pseudo-speakers: the guarantee is per pseudo-client, '
+                   'not per person.')
+    lines += [
+        '- Scope: this guarantee covers this run. Repeated runs and hyperparameter searches on '
+        'the same users compose (their ε add up); the seed model\'s speakers and any run '
+        'without noise are outside every guarantee; one person may hold several Common Voice '
+        '`client_id`s, and is then protected only as several users.',
+        '- Checkpoints hold the DP noise seed and the sampling secret: anyone holding them can '
+        'subtract the noise. Keep checkpoints (and the feature cache, derived raw audio) as '
+        'private as the raw data; they are written owner-only.',
+        '- Noise comes from TensorFlow\'s floating-point Gaussian sampler, drawn as a sum of '
+        'several draws so its tails reach past 15σ; the remaining floating-point discreteness '
+        '(Mironov 2012) is a known limitation shared by all TensorFlow-based DP.',
     ]
     if rounds < self.planned_rounds:
-      lines.append(f'At the planned {self.planned_rounds} rounds the declared ε would be '
-                   f'{declared["projected_epsilon_rdp"]:.3g} (RDP) / '
-                   f'{declared["projected_epsilon_pld"]:.3g} (PLD).')
+      lines.append(f'- At the planned {self.planned_rounds} rounds: epsilon_run '
+                   f'{m["projected_epsilon_run_rdp"]:.3g} (RDP), epsilon_declared '
+                   f'{m["projected_epsilon_declared_rdp"]:.3g} (RDP) / '
+                   f'{m["projected_epsilon_declared_pld"]:.3g} (PLD).')
     return '\n'.join(lines)
 
 
 @functools.lru_cache(maxsize=256)
-def _epsilon(noise_multiplier, sampling_rate, rounds, delta, accountant):
-  return privacy.compute_epsilon(noise_multiplier, sampling_rate, rounds, delta, accountant)
+def _epsilon(noise_multiplier, cohort_size, population, rounds, delta, accountant):
+  if accountant == 'wor_rdp':
+    return privacy.compute_epsilon_without_replacement(noise_multiplier, population, cohort_size,
+                                                       rounds, delta)
+  return privacy.compute_epsilon(noise_multiplier, cohort_size / population, rounds, delta,
+                                 accountant)

@@ -1,4 +1,8 @@
-"""A progress bar as a `tff.program.ReleaseManager`: rounds done, ETA and the latest metrics."""
+"""A progress bar as a `tff.program.ReleaseManager`: rounds done, ETA and the latest metrics.
+
+Rounds advance as they are computed (`advance`); metrics appear when they are released, which a
+DP run holds back until a checkpoint covers them (`release_journal`).
+"""
 
 import sys
 from typing import Optional
@@ -8,14 +12,16 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-DEFAULT_SHOWN = ('train/loss', 'eval/cer', 'eval/wer', 'privacy/epsilon_rdp')
+DEFAULT_SHOWN = ('train/loss', 'client/train/loss', 'eval/cer', 'eval/wer',
+                 'privacy/epsilon_run_rdp', 'privacy/epsilon_declared_rdp')
 
 
 class ProgressBarReleaseManager(tff.program.ReleaseManager):
-  """Advances a tqdm bar to each released round and shows the latest of `shown` metrics.
+  """Advances a tqdm bar to each round and shows the latest of the released `shown` metrics.
 
   Values are flattened as `tff.program.CSVFileReleaseManager` flattens them (names joined with
-  '/'); a metric keeps its last shown value on rounds that do not release it.
+  '/') and shown by their last component; a metric keeps its last shown value on rounds that do
+  not release it.
   """
 
   def __init__(self, total_rounds: int, initial_round: int = 0,
@@ -31,10 +37,13 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
     flat = dict(tff.program.structure_utils.flatten_with_name(value))
     for name in self._shown:
       if name in flat and np.ndim(flat[name]) == 0:
-        self._latest[name.split('/')[-1] if name.startswith('train/') else name] = float(
-            flat[name])
+        self._latest[name.split('/')[-1]] = float(flat[name])
     self._bar.set_postfix({k: f'{v:.4g}' for k, v in self._latest.items()}, refresh=False)
-    self._bar.update(max(0, key - self._bar.n))
+    self.advance(key)
+
+  def advance(self, round_num: int) -> None:
+    """Moves the bar to `round_num` (computed, not necessarily released yet)."""
+    self._bar.update(max(0, round_num - self._bar.n))
 
   def write(self, line: str, writer=print) -> None:
     """Passes `line` to `writer` with the bar cleared first and redrawn after, so log lines

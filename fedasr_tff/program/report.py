@@ -29,8 +29,10 @@ _KEY = 'key'
 
 _WER = 'eval/wer'
 _CER = 'eval/cer'
-_PER_LAYER = re.compile(r'^per_layer/(?P<layer>.+)/(?P<metric>norm_before_clip|norm_after_clip|'
-                        r'clipped_fraction)$')
+# Exact client norms are released under `client/` (outside the DP guarantee, an opt-in in DP
+# runs); the adaptive clips are the noised state, released without the prefix.
+_PER_LAYER = re.compile(r'^(?:client/)?per_layer/(?P<layer>.+)/(?P<metric>norm_before_clip|'
+                        r'norm_after_clip|clipped_fraction|clip)$')
 _BLOCK_TENSOR = re.compile(r'^block_(?P<block>\d+)/(?P<param>[^/]+)/(?P<variable>.+)$')
 # The order of a pre-LN block's parameters in the forward pass: x += Attn(LN1 x); x += MLP(LN2 x).
 _BLOCK_PARAMS = ('ln1', 'wqkv', 'wf', 'ln2', 'w1', 'w2')
@@ -45,15 +47,20 @@ _LAYER_ROWS = (
      'L2 norm (mean over rounds)', True),
     ('clipped_fraction', 'Fraction of clients clipped', 'clipped clients (%, mean over rounds)',
      False),
+    ('clip', 'Adaptive per-layer clip C_h (noised state, inside the DP guarantee)',
+     'clip (mean over rounds)', True),
 )
 _PRIVACY_SERIES = (
-    ('privacy/epsilon_rdp', 'RDP accountant', 'C0', '-'),
-    ('privacy/epsilon_pld', 'PLD accountant', 'C1', '-'),
-    ('privacy/projected_epsilon_rdp', 'RDP, projected', 'C0', '--'),
-    ('privacy/projected_epsilon_pld', 'PLD, projected', 'C1', '--'),
+    ('privacy/epsilon_run_rdp', 'this run, RDP', 'C2', '-'),
+    ('privacy/epsilon_run_pld', 'this run, PLD', 'C3', '-'),
+    ('privacy/epsilon_declared_rdp', 'declared population, RDP', 'C0', '-'),
+    ('privacy/epsilon_declared_pld', 'declared population, PLD', 'C1', '-'),
+    ('privacy/projected_epsilon_declared_rdp', 'declared, RDP, projected', 'C0', '--'),
+    ('privacy/projected_epsilon_declared_pld', 'declared, PLD, projected', 'C1', '--'),
 )
 _COLUMN_TITLES = {'model': 'Model', 'wer': 'WER (%)', 'cer': 'CER (%)', 'rounds': 'Rounds',
-                  'epsilon': 'ε'}
+                  'epsilon': 'ε', 'epsilon_run': 'ε (this run)',
+                  'epsilon_declared': 'ε (declared population)'}
 _PERCENT_COLUMNS = ('wer', 'cer')
 _MISSING = '—'
 
@@ -248,9 +255,9 @@ def _series_style(key: tuple[str, str], colours: Mapping[str, str]) -> dict[str,
 def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) -> Optional[str]:
   """Plots per-layer client-update norms by parameter type and block (the paper's Figure 6).
 
-  Reads the `per_layer/<layer>/norm_before_clip`, `.../norm_after_clip` and
-  `.../clipped_fraction` columns and averages every value over the rounds that released it
-  (NaN-aware mean). Each metric present gets a row of two panels sharing a y axis:
+  Reads the `[client/]per_layer/<layer>/norm_before_clip`, `.../norm_after_clip`,
+  `.../clipped_fraction` and `.../clip` columns and averages every value over the rounds that
+  released it (NaN-aware mean). Each metric present gets a row of two panels sharing a y axis:
 
   * left: x = transformer block index, one line per parameter type (ln1, wqkv, wf, ln2, w1, w2
     in forward-pass order, colour by type). LayerNorm gamma and beta are separate tensors with
@@ -260,7 +267,10 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
 
   Norms are on a log scale. After clipping, each client's norm is at most its layer's bound, so
   the second row shows the per-layer bounds wherever the third row (the clipped fraction, in %)
-  is near 100%.
+  is near 100%. Those three rows are exact client statistics (`client/per_layer/...`), released
+  only by runs without noise or with the opt-in, and the title says they are outside any DP
+  guarantee. A DP run with adaptive clipping releases instead the per-layer clips
+  (`per_layer/<layer>/clip`, the noised state), drawn as the last row.
 
   Args:
     csv_path: A metrics CSV of a run with per-layer clipping.
@@ -308,7 +318,10 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
     handles, labels = grid[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc='outside lower center', ncol=min(len(labels), 8),
                title='parameter type (LayerNorm gamma solid, beta dashed)', fontsize='small')
-  fig.suptitle(f'Per-layer client update norms, averaged over rounds: {label or csv_path}')
+  exact = any(column.startswith('client/') for by_layer in columns.values()
+              for column in by_layer.values())
+  fig.suptitle(f'Per-layer client update norms, averaged over rounds: {label or csv_path}'
+               + ('\n(exact client statistics: outside any DP guarantee)' if exact else ''))
   return _save(fig, png_path)
 
 
@@ -338,33 +351,38 @@ def _draw_outer(axes, metrics, by_layer, outer: Sequence[str], scale: float) -> 
 
 
 def plot_privacy(csv_path: str, png_path: str, label: Optional[str] = None) -> Optional[str]:
-  """Plots ε spent over rounds, from the RDP and PLD accountants.
+  """Plots ε spent over rounds: this run's own and the declared population's, RDP and PLD.
 
-  Draws `privacy/epsilon_rdp` and `privacy/epsilon_pld` solid, and the runner's projected ε
-  (`privacy/projected_epsilon_*`) dashed in the same colour, at the rows where each is released.
-  Non-finite values (ε = ∞, e.g. without noise) are left out. `label` names the run in the
-  title (default: the CSV's path).
+  Solid lines are ε spent (`privacy/epsilon_run_*` for the run's own population,
+  `privacy/epsilon_declared_*` for the declared one, an extrapolation); dashed lines the
+  declared population's ε projected at the planned rounds. The two populations' ε differ by
+  orders of magnitude, so the y axis is logarithmic; ε = 0 (round 0) and ε = ∞ are left out.
+  `label` names the run in the title (default: the CSV's path).
 
   Returns:
     `png_path`, or None (and nothing is written) when the CSV has no privacy column with a finite
-    value, as for a run without DP.
+    positive value, as for a run without DP.
   """
   metrics = read_metrics(csv_path)
-  present = [(name, label, colour, style, *_present(metrics, name))
-             for name, label, colour, style in _PRIVACY_SERIES]
-  present = [series for series in present if series[4].size]
+  present = []
+  for name, series_label, colour, style in _PRIVACY_SERIES:
+    keys, values = _present(metrics, name)
+    keep = values > 0
+    if keep.any():
+      present.append((series_label, colour, style, keys[keep], values[keep]))
   if not present:
     return None
   fig = mpl_figure.Figure(figsize=(6.5, 4.2), layout='constrained')
   axes = fig.subplots()
-  for _, label, colour, style, keys, values in present:
-    axes.plot(keys, values, color=colour, linestyle=style, marker='o', markersize=3, label=label)
+  for series_label, colour, style, keys, values in present:
+    axes.plot(keys, values, color=colour, linestyle=style, marker='o', markersize=3,
+              label=series_label)
   axes.set_title(f'Privacy loss spent: {label or csv_path}')
   axes.set_xlabel('round (0 = before training)')
   axes.set_ylabel('ε (at the run\'s δ)')
-  axes.set_ylim(bottom=0)
-  axes.grid(True, alpha=0.3)
-  axes.legend()
+  axes.set_yscale('log')
+  axes.grid(True, which='both', alpha=0.3)
+  axes.legend(fontsize='small')
   return _save(fig, png_path)
 
 
@@ -372,7 +390,8 @@ def plot_privacy(csv_path: str, png_path: str, label: Optional[str] = None) -> O
 
 
 def _format_cell(column: str, value: object) -> str:
-  """Table cell: WER/CER as % with one decimal, None/NaN as '—', ε with two decimals."""
+  """Table cell: WER/CER as % with one decimal, None/NaN as '—', ε with two decimals (three
+  significant digits from 1e4)."""
   if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
     return _MISSING
   if column in _PERCENT_COLUMNS:
@@ -381,7 +400,9 @@ def _format_cell(column: str, value: object) -> str:
     value = float(value)
     if math.isinf(value):
       return '∞'
-    return f'{value:.2f}' if column == 'epsilon' else f'{value:g}'
+    if column.startswith('epsilon'):
+      return f'{value:.2f}' if value < 1e4 else f'{value:.3g}'
+    return f'{value:g}'
   return str(value).replace('|', '\\|')
 
 

@@ -27,12 +27,16 @@ class DemoTest(absltest.TestCase):
     out = result.stdout
     for model in ('seed (central', 'FL, no noise', 'FL + DP'):
       self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%', msg=model)
-    self.assertRegex(out, r'epsilon=\d+\.\d+, delta=1e-9\) for K=10,000,000')
+    # Both epsilons, each named by the population it covers.
+    self.assertRegex(out, r'epsilon_run=\S+ \(this run, K=\d+, S=2\); '
+                          r'epsilon_declared=\d+\.\d+ \(K\'=10,000,000')
     report = os.path.join(output_dir, 'report.md')
     with open(report) as f:
       text = f.read()
     self.assertIn('FL + DP', text)
     self.assertIn('ε (RDP)', text)
+    self.assertIn('ε (this run)', text)
+    self.assertIn('ε (declared population)', text)
     for png in ('error_rates.png', 'layer_norms.png'):
       self.assertIn(png, text)
       self.assertGreater(os.path.getsize(os.path.join(output_dir, png)), 1000)

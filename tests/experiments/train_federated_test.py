@@ -48,9 +48,9 @@ class TrainFederatedTest(absltest.TestCase):
     cls.corpus = os.path.join(cls.tmp, 'librispeech')
     cls.cache = os.path.join(cls.tmp, 'cache')
 
-  def _flags(self, output_dir, *extra):
+  def _flags(self, output_dir, *extra, model='tiny'):
     return [f'--corpus_dir={self.corpus}', '--speakers=all', f'--output_dir={output_dir}',
-            f'--feature_cache_dir={self.cache}', '--model_config=tiny', '--cohort_size=2',
+            f'--feature_cache_dir={self.cache}', f'--model_config={model}', '--cohort_size=2',
             '--rounds=5', '--local_steps=1', '--checkpoint_every=1', '--eval_every=2',
             '--sigma_dp=0.01', '--clip=1.0', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
             '--noprogress', *extra]
@@ -73,6 +73,12 @@ class TrainFederatedTest(absltest.TestCase):
         (['--corpus_dir=/no/such/corpus'], 'corpus_dir'),
         (['--clipping=none', '--sigma_dp=0.1'], 'clipping=none'),
         (['--local_steps=2', '--local_epochs=1'], 'local_epochs'),
+        # Client noise is calibrated for exactly S clients and protects only the sum.
+        (['--noise_placement=client'], '--sampling=poisson'),
+        (['--noise_placement=client', '--sampling=fixed', '--adaptive_clipping'],
+         '--adaptive_clipping'),
+        (['--noise_placement=client', '--sampling=fixed', '--release_client_diagnostics'],
+         '--release_client_diagnostics'),
     ]
     # All at once: each fails during start-up, so the cost is one interpreter start each.
     procs = [subprocess.Popen(_command(*self._flags(out, *extra)), stdout=subprocess.PIPE,
@@ -93,10 +99,11 @@ class TrainFederatedTest(absltest.TestCase):
     self.assertIn('--seed_model', result.stderr)
     self.assertIn('shape', result.stderr)
 
-  def _start(self, output_dir):
+  def _start(self, output_dir, model):
     # SIGINT at its default disposition in the run, as under a terminal: a test runner started
     # as a background job of a non-interactive shell ignores SIGINT, and its children inherit that.
-    return subprocess.Popen(_command(*self._flags(output_dir)), stdout=subprocess.PIPE,
+    return subprocess.Popen(_command(*self._flags(output_dir, model=model)),
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -131,8 +138,10 @@ class TrainFederatedTest(absltest.TestCase):
     self.assertEmpty(left, 'the killed run left its TFF worker running')
 
   def test_killed_run_resumes_to_the_same_final_state(self):
+    # The `small` model trains with dropout and layer drop: every draw of client work must be a
+    # function of (run secret, round, client) for a replayed round to be bit-identical.
     reference = os.path.join(self.tmp, 'reference')
-    result = _run(*self._flags(reference))
+    result = _run(*self._flags(reference, model='small'))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('epsilon spent', result.stdout)
     # TFF's worker handle is released at exit, not complained about in interpreter teardown.
@@ -142,17 +151,18 @@ class TrainFederatedTest(absltest.TestCase):
     # worker before the process exits; then SIGKILL after round 3's, which nothing in the run
     # can catch, so the watchdog stops the orphaned worker (within its 5 s grace and a margin).
     resumed = os.path.join(self.tmp, 'resumed')
-    workers = self._kill_after_checkpoint(self._start(resumed), resumed, 1, signal.SIGINT)
+    workers = self._kill_after_checkpoint(self._start(resumed, 'small'), resumed, 1,
+                                          signal.SIGINT)
     self._assert_stopped(workers, timeout=0)
-    proc = self._start(resumed)
+    proc = self._start(resumed, 'small')
     workers = self._kill_after_checkpoint(proc, resumed, 3, signal.SIGKILL)
     self.assertEqual(proc.returncode, -signal.SIGKILL)
     self._assert_stopped(workers, timeout=30)
 
-    result = _run(*self._flags(resumed))
+    result = _run(*self._flags(resumed, model='small'))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('Resuming from the checkpoint of round', result.stdout)
-    model = models.build_ctc_transformer('tiny', 29)
+    model = models.build_ctc_transformer('small', 29)
     want = model_io.load_weights(os.path.join(reference, 'model.npz'), model)
     got = model_io.load_weights(os.path.join(resumed, 'model.npz'), model)
     for a, b in zip(want.trainable, got.trainable, strict=True):

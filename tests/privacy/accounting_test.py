@@ -23,6 +23,26 @@ class ComputeEpsilonTest(parameterized.TestCase):
     self.assertAlmostEqual(got / epsilon, 1.0, delta=0.005)
     self.assertEqual(got_order, order)
 
+  def test_without_replacement_accounts_replace_one_with_sensitivity_2c(self):
+    # Fixed-size cohorts: dp-accounting's RDP analysis of sampling without replacement, with the
+    # sum's replace-one sensitivity 2C, i.e. multiplier z/2 in that relation.
+    got = privacy.compute_epsilon_without_replacement(1.0, 54, 8, 40, DELTA)
+    accountant = dp_accounting.rdp.RdpAccountant(
+        orders=list(privacy.DEFAULT_RDP_ORDERS),
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(54, 8, dp_accounting.GaussianDpEvent(0.5)),
+        40))
+    self.assertAlmostEqual(got, accountant.get_epsilon(DELTA))
+    # Weaker than ignoring the factor 2, stronger with more noise, 0 before any round.
+    self.assertGreater(got, privacy.compute_epsilon_without_replacement(2.0, 54, 8, 40, DELTA))
+    self.assertEqual(privacy.compute_epsilon_without_replacement(1.0, 54, 8, 0, DELTA), 0.0)
+    # Everyone every round is the plain Gaussian mechanism with multiplier z/2.
+    full = privacy.compute_epsilon_without_replacement(1.0, 8, 8, 10, DELTA)
+    self.assertAlmostEqual(full, privacy.compute_epsilon(0.5, 1.0, 10, DELTA), delta=1e-6 * full)
+    with self.assertRaisesRegex(ValueError, 'cohort_size'):
+      privacy.compute_epsilon_without_replacement(1.0, 5, 8, 10, DELTA)
+
   def test_improved_conversion_not_classic(self):
     # Spec §6: at alpha = 7 the improved conversion gives 6.51, the classic one 6.99.
     got = privacy.compute_epsilon(1.536, 51200 / 1737650, 2006, DELTA, orders=[7.0])

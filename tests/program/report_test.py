@@ -28,23 +28,29 @@ def _release_all(csv_path, releases):
 def _eval(wer, cer, epsilon=None):
   value = {'eval': {'loss': 10.0 * wer, 'wer': wer, 'cer': cer}}
   if epsilon is not None:
-    value['privacy'] = {'epsilon_rdp': epsilon, 'epsilon_pld': 0.8 * epsilon,
-                        'projected_epsilon_rdp': 3 * epsilon,
-                        'projected_epsilon_pld': 2.4 * epsilon}
+    value['privacy'] = {'epsilon_declared_rdp': epsilon, 'epsilon_declared_pld': 0.8 * epsilon,
+                        'projected_epsilon_declared_rdp': 3 * epsilon,
+                        'projected_epsilon_declared_pld': 2.4 * epsilon,
+                        'epsilon_run_rdp': 1e5 * epsilon, 'epsilon_run_pld': 8e4 * epsilon}
   return value
 
 
-def _train(round_num, layers):
-  value = {'train': {'loss': 5.0 / round_num, 'examples': 64, 'delta_norm': 2.0},
-           'dp': {'noise_stddev': 0.01, 'clip': 1.0, 'clipped_fraction': 0.5},
-           'time': {'round_seconds': 1.5}}
+def _train(round_num, layers, client=True, adaptive=False):
+  """A round's released values: client statistics under `client/` (as the runner releases them
+  in runs without noise or with the opt-in), adaptive clips (the noised state) without."""
+  value = {'dp': {'noise_stddev': 0.01, 'clip': 1.0}, 'time': {'round_seconds': 1.5}}
   per_layer = {}
   for i, layer in enumerate(layers):
     # Flat keys with slashes flatten to the same column names as the runner's nested ones.
     per_layer[f'{layer}/norm_before_clip'] = (i + 1) * round_num
     per_layer[f'{layer}/norm_after_clip'] = min((i + 1) * round_num, 3.0)
     per_layer[f'{layer}/clipped_fraction'] = 1.0 if (i + 1) * round_num > 3 else 0.0
-  value['per_layer'] = per_layer
+  if client:
+    value['client'] = {'train': {'loss': 5.0 / round_num, 'examples': 64, 'delta_norm': 2.0},
+                       'dp': {'clipped_fraction': 0.5}, 'per_layer': per_layer}
+  if adaptive:
+    value['per_layer'] = {f'{layer}/clip': 0.1 * (i + 1) / round_num
+                          for i, layer in enumerate(layers)}
   return value
 
 
@@ -55,15 +61,15 @@ def _merge(*values):
   return merged
 
 
-def _run(csv_path, layers, dp=True):
+def _run(csv_path, layers, dp=True, **train_kwargs):
   """Rounds 0..4; evaluation (and accounting) at rounds 0, 2 and 4 only."""
   eps = (lambda r: 0.5 * r + 0.1) if dp else (lambda r: None)
   return _release_all(csv_path, [
       (0, _eval(0.95, 0.80, eps(0))),
-      (1, _train(1, layers)),
-      (2, _merge(_train(2, layers), _eval(0.60, 0.30, eps(2)))),
-      (3, _train(3, layers)),
-      (4, _merge(_train(4, layers), _eval(0.40, 0.20, eps(4)))),
+      (1, _train(1, layers, **train_kwargs)),
+      (2, _merge(_train(2, layers, **train_kwargs), _eval(0.60, 0.30, eps(2)))),
+      (3, _train(3, layers, **train_kwargs)),
+      (4, _merge(_train(4, layers, **train_kwargs), _eval(0.40, 0.20, eps(4)))),
   ])
 
 
@@ -105,11 +111,13 @@ class ReportTest(absltest.TestCase):
     np.testing.assert_array_equal(metrics['key'], [0, 1, 2, 3, 4])
     self.assertTrue(np.issubdtype(metrics['key'].dtype, np.integer))
     np.testing.assert_array_equal(metrics['eval/wer'], [0.95, np.nan, 0.60, np.nan, 0.40])
-    np.testing.assert_array_equal(metrics['train/loss'], [np.nan, 5.0, 2.5, 5 / 3, 1.25])
-    np.testing.assert_array_equal(metrics['train/examples'], [np.nan, 64, 64, 64, 64])
-    np.testing.assert_array_equal(metrics['per_layer/all/norm_after_clip'],
+    np.testing.assert_array_equal(metrics['client/train/loss'],
+                                  [np.nan, 5.0, 2.5, 5 / 3, 1.25])
+    np.testing.assert_array_equal(metrics['client/train/examples'], [np.nan, 64, 64, 64, 64])
+    np.testing.assert_array_equal(metrics['client/per_layer/all/norm_after_clip'],
                                   [np.nan, 1.0, 2.0, 3.0, 3.0])
-    np.testing.assert_allclose(metrics['privacy/epsilon_pld'], [0.08, np.nan, 0.88, np.nan, 1.68])
+    np.testing.assert_allclose(metrics['privacy/epsilon_declared_pld'],
+                               [0.08, np.nan, 0.88, np.nan, 1.68])
     self.assertEqual(metrics['eval/cer'].dtype, np.float64)
 
   def test_read_metrics_errors_name_the_file(self):
@@ -152,6 +160,18 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(report.plot_layer_norms(csv_path, png), png)
     self.assertPng(png)
 
+  def test_layer_norm_plot_from_the_noised_clip_trajectory_alone(self):
+    # A DP run with adaptive clipping and no client statistics: only the clips, which are the
+    # noised state, are released per layer, and the figure draws them.
+    layers = _model_layers()
+    csv_path = _run(self.path('adaptive.csv'), layers, client=False, adaptive=True)
+    metrics = report.read_metrics(csv_path)
+    self.assertFalse([c for c in metrics if c.startswith('client/')])
+    self.assertEqual(set(report._per_layer_columns(metrics)), {'clip'})
+    png = self.path('layer_norms.png')
+    self.assertEqual(report.plot_layer_norms(csv_path, png), png)
+    self.assertPng(png)
+
   def test_layer_norm_plot_skips_global_clipping_and_missing_data(self):
     png = self.path('layer_norms.png')
     self.assertIsNone(report.plot_layer_norms(_run(self.path('all.csv'), ['all']), png))
@@ -181,6 +201,26 @@ class ReportTest(absltest.TestCase):
     self.assertFalse(os.path.exists(png))
     self.assertEqual(report.plot_privacy(_run(self.path('dp.csv'), ['all']), png), png)
     self.assertPng(png)
+
+  def test_privacy_plot_draws_both_populations_and_titles_the_run(self):
+    drawn = {}
+    real_plot = report.mpl_figure.Figure.subplots
+
+    def spy(fig, *args, **kwargs):
+      axes = real_plot(fig, *args, **kwargs)
+      drawn['axes'] = axes
+      return axes
+
+    with absltest.mock.patch.object(report.mpl_figure.Figure, 'subplots', spy):
+      report.plot_privacy(_run(self.path('dp.csv'), ['all']), self.path('privacy.png'),
+                          label='FL + DP')
+    axes = drawn['axes']
+    # The title names the run, not the last series (a loop once rebound `label`).
+    self.assertEqual(axes.get_title(), 'Privacy loss spent: FL + DP')
+    labels = [line.get_label() for line in axes.get_lines()]
+    self.assertIn('this run, RDP', labels)
+    self.assertIn('declared population, RDP', labels)
+    self.assertEqual(axes.get_yscale(), 'log')
 
   def test_write_report(self):
     dp_csv = _run(self.path('dp.csv'), _model_layers())

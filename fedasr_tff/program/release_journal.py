@@ -1,0 +1,81 @@
+"""Releases held back until a checkpoint covers them: every round is released exactly once.
+
+A round's outputs (metrics, log lines) are computed from the round's state. If they were released
+before that state is durably saved, a run killed in between would recompute the round on resume
+and release it a second time; any randomness that differs between the two executions (client
+noise, a non-replayed draw) would then hand out two versions of one round, whose difference
+cancels noise. So the runner holds a round's outputs in memory and releases them only once a
+checkpoint at or after that round is saved:
+
+1. `hold(round, values, lines)` for each computed round;
+2. at a checkpoint of round r: `write(r)` puts the held outputs on disk (owner-only, atomically),
+   then the checkpoint is saved, then they are released and `clear()`ed;
+3. on resume from the checkpoint of round r, `pending(r)` returns what a run killed between
+   steps 2's save and its release had not yet released (or had only partly released): the same
+   values, read back, so releasing them again reveals nothing new. A journal of any other round
+   belongs to a checkpoint that was never saved, and is dropped; those rounds are recomputed.
+"""
+
+import json
+import os
+from typing import Any
+from typing import Dict
+from typing import List
+from typing import Optional
+from typing import Tuple
+
+from fedasr_tff import private_files
+
+Held = Tuple[Dict[int, Any], List[str]]
+
+
+class ReleaseJournal:
+  """Outputs of computed rounds waiting for a checkpoint (module docstring)."""
+
+  def __init__(self, path: str):
+    self._path = path
+    self._values: Dict[int, Any] = {}
+    self._lines: List[str] = []
+
+  def hold(self, round_num: int, values: Optional[Dict[str, Any]],
+           lines: Tuple[str, ...] = ()) -> None:
+    """Keeps `values` (the released structure of round `round_num`) and log `lines`."""
+    if values:
+      self._values[round_num] = values
+    self._lines.extend(lines)
+
+  @property
+  def held(self) -> Held:
+    return dict(self._values), list(self._lines)
+
+  def write(self, checkpoint_round: int) -> None:
+    """Durably writes the held outputs, tagged with the checkpoint that is about to cover them."""
+    data = {'checkpoint_round': checkpoint_round,
+            'values': {str(k): v for k, v in self._values.items()}, 'lines': self._lines}
+    partial = f'{self._path}.tmp'
+    with private_files.open_private(partial) as f:
+      json.dump(data, f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(partial, self._path)
+    private_files.fsync_directory(os.path.dirname(self._path) or '.')
+
+  def clear(self) -> None:
+    """Forgets the held outputs once released."""
+    self._values, self._lines = {}, []
+    if os.path.exists(self._path):
+      os.remove(self._path)
+
+  def pending(self, checkpoint_round: int) -> Held:
+    """Outputs written for the checkpoint of `checkpoint_round`, if that run did not clear them."""
+    if not os.path.exists(self._path):
+      return {}, []
+    try:
+      with open(self._path) as f:
+        data = json.load(f)
+      if data.get('checkpoint_round') != checkpoint_round:
+        return {}, []
+      return {int(k): v for k, v in data['values'].items()}, list(data['lines'])
+    except (ValueError, KeyError, TypeError) as e:
+      raise ValueError(f'Release journal {self._path} is corrupt ({e}); remove it to recompute '
+                       'the rounds after the last checkpoint.') from e

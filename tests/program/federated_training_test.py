@@ -1,0 +1,196 @@
+"""The federated run's releases (`fedasr_tff.program.federated_training`): what a DP run writes,
+when it writes it, and what it keeps private."""
+
+import csv
+import json
+import os
+import stat
+import tempfile
+from unittest import mock
+
+from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import data
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import cohorts
+from fedasr_tff.program import federated_training
+
+
+def _csv(path):
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
+
+
+def _tensorboard_tags(log_dir):
+  tags = set()
+  for root, _, files in os.walk(log_dir):
+    for name in files:
+      for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+        tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
+class _Crash(Exception):
+  pass
+
+
+class FederatedTrainingTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.root, num_speakers=4, mean_utterances=2, seed=5, skew=0.0,
+                          words_per_utterance=(1, 2))
+    cls.vocab = data.Vocabulary('en')
+    utterances = data.read_librispeech(os.path.join(cls.root, 'librispeech'), 'train')
+    held_out = {utterances[0].speaker}
+    cls.train_data = data.SpeechClientData(
+        [u for u in utterances if u.speaker not in held_out], cls.vocab, spec_augment=True,
+        strict=True)
+    cls.eval_data = data.SpeechClientData(
+        [u for u in utterances if u.speaker in held_out], cls.vocab, strict=True)
+
+  def _config(self, **overrides):
+    return federated_training.FederatedConfig(**{
+        'rounds': 3, 'cohort_size': 2, 'local_steps': 1, 'clip': 1.0, 'sigma_dp': 0.05,
+        'eval_every': 2, 'checkpoint_every': 2, 'population': 10**6,
+        'population_cohort_size': 1000, **overrides})
+
+  def _train(self, name, config, **kwargs):
+    output_dir = os.path.join(self.root, name)
+    lines = []
+    result = federated_training.train(config, self.train_data, self.vocab, output_dir,
+                                      eval_data=self.eval_data, show_progress=False,
+                                      log=lines.append, **kwargs)
+    return result, output_dir, lines
+
+  def test_dp_run_releases_no_client_statistic_by_default(self):
+    # Also runs the aggregator with diagnostics off end to end, and adaptive clipping, whose
+    # per-layer clips are the noised state and are released.
+    result, output_dir, lines = self._train(
+        'default', self._config(adaptive_clipping=True, clipping='uniform', sigma_dp=0.005))
+    rows = _csv(os.path.join(output_dir, 'metrics.csv'))
+    self.assertEqual([r['key'] for r in rows], ['0', '1', '2', '3'])
+    columns = set(rows[0])
+    self.assertFalse({c for c in columns if c.startswith(('client/', 'train/'))}, columns)
+    for public in ('server/update_norm', 'server/learning_rate', 'dp/noise_stddev', 'dp/clip',
+                   'eval/cer', 'privacy/epsilon_run_rdp', 'privacy/epsilon_declared_rdp',
+                   'time/round_seconds'):
+      self.assertIn(public, columns)
+    self.assertTrue({c for c in columns if c.startswith('per_layer/') and c.endswith('/clip')})
+    for name in ('norm_before_clip', 'norm_after_clip', 'clipped_fraction', 'nonfinite',
+                 'examples', 'loss', 'delta_norm', 'grad_norm', 'clients'):
+      self.assertFalse([c for c in columns if name in c and not c.startswith('eval/')], name)
+    tags = _tensorboard_tags(os.path.join(output_dir, 'tensorboard'))
+    self.assertTrue(tags)
+    self.assertFalse({t for t in tags if t.startswith(('client', 'train'))}, tags)
+    with open(os.path.join(output_dir, 'summary.json')) as f:
+      summary = json.load(f)
+    self.assertEqual(summary['client_statistics_released'], [])
+    self.assertEqual(summary['sampling'], 'poisson')
+    self.assertIn('No un-noised client statistic is released', summary['privacy_statement'])
+    self.assertFalse([line for line in lines if 'loss' in line or 'OUTSIDE' in line])
+    self.assertTrue([line for line in lines if 'epsilon_run' in line])
+    # The run secret is drawn from OS entropy and kept only in the (owner-only) checkpoints.
+    with open(os.path.join(output_dir, 'config.json')) as f:
+      self.assertIsNone(json.load(f)['config']['seed'])
+    checkpoints = os.path.join(output_dir, 'checkpoints')
+    self.assertEqual(stat.S_IMODE(os.stat(checkpoints).st_mode), 0o700)
+    self.assertIn('secret drawn from OS entropy', result.privacy_statement())
+
+  def test_client_statistics_only_with_the_opt_in_and_labelled(self):
+    result, output_dir, lines = self._train(
+        'opt_in', self._config(rounds=2, release_client_diagnostics=True, seed=3))
+    columns = set(_csv(os.path.join(output_dir, 'metrics.csv'))[0])
+    self.assertIn('client/train/loss', columns)
+    self.assertIn('client/dp/clipped_fraction', columns)
+    self.assertTrue([c for c in columns if c.startswith('client/per_layer/')])
+    self.assertFalse([c for c in columns if c.startswith(('train/', 'per_layer/'))])
+    statement = result.privacy_statement()
+    self.assertIn('Outside the guarantee', statement)
+    self.assertIn('`client/train/*', statement)
+    self.assertIn('voids the amplification', statement)   # --seed was fixed.
+    self.assertTrue([line for line in lines if 'OUTSIDE the DP guarantee' in line])
+
+  def test_no_round_is_released_before_a_checkpoint_covers_it(self):
+    events = []
+    save = tff.program.FileProgramStateManager.save
+    release = tff.program.CSVFileReleaseManager.release
+
+    async def recording_save(manager, state, version):
+      await save(manager, state, version)
+      events.append(('save', version))
+
+    async def recording_release(manager, value, key):
+      events.append(('release', key))
+      await release(manager, value, key)
+
+    with mock.patch.object(tff.program.FileProgramStateManager, 'save', recording_save), \
+         mock.patch.object(tff.program.CSVFileReleaseManager, 'release', recording_release):
+      self._train('order', self._config(rounds=3, checkpoint_every=2))
+    saved = -1
+    for kind, key in events:
+      if kind == 'save':
+        saved = key
+      else:
+        self.assertLessEqual(key, saved, f'round {key} released before its checkpoint: {events}')
+    self.assertEqual([k for kind, k in events if kind == 'release'], [0, 1, 2, 3])
+    self.assertEqual([k for kind, k in events if kind == 'save'], [0, 2, 3])
+
+  def test_a_run_killed_between_checkpoint_and_release_releases_each_round_once(self):
+    config = self._config(rounds=3, checkpoint_every=2, seed=11)
+    release = tff.program.CSVFileReleaseManager.release
+
+    async def crash_at_round_one(manager, value, key):
+      if key == 1:
+        raise _Crash()
+      await release(manager, value, key)
+
+    with mock.patch.object(tff.program.CSVFileReleaseManager, 'release', crash_at_round_one):
+      with self.assertRaises(_Crash):
+        self._train('crash', config)
+    output_dir = os.path.join(self.root, 'crash')
+    # Round 2's checkpoint is saved, rounds 1 and 2 are not released yet.
+    self.assertTrue(os.path.isdir(os.path.join(output_dir, 'checkpoints', 'program_state_2')))
+    self.assertEqual([r['key'] for r in _csv(os.path.join(output_dir, 'metrics.csv'))], ['0'])
+    _, _, lines = self._train('crash', config)
+    rows = _csv(os.path.join(output_dir, 'metrics.csv'))
+    self.assertEqual([r['key'] for r in rows], ['0', '1', '2', '3'])
+    self.assertTrue([line for line in lines if line.startswith('round 2/3')], lines)
+    self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints',
+                                                 'held_releases.json')))
+
+  def test_rounds_with_no_clients_release_finite_values(self):
+    real = cohorts.sample_cohort
+
+    def no_one_in_round_one(client_ids, cohort_size, secret, round_num, sampling):
+      return [] if round_num == 1 else real(client_ids, cohort_size, secret, round_num, sampling)
+
+    with mock.patch.object(cohorts, 'sample_cohort', no_one_in_round_one):
+      _, output_dir, _ = self._train('empty', self._config(
+          rounds=2, sigma_dp=0.0, checkpoint_every=1))
+    rows = _csv(os.path.join(output_dir, 'metrics.csv'))
+    self.assertEqual(float(rows[1]['client/train/clients']), 0.0)
+    for column in ('client/train/loss', 'client/train/delta_norm', 'server/update_norm'):
+      self.assertTrue(np.isfinite(float(rows[1][column])), column)
+
+  def test_client_noise_placement_is_refused_where_it_would_not_hold(self):
+    for overrides, flag in (({}, '--sampling=poisson'),
+                            ({'sampling': 'fixed', 'adaptive_clipping': True},
+                             '--adaptive_clipping'),
+                            ({'sampling': 'fixed', 'release_client_diagnostics': True},
+                             '--release_client_diagnostics')):
+      with self.assertRaisesRegex(ValueError, f'--noise_placement=client .*{flag}'):
+        self._config(noise_placement='client', **overrides)
+    config = self._config(noise_placement='client', sampling='fixed')
+    self.assertEqual(config.effective_sampling, 'fixed')
+    self.assertEqual(self._config().effective_sampling, 'poisson')
+    self.assertEqual(self._config(sigma_dp=0.0).effective_sampling, 'fixed')
+
+
+if __name__ == '__main__':
+  absltest.main()
