@@ -212,10 +212,10 @@ class PrivacyLedger:
       return cells
 
     sampling_text = (
-        'Every round each client joins independently with probability q = S/K (Poisson '
+        'every round each client joins independently with probability q = S/K (Poisson '
         'sampling), the mechanism the accountant analyses; the noised sum is divided by the '
         'expected cohort S, a public constant.' if not fixed else
-        'Each round trains exactly S distinct clients drawn uniformly without replacement. The '
+        'each round trains exactly S distinct clients drawn uniformly without replacement. The '
         'add/remove-one columns account it as Poisson sampling with q = S/K, the paper\'s '
         'approximation, not a proof for fixed-size cohorts; the last column is dp-accounting\'s '
         'RDP analysis of sampling without replacement, which holds for replace-one adjacency '
@@ -277,8 +277,8 @@ class PrivacyLedger:
         'without noise are outside every guarantee; one person may hold several Common Voice '
         '`client_id`s, and is then protected only as several users.',
         '- Checkpoints hold the DP noise seed and the sampling secret: anyone holding them can '
-        'subtract the noise. Keep checkpoints (and the feature cache, derived raw audio) as '
-        'private as the raw data; they are written owner-only.',
+        'subtract the noise. Keep checkpoints (and the feature cache, derived from the raw '
+        'audio) as private as the raw data; both are written owner-only.',
         '- Noise comes from TensorFlow\'s floating-point Gaussian sampler, drawn as a sum of '
         'several draws so its tails reach past 15σ; the remaining floating-point discreteness '
         '(Mironov 2012) is a known limitation shared by all TensorFlow-based DP.',
