@@ -100,8 +100,9 @@ _SAMPLING = flags.DEFINE_enum(
 _RELEASE_CLIENT_DIAGNOSTICS = flags.DEFINE_bool(
     'release_client_diagnostics', False,
     'In a run with noise, also release un-noised client statistics (training loss, delta and '
-    'per-layer norms, clipped fractions, client counts) under client/: OUTSIDE the DP '
-    'guarantee, and the privacy statement says so. Runs without noise always release them.')
+    'per-layer norms, clipped fractions, client counts) under client/, and the report of '
+    'unusable training files: OUTSIDE the DP guarantee, and the privacy statement says so. Runs '
+    'without noise always release them.')
 _NOISE_SEED = flags.DEFINE_integer('noise_seed', None, 'Seed of the server-side DP noise '
                                    '(default: OS entropy, kept in the checkpoints). Fix it only '
                                    'for reproducible simulations.', lower_bound=0)
@@ -213,8 +214,10 @@ def main(argv):
   result = federated_training.train(
       config, train_data, vocab, common.OUTPUT_DIR.value, eval_data=common.eval_data(vocab),
       initial_weights=initial_weights, show_progress=common.PROGRESS.value)
-  if train_data.report.problems:
-    print(f'Skipped training utterances: {train_data.report}')
+  # Which files of the sampled clients were unusable is itself a client statistic.
+  if train_data.report.problems and config.client_diagnostics:
+    outside = ' (outside the DP guarantee)' if config.sigma_dp > 0 else ''
+    print(f'Skipped training utterances{outside}: {train_data.report}')
   if result.evaluation is not None:
     print(f'final WER {100 * result.evaluation.overall.wer:.2f}% CER '
           f'{100 * result.evaluation.overall.cer:.2f}% on {common.EVAL_SPLIT.value}')
