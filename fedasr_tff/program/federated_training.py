@@ -7,8 +7,8 @@ with noise), build each client's dataset (all of the client's randomness seeded 
 secret, the round and the client), run the TFF learning process
 (`algorithms.build_fed_avg_process`: local SGD with local clipping, global or per-layer clipping
 of the deltas with `aggregators.PerLayerDPFactory`, Gaussian noise, the server optimizer).
-Every `eval_every` rounds the global model is scored on held-out speakers
-and the privacy spent so far is accounted (`privacy_ledger`).
+Every `eval_every` rounds the global model is scored on held-out speakers and the privacy spent
+so far is accounted (`privacy_ledger`).
 
 Privacy. A client is a speaker, and each contributes one delta per round, clipped to total L2
 norm C (per-layer bounds C_h with sum_h C_h^2 = C^2, enforced for any finite input), so adding
