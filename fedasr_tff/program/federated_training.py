@@ -331,6 +331,7 @@ def _update_norm(before, after) -> float:
 def _disclosures(config: FederatedConfig) -> privacy_ledger.Disclosures:
   return privacy_ledger.Disclosures(
       sampling=config.effective_sampling, sampling_seed_known=config.seed is not None,
+      noise_seed_known=config.noise_seed is not None,
       noise_placement=config.noise_placement, client_statistics=client_statistic_columns(config),
       pseudo_clients=config.iid, adaptive_clipping=config.adaptive_clipping)
 

@@ -77,6 +77,8 @@ class Disclosures:
     sampling: "poisson" or "fixed" (`cohorts.SAMPLINGS`): how cohorts were drawn.
     sampling_seed_known: the cohorts come from a seed the user fixed (`--seed`), not from a
       secret drawn from OS entropy: anyone who knows it can recompute every cohort.
+    noise_seed_known: the server-side noise comes from a seed the user fixed (`--noise_seed`):
+      anyone who knows it can recompute and subtract the noise.
     noise_placement: "server" or "client" (client placement assumes secure aggregation).
     client_statistics: names of released metric columns computed from client data without noise
       (the `--release_client_diagnostics` opt-in); empty when none are released.
@@ -85,6 +87,7 @@ class Disclosures:
   """
   sampling: str = 'poisson'
   sampling_seed_known: bool = False
+  noise_seed_known: bool = False
   noise_placement: str = 'server'
   client_statistics: Tuple[str, ...] = ()
   pseudo_clients: bool = False
@@ -248,6 +251,10 @@ class PrivacyLedger:
     else:
       lines.append('- The cohorts and every client\'s random draws come from a secret drawn from '
                    'OS entropy and kept only in the checkpoints.')
+    if disclosures.noise_seed_known:
+      lines.append('- **The DP noise seed was fixed by the user (`--noise_seed`)** and is written '
+                   'in `config.json`: anyone who knows it can recompute the noise and subtract '
+                   'it. The run then has **no** DP guarantee; fix it for simulations only.')
     lines.append('- The population size K is treated as public; the number of clients that took '
                  'part in a round is not released (it is a client statistic).')
     if disclosures.noise_placement == 'client':

@@ -144,6 +144,9 @@ class TrainFederatedTest(absltest.TestCase):
     result = _run(*self._flags(reference, model='small'))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('epsilon spent', result.stdout)
+    # Both seeds were fixed: the statement says what that costs.
+    self.assertIn('voids the amplification', result.stdout)
+    self.assertIn('**no** DP guarantee', result.stdout)
     # TFF's worker handle is released at exit, not complained about in interpreter teardown.
     self.assertNotIn('Exception ignored', result.stderr)
 

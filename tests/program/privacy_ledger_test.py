@@ -1,76 +1,14 @@
+"""The run's privacy accounting and statement (`fedasr_tff.program.privacy_ledger`)."""
+
 import math
-import os
-import tempfile
 
 from absl.testing import absltest
 import numpy as np
 import tensorflow_federated as tff
 
-from fedasr_tff import models
 from fedasr_tff import privacy
-from fedasr_tff.program import cohorts
 from fedasr_tff.program import federated_training
-from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
-
-
-class CohortsTest(absltest.TestCase):
-
-  def test_cohort_is_a_function_of_seed_and_round(self):
-    ids = [f's{i}' for i in range(50)]
-    first = cohorts.sample_cohort(ids, 8, secret=3, round_num=7)
-    self.assertLen(set(first), 8)
-    self.assertLessEqual(set(first), set(ids))
-    self.assertEqual(first, cohorts.sample_cohort(list(reversed(ids)), 8, 3, 7))
-    self.assertNotEqual(first, cohorts.sample_cohort(ids, 8, 3, 8))
-    self.assertNotEqual(first, cohorts.sample_cohort(ids, 8, 4, 7))
-    with self.assertRaisesRegex(ValueError, 'cohort_size'):
-      cohorts.sample_cohort(ids, 51, 0, 1)
-
-  def test_every_client_is_drawn_at_rate_s_over_k(self):
-    ids = [str(i) for i in range(20)]
-    counts = np.zeros(20)
-    for r in range(2000):
-      for c in cohorts.sample_cohort(ids, 5, 0, r):
-        counts[int(c)] += 1
-    np.testing.assert_allclose(counts / 2000, 0.25, atol=0.04)
-
-  def test_poisson_cohorts_join_independently_at_rate_s_over_k(self):
-    ids = [str(i) for i in range(20)]
-    secret = cohorts.new_run_secret()
-    counts = np.zeros(20)
-    sizes = []
-    for r in range(4000):
-      cohort = cohorts.sample_cohort(ids, 5, secret, r, 'poisson')
-      self.assertEqual(cohort, cohorts.sample_cohort(ids, 5, secret, r, 'poisson'))
-      sizes.append(len(cohort))
-      for c in cohort:
-        counts[int(c)] += 1
-    np.testing.assert_allclose(counts / 4000, 0.25, atol=0.03)
-    # Binomial(20, 0.25) sizes: mean 5, variance 3.75, and rounds with no client at all.
-    self.assertAlmostEqual(np.mean(sizes), 5.0, delta=0.15)
-    self.assertAlmostEqual(np.var(sizes), 3.75, delta=0.4)
-    self.assertIn(0, sizes)
-    self.assertNotEqual(cohorts.sample_cohort(ids, 5, secret, 1, 'poisson'),
-                        cohorts.sample_cohort(ids, 5, secret + 1, 1, 'poisson'))
-    with self.assertRaisesRegex(ValueError, 'sampling'):
-      cohorts.sample_cohort(ids, 5, secret, 1, 'shuffle')
-
-  def test_run_secret_is_fresh_and_survives_a_checkpoint(self):
-    secrets = {cohorts.new_run_secret() for _ in range(20)}
-    self.assertLen(secrets, 20)
-    for secret in list(secrets) + [0, 7, 2**126 - 1]:
-      words = cohorts.secret_to_words(secret)
-      self.assertEqual(words.dtype, np.int64)
-      self.assertEqual(cohorts.secret_from_words(words), secret)
-    with self.assertRaisesRegex(ValueError, 'secret'):
-      cohorts.secret_to_words(2**126)
-
-  def test_client_seeds_differ_by_client_and_round(self):
-    seeds = {cohorts.client_seed(0, r, c) for r in range(5) for c in ('a', 'b', 'c')}
-    self.assertLen(seeds, 15)
-    self.assertEqual(cohorts.client_seed(0, 1, 'a'), cohorts.client_seed(0, 1, 'a'))
-    self.assertTrue(all(0 <= s < 2**63 for s in seeds))
 
 
 class PrivacyLedgerTest(absltest.TestCase):
@@ -134,9 +72,11 @@ class PrivacyLedgerTest(absltest.TestCase):
     self.assertIn('compose', plain)
     self.assertIn('as private as the raw data', plain)
     disclosed = ledger.statement(10, privacy_ledger.Disclosures(
-        sampling_seed_known=True, noise_placement='client',
+        sampling_seed_known=True, noise_seed_known=True, noise_placement='client',
         client_statistics=('client/train/*',), pseudo_clients=True))
     self.assertIn('voids the amplification', disclosed)
+    self.assertIn('subtract it. The run then has **no** DP guarantee', disclosed)
+    self.assertNotIn('--noise_seed', plain)
     self.assertIn('secure aggregation', disclosed)
     self.assertIn('Outside the guarantee', disclosed)
     self.assertIn('`client/train/*`', disclosed)
@@ -185,23 +125,6 @@ class PrivacyLedgerTest(absltest.TestCase):
                                       **kw)
     with self.assertRaisesRegex(ValueError, 'cohort'):
       privacy_ledger.PrivacyLedger(0.1, 10, 5, 10, 100, 10, 1e-9)
-
-
-class ModelIoTest(absltest.TestCase):
-
-  def test_round_trip_and_mismatch(self):
-    path = os.path.join(tempfile.mkdtemp(), 'model.npz')
-    tiny = models.build_ctc_transformer('tiny', 29)
-    weights = model_io.model_weights(tiny)
-    model_io.save_weights(path, tiny, weights)
-    loaded = model_io.load_weights(path, models.build_ctc_transformer('tiny', 29))
-    for a, b in zip(weights.trainable, loaded.trainable, strict=True):
-      np.testing.assert_array_equal(a, b)
-    mismatch = r'--seed_model .*conv/conv/kernel.*shape \(7, 80, 192\)'
-    with self.assertRaisesRegex(ValueError, mismatch):
-      model_io.load_weights(path, models.build_ctc_transformer('small', 29), '--seed_model')
-    with self.assertRaisesRegex(ValueError, 'does not exist'):
-      model_io.load_weights(path + '.missing', tiny)
 
 
 if __name__ == '__main__':
