@@ -40,8 +40,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import validation
-
-LEARNING_RATE_KEY = 'learning_rate'
+from fedasr_tff.optimizers import hparams
 
 
 def check_local_work(local_steps: Optional[int], local_epochs: Optional[int]) -> None:
@@ -132,7 +131,8 @@ def build_local_training_client_work(
     weights_type = tff.learning.models.weights_type_from_model(model)
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
 
-  initial_hparams = collections.OrderedDict([(LEARNING_RATE_KEY, float(client_learning_rate))])
+  initial_hparams = collections.OrderedDict(
+      [(hparams.LEARNING_RATE_KEY, float(client_learning_rate))])
 
   @tff.federated_computation
   def init_fn():
@@ -141,10 +141,10 @@ def build_local_training_client_work(
   state_type = init_fn.type_signature.result.member
 
   @tff.tensorflow.computation(state_type, weights_type, data_type)
-  def client_update(hparams, initial_weights, dataset):
+  def client_update(state_hparams, initial_weights, dataset):
     client_update_fn = _build_client_update(model_fn(), local_steps, local_epochs,
                                             local_clip_norm, fedprox_mu)
-    return client_update_fn(hparams[LEARNING_RATE_KEY], initial_weights, dataset)
+    return client_update_fn(state_hparams[hparams.LEARNING_RATE_KEY], initial_weights, dataset)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
@@ -170,9 +170,9 @@ def build_local_training_client_work(
     return state
 
   @tff.tensorflow.computation(state_type, state_type)
-  def set_hparams_fn(state, hparams):
+  def set_hparams_fn(state, new_hparams):
     del state
-    return hparams
+    return new_hparams
 
   return tff.learning.templates.ClientWorkProcess(
       init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)

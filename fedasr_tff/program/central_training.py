@@ -26,6 +26,7 @@ from fedasr_tff import optimizers
 from fedasr_tff import validation
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
+from fedasr_tff.optimizers import hparams
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import evaluation
 from fedasr_tff.program import model_io
@@ -110,7 +111,7 @@ def train(config: CentralConfig,
       loss = forward_pass(batch, training=True).loss
     gradients = tape.gradient(loss, variables)
     opt_state = optimizer.set_hparams(opt_state, {**optimizer.get_hparams(opt_state),
-                                                  'learning_rate': learning_rate})
+                                                  hparams.LEARNING_RATE_KEY: learning_rate})
     opt_state, new_weights = optimizer.next(opt_state, [v.read_value() for v in variables],
                                             gradients)
     for variable, value in zip(variables, new_weights, strict=True):
