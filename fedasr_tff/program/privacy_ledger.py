@@ -171,14 +171,11 @@ class PrivacyLedger:
     `epsilon_{run,declared}_{rdp,pld[,wor_rdp]}` and `projected_epsilon_...` likewise
     (`wor_rdp` only for fixed-size cohorts)."""
     values = {}
-    for population in ('run', 'declared'):
-      for accountant in self._accountants():
-        values[f'epsilon_{population}_{accountant}'] = self.epsilon(
-            rounds, population == 'declared', accountant)
-    for population in ('run', 'declared'):
-      for accountant in self._accountants():
-        values[f'projected_epsilon_{population}_{accountant}'] = self.epsilon(
-            self.planned_rounds, population == 'declared', accountant)
+    for prefix, at_rounds in (('', rounds), ('projected_', self.planned_rounds)):
+      for population in ('run', 'declared'):
+        for accountant in self._accountants():
+          values[f'{prefix}epsilon_{population}_{accountant}'] = self.epsilon(
+              at_rounds, population == 'declared', accountant)
     return values
 
   def summary_line(self, rounds: int) -> str:
