@@ -1,4 +1,4 @@
-"""Splitting a total clip C over H clipping groups (spec §2, the paper's Def. 3).
+"""Splitting a total clip C over H clipping groups (per-layer clipping, [1], Sec. 3, Def. 3).
 
 Per-layer clipping bounds each group h of a client delta by its own C_h and keeps
 
@@ -9,8 +9,14 @@ number of parameters in group h:
 
 * ``global``:   one group, C_1 = C.
 * ``uniform``:  C_h = C / sqrt(H).
-* ``dim``:      C_h = C * sqrt(d_h / sum_i d_i)              (the paper's best variant).
-* ``weighted``: C_h = C * sqrt(a_h d_h / sum_i a_i d_i)      (Appendix H.5, weights a_h > 0).
+* ``dim``:      C_h = C * sqrt(d_h / sum_i d_i)              (the best in [1], Table 1).
+* ``weighted``: C_h = C * sqrt(a_h d_h / sum_i a_i d_i)      ([1], App. H.5; weights a_h > 0).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 from typing import Optional

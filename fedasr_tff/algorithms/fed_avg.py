@@ -1,4 +1,4 @@
-"""The DP federated averaging process, composed from TFF templates (spec §1, Algorithm 1).
+"""The DP federated averaging process, composed from TFF templates ([1], Sec. 2, Algorithm 1).
 
     distributor (TFF broadcast) -> local training (`local_training`) -> model aggregator
     (default unweighted mean; `PerLayerDPFactory` for DP) -> apply the server optimizer
@@ -6,6 +6,12 @@
 
 The process is independent of the model: anything `model_fn` returns as a
 `tff.learning.models.VariableModel` trains, so mixed FL, DGA and retrieval reuse it.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 from typing import Callable

@@ -1,15 +1,19 @@
-"""Client work of DP federated learning: local SGD with local gradient clipping (spec §1, §3.3).
+"""Client work of DP federated learning: local SGD with local gradient clipping.
+
+As in [1], Algorithm 1 and Sec. 4 ("Federated Training": SGD with a constant learning rate, local
+gradients clipped to norm 1).
 
 Each client starts from the broadcast global weights θ and, for `local_steps` batches (cycling
 its data when it has fewer) or `local_epochs` passes over its data, takes plain SGD steps
 
-    g <- ∇ [loss(θ_k; B) + (μ/2) ||θ_k − θ||²]        (FedProx term, μ = `fedprox_mu`, §3.5)
+    g <- ∇ [loss(θ_k; B) + (μ/2) ||θ_k − θ||²]        (FedProx [2], μ = `fedprox_mu`)
     g <- g · min(1, C_loc / ||g||)                      (global L2 norm over all trainable weights)
     θ_k <- θ_k − η_loc g
 
 and returns Δ_k = θ − θ_k (old minus new, so Δ acts as a gradient for the server optimizer) with
-client weight 1: DP averaging needs uniform weights (spec §1). There is no optimizer state to
-carry between rounds. The local learning rate lives in the process state (`get_hparams`).
+client weight 1: DP averaging needs uniform weights ([1], Theorem 1 and App. H.1: ω_k = 1/K).
+There is no optimizer state to carry between rounds. The local learning rate lives in the process
+state (`get_hparams`).
 
 Randomness: every training-time random draw of client work is a function of the client's dataset
 and the local step, never of TF's global random state. A batch that is a mapping with a `seed`
@@ -29,6 +33,14 @@ before and after clipping seen on any client (`max_grad_norm`, `max_clipped_grad
 are a sum over clients divided by `clients` on the server, 0 in a round of no clients (Poisson
 sampling can draw an empty cohort), as are the maxima. These client statistics are sent without
 noise: they are simulation diagnostics, not part of the DP release.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+[2] T. Li et al. Federated Optimization in Heterogeneous Networks. MLSys 2020,
+    arXiv:1812.06127.
 """
 
 import collections

@@ -1,4 +1,13 @@
-"""Speech data: corpus readers, audio, transcripts, features and the federated view (spec §4-§5)."""
+"""Speech data: corpus readers, audio, transcripts, features and the federated view.
+
+The data setup of [1], Sec. 4 and App. F.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+"""
 
 from fedasr_tff.data.audio import AudioError
 from fedasr_tff.data.audio import load_audio

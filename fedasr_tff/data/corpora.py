@@ -1,4 +1,4 @@
-"""Readers for the published corpus layouts and a plain manifest (spec §5).
+"""Readers for the published corpus layouts ([1], Sec. 4 "Data") and a plain manifest.
 
 * LibriSpeech: `ROOT/SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac` with one
   `SPEAKER-CHAPTER.trans.txt` per chapter (lines `SPEAKER-CHAPTER-UTT TRANSCRIPT`).
@@ -11,6 +11,12 @@ Readers list utterances (metadata only; no audio is decoded). Problems with sing
 missing `.trans.txt`, an audio file without a transcript line or the reverse, an empty
 transcript) are skipped and counted in a `ReadReport` naming each file, or raised at once with
 `strict=True`. A missing TSV column is always an error naming the file and column.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 import collections

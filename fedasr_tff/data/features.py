@@ -1,11 +1,18 @@
-"""Log-mel features and SpecAugment with `tf.signal` (spec §4).
+"""Log-mel features and SpecAugment with `tf.signal` ([1], Sec. 4 and App. F).
 
 * 80 log-mel filterbanks of 16 kHz audio, 25 ms Hann window (400 samples), 10 ms hop (160),
   512-point FFT, mel filters from 20 Hz to 8 kHz; log(mel energy + 1e-6).
 * Each utterance is normalised to zero mean and unit variance over its whole (time x mel) matrix
-  (the released code's choice; spec §4).
+  ([1], Sec. 4, says "for each input sequence"; the whole matrix is the released code's choice [2]).
 * SpecAugment, training only: 2 frequency masks of width U[0, 30] and 10 time masks of width
   U[0, min(50, 0.1 T)], no time warping. Masked values are set to 0, the normalised mean.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+[2] The paper's released code, https://github.com/apple/ml-pfl4asr.
 """
 
 import tensorflow as tf

@@ -1,9 +1,9 @@
-"""The federated view of a speech corpus: one client per speaker, features on the fly (spec §5).
+"""The federated view of a speech corpus: a client per speaker ([1], Sec. 4), features on the fly.
 
 `SpeechClientData` holds only utterance metadata (path, transcript, speaker); a client's audio is
 decoded, featurised and batched when that client's dataset is iterated, so a population of tens of
 thousands of speakers costs a list of file names. Batches are filled up to `max_batch_seconds`
-of audio (dynamic batching; the paper uses 120 s per client batch on Common Voice) and padded:
+of audio (dynamic batching; [1], App. G.1, uses 120 s per client batch on Common Voice) and padded:
 
     {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B],
      'seed': [2]}
@@ -22,6 +22,12 @@ Unreadable audio and transcripts with no in-vocabulary characters are skipped an
 `report` (naming the file), or raised with `strict=True`; characters outside the vocabulary are
 counted in `unknown_characters`. Helpers make the IID control (every utterance gets a speaker id
 drawn uniformly from the set of speakers) and seeded, disjoint speaker splits.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 import collections
@@ -57,7 +63,7 @@ def group_by_speaker(utterances: Sequence[corpora.Utterance]) -> Dict[str, List[
 
 
 def make_iid(utterances: Sequence[corpora.Utterance], seed: int) -> List[corpora.Utterance]:
-  """Gives every utterance a speaker drawn uniformly from the set of speakers (spec §5)."""
+  """Gives every utterance a speaker drawn uniformly from the set of speakers ([1], Fig. 5)."""
   speakers = sorted({u.speaker for u in utterances})
   rng = np.random.default_rng(seed)
   drawn = rng.integers(0, len(speakers), size=len(utterances))

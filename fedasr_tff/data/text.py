@@ -1,14 +1,21 @@
-"""Transcript normalisation and the character vocabulary (spec §4-§5).
+"""Transcript normalisation and the character vocabulary ([1], App. F).
 
 Normalisation: lower case; typographic apostrophes become "'"; punctuation and symbols other
 than "'" and "-" become spaces, and runs of spaces collapse. Digits and other characters stay
 (and are counted as out of vocabulary by `encode`). English is transliterated to
 ASCII (accents dropped through Unicode NFKD decomposition, plus the Latin letters that do not
-decompose: æ→ae, œ→oe, ß→ss, ø→o, ...); French and German keep their own letters.
+decompose: æ→ae, œ→oe, ß→ss, ø→o, ...; [1] uses the unidecode package); French and German keep
+their own letters.
 
 Vocabulary: 26 letters, apostrophe, hyphen and the word boundary (space) make the 29 English
 tokens, with ids 1..29; id 0 is the CTC blank. French and German add their letters. Characters
 outside the vocabulary are not silently dropped: `encode` counts them for the caller to report.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 import collections

@@ -1,4 +1,11 @@
-"""Named sizes of the CTC transformer (spec §4 and the paper's Table 21)."""
+"""Named sizes of the CTC transformer ([1], App. F; variants: App. H.7, Table 21).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+"""
 
 import dataclasses
 from typing import Mapping
@@ -50,9 +57,9 @@ class TransformerConfig:
 
 
 CONFIGS: Mapping[str, TransformerConfig] = {
-    # The paper's baseline: 255.8M parameters with 30 outputs.
+    # [1]'s baseline (App. F: 255M; our count: 255.8M parameters with 30 outputs).
     'baseline': TransformerConfig(num_blocks=36, model_dim=768, mlp_dim=3072),
-    # Table 21 variants (layer drop 0.1 for all).
+    # [1], Table 21 variants (layer drop 0.1 for all).
     'narrow': TransformerConfig(num_blocks=36, model_dim=512, mlp_dim=2048, layer_drop=0.1),
     'wide': TransformerConfig(num_blocks=36, model_dim=1024, mlp_dim=4096, layer_drop=0.1),
     'shallow': TransformerConfig(num_blocks=16, model_dim=768, mlp_dim=3072, layer_drop=0.1),

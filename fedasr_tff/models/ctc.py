@@ -1,6 +1,12 @@
-"""CTC loss and greedy decoding for the transformer's logits (spec §4).
+"""CTC loss and greedy decoding for the transformer's logits ([1], Sec. 4 and App. F).
 
 Token ids are 1..V and 0 is the CTC blank (`BLANK_INDEX`); logits have V + 1 classes.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 import tensorflow as tf

@@ -1,4 +1,4 @@
-"""LAMB as a `tff.learning.optimizers.Optimizer` (spec §3.1; optax `lamb` with its defaults).
+"""LAMB [2] as a `tff.learning.optimizers.Optimizer` ([1], App. E.4; optax `lamb` defaults).
 
 For every weight tensor θ_h with (pseudo-)gradient g_h, at step t = 1, 2, ...:
 
@@ -9,8 +9,21 @@ For every weight tensor θ_h with (pseudo-)gradient g_h, at step t = 1, 2, ...:
     θ_h ← θ_h − η r_h u_h
 
 In FL the server applies it to the (noised) mean client delta, Δ = θ_global − θ_local, which acts
-as a gradient. Each tensor's step has norm η·||θ_h|| whatever the scale of Δ (spec §9.8), which is
-why DP runs can shrink the clip C without retuning.
+as a gradient. Each tensor's step has norm η·||θ_h|| whatever the scale of Δ ([1], Eq. (E.7) with
+φ the identity and λ = 0), which is why DP runs can shrink the clip C without retuning ([1],
+Sec. 4.3 and App. H.3).
+
+[1] gives the update without bias correction (Eqs. (E.7)-(E.8)); we follow optax, as the paper's
+released code [3] does, with ξ = 1e-6 ([1], App. H.3).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+[2] Y. You et al. Large Batch Optimization for Deep Learning: Training BERT in 76
+    Minutes. ICLR 2020, arXiv:1904.00962.
+[3] The paper's released code, https://github.com/apple/ml-pfl4asr.
 """
 
 import collections

@@ -1,4 +1,4 @@
-"""LARS as a `tff.learning.optimizers.Optimizer` (spec §3.2; optax `lars` with its defaults).
+"""LARS [2] as a `tff.learning.optimizers.Optimizer` (optax `lars` with its defaults).
 
 For every weight tensor θ_h with (pseudo-)gradient g_h:
 
@@ -10,6 +10,19 @@ For every weight tensor θ_h with (pseudo-)gradient g_h:
 
 Because the trace accumulates LR-scaled steps, changing η mid-run (a schedule) only affects new
 steps, as in optax.
+
+[1] compares LARS with LAMB as the server optimizer (App. G.4) and trains its central seed models
+with it (Sec. 4, App. F) without defining it; we follow optax's `lars`, which the paper's
+released code [3] calls.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+[2] Y. You, I. Gitman, B. Ginsburg. Large Batch Training of Convolutional Networks.
+    arXiv:1708.03888, 2017.
+[3] The paper's released code, https://github.com/apple/ml-pfl4asr.
 """
 
 import collections

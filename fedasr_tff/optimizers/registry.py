@@ -16,7 +16,8 @@ def _sgdm(learning_rate, momentum=0.9):
 
 
 def _adam(learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8):
-  # epsilon 1e-8 as optax (spec §3.2); TFF's own default is 1e-7.
+  # epsilon 1e-8, optax's default, which the released code of Pelikan et al. (NeurIPS 2025,
+  # arXiv:2310.00098) uses; TFF's own default is 1e-7.
   return tff.learning.optimizers.build_adam(learning_rate, beta_1, beta_2, epsilon)
 
 

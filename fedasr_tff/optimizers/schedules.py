@@ -4,13 +4,19 @@ They accept Python ints and `tf.Tensor`s alike (TFF's `schedule_learning_rate` c
 a TensorFlow computation) and return a float32 tensor; `float(schedule(t))` gives the number.
 
 * `constant(η0)`:                     η0.
-* `exponential_decay(η0, ρ, τ, t0)`:  η0 for t < t0, then η0 · ρ^((t − t0)/τ) (spec §3.4), or
+* `exponential_decay(η0, ρ, τ, t0)`:  η0 for t < t0, then η0 · ρ^((t − t0)/τ) ([1], Figs. 3-4), or
                                       ρ^floor((t − t0)/τ) with `staircase=True`.
 * `step_decay(η0, factor, every, t0)`: η0 · factor^floor((t − t0)/every + 1) once t >= t0 (the
-                                      seed recipe: halve every 50k steps from t0 on).
+                                      seed recipe of [1], App. F: halve every 50k steps).
 * `linear_warmup(schedule, rounds)`:  schedule(t) · min(1, (t + 1)/rounds).
 * `by_name(name, η0, ρ, period, t0)`: one of the first three by its name in `NAMES` (what the
                                       experiment binaries' schedule flags hold).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 from typing import Callable

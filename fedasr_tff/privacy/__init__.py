@@ -1,4 +1,11 @@
-"""User-level privacy accounting for DP federated learning (spec §1 and §6)."""
+"""User-level privacy accounting for DP federated learning ([1], Secs. 2, 4.3, App. H.1).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+"""
 
 from fedasr_tff.privacy.accounting import ACCOUNTANTS
 from fedasr_tff.privacy.accounting import DEFAULT_RDP_ORDERS

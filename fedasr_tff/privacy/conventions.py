@@ -1,4 +1,4 @@
-"""Conversions between the noise conventions of DP federated learning (spec §1.1–1.2).
+"""Conversions between the noise conventions of DP federated learning ([1], App. H.1).
 
 The papers describe one Gaussian mechanism in three units. With a cohort of S clients, uniform
 client weights and every client delta clipped to L2 norm C:
@@ -10,8 +10,14 @@ client weights and every client delta clipped to L2 norm C:
   C, so that the S independent draws add up to the same noise on the sum:
   S · σ_client² = z²  ⇒  σ_client = σ_DP · √S.
 
-Multiply any of them by C for absolute standard deviations. Worked example (spec §1.2): σ_DP =
+Multiply any of them by C for absolute standard deviations. Worked example ([1], Table 1): σ_DP =
 3e-6 and S = 1024 give z = 0.003072 and σ_client = 9.6e-5 (9.6e-7 absolute at C = 0.01).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 import math
@@ -20,21 +26,21 @@ from fedasr_tff import validation
 
 
 def noise_multiplier_from_sigma_dp(sigma_dp: float, cohort_size: int) -> float:
-  """Accountant noise multiplier z = σ_DP · S (spec §1.2)."""
+  """Accountant noise multiplier z = σ_DP · S ([1], Theorem 1)."""
   validation.check_non_negative('sigma_dp', sigma_dp)
   validation.check_positive_integer('cohort_size', cohort_size)
   return sigma_dp * cohort_size
 
 
 def sigma_dp_from_noise_multiplier(noise_multiplier: float, cohort_size: int) -> float:
-  """σ_DP = z / S, the noise std on the cohort average in units of C (spec §1.2)."""
+  """σ_DP = z / S, the noise std on the cohort average in units of C ([1], App. H.1)."""
   validation.check_non_negative('noise_multiplier', noise_multiplier)
   validation.check_positive_integer('cohort_size', cohort_size)
   return noise_multiplier / cohort_size
 
 
 def client_noise_stddev_from_sigma_dp(sigma_dp: float, cohort_size: int) -> float:
-  """Per-client noise std σ_DP · √S in units of C (spec §1.1, Algorithm 1's client noise)."""
+  """Per-client noise std σ_DP · √S in units of C ([1], Algorithm 1's client noise)."""
   validation.check_non_negative('sigma_dp', sigma_dp)
   validation.check_positive_integer('cohort_size', cohort_size)
   return sigma_dp * math.sqrt(cohort_size)

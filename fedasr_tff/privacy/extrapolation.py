@@ -1,14 +1,23 @@
-"""Population extrapolation of a trained DP configuration (spec §6, "Extrapolation").
+"""Population extrapolation of a trained DP configuration ([1], Sec. 4.3 and Table 1).
 
-The paper trains with a small population K and cohort S, then asks what ε the *same model quality*
-would cost with a larger population. Model quality is assumed to depend only on the noise on the
-averaged update, σ_DP, so σ_DP is held fixed while the population grows:
+The paper [1] trains with a small population K and cohort S, then, following [2], asks what ε the
+*same model quality* would cost with a larger population. Model quality is assumed to depend only
+on the noise on the averaged update, σ_DP, so σ_DP is held fixed while the population grows:
 
 1. K and S are scaled together by `cohort_scale` m: q = S/K is unchanged and z = σ_DP·S grows by m.
 2. K alone is then scaled by `population_scale` n at fixed S: q falls by n, z is unchanged.
 
-ε then follows from (q, z, T) alone. T may be given again for the extrapolated run (the paper
-accounts, e.g., 2034 or 3390 steps after lowering q); by default it is the trained T.
+ε then follows from (q, z, T) alone ([1], Theorem 1). T may be given again for the extrapolated
+run ([1], Table 1, accounts, e.g., 2034 or 3390 steps after lowering q); by default it is the
+trained T.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+[2] H. B. McMahan, D. Ramage, K. Talwar, L. Zhang. Learning Differentially Private
+    Recurrent Language Models. ICLR 2018, arXiv:1710.06963.
 """
 
 import dataclasses

@@ -1,9 +1,22 @@
-"""The paper's published ε rows (spec §6.1) and a reader for CSV files in that format.
+"""The published ε rows of [1] (Tables 1, 17, 18 and 20) and a reader for CSV files in that format.
 
-`data/privacy_tables.csv` is our copy of the spec's table: every ε the final paper reports
-(Tables 1, 17, 18, 20), with the noise multiplier z, cohort S, population K and accounted steps
-T. The `check` column says whether a row is reproducible (`ok`) or why not (a typo, a mislabelled
-Rényi order, ...); see spec §6.1 for the flags.
+`data/privacy_tables.csv` is our transcription of those tables: every ε the paper reports, with
+the noise multiplier z, cohort S, population K and accounted steps T. The `check` column holds our
+own reproduction notes (they are not in [1]): `ok` when our RDP accountant reproduces the row at
+its listed Rényi order, otherwise why not:
+
+* `TYPO`: ε contradicts the rows with the same (q, z, T) (1.3e0 printed for 1.3e1);
+* `ORDER_LABEL`: ε is right (the minimum over the order grid) but the listed order is not;
+* `value_at_alpha1.5_not_min`: ε is the value at α = 1.5, and a lower order gives less;
+* `z_matches_sigma0.6`: z = 0.6e-6 · S although the σ_DP column says 0.625;
+* `alpha_grid_cap25`: ε is the value at the grid's top order 25, and larger orders give less
+  (`T=2006_vs_2034`: T is 2006 where the other rows at q = 0.00295 have 2034).
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
 """
 
 import csv
@@ -15,7 +28,7 @@ from typing import Optional
 
 PUBLISHED_TABLES_CSV = os.path.join(os.path.dirname(__file__), 'data', 'privacy_tables.csv')
 
-# All published ε are at δ = 1e-9 (spec §6); a `delta` column overrides it per row.
+# All published ε are at δ = 1e-9 ([1], table captions); a `delta` column overrides it per row.
 PUBLISHED_DELTA = 1e-9
 
 REQUIRED_COLUMNS = ('z', 'S', 'K', 'T', 'epsilon')
@@ -42,7 +55,7 @@ class PublishedRow:
 
 
 def read_privacy_table(path: str = PUBLISHED_TABLES_CSV) -> List[PublishedRow]:
-  """Reads a CSV with the columns of the spec's `privacy_tables.csv`.
+  """Reads a CSV with the columns of `data/privacy_tables.csv`.
 
   Required columns: z, S, K, T, epsilon. Optional: table, setting, renyi_order, check (default
   "ok") and delta (default `PUBLISHED_DELTA`). Other columns are ignored.

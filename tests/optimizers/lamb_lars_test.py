@@ -1,4 +1,13 @@
-"""LAMB and LARS against NumPy transcriptions of optax's `lamb` and `lars` (spec §3.1-3.2)."""
+"""LAMB and LARS against NumPy transcriptions of optax's `lamb` and `lars`.
+
+LAMB is the server optimizer of [1] (App. E.4); LARS is compared with it in [1], App. G.4.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+"""
 
 import collections
 
@@ -105,8 +114,9 @@ class LambLarsTest(parameterized.TestCase):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7, err_msg=f'step {step}')
 
   def test_lamb_step_norm_is_lr_times_weight_norm(self):
-    # Spec §9.8: with λ = 0 and nonzero norms, each tensor moves by exactly η ||θ_h||, and
-    # scaling every pseudo-gradient by c > 0 leaves the updates (nearly) unchanged.
+    # [1], Eq. (E.7) with φ the identity: with λ = 0 and nonzero norms, each tensor moves by
+    # exactly η ||θ_h||, and scaling every pseudo-gradient by c > 0 leaves the updates (nearly)
+    # unchanged (why [1], Sec. 4.3 and App. H.3, sees no effect of the clip C).
     weights, grads = _inputs(2)
     weights[1][:] = 1.0
     grads = [[g + 0.1 for g in step] for step in grads]

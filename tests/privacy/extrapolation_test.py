@@ -10,7 +10,8 @@ class ExtrapolationTest(parameterized.TestCase):
 
   def test_reproduces_the_paper_headline_extrapolation(self):
     # Trained: sigma_DP = 3e-6, S = 1024, K = 34753. Scaled by 200 (q fixed), then K by 10 at
-    # fixed S, accounted for 2034 steps: z = 0.6144, eps ~ 7.2 (spec §6.1).
+    # fixed S, accounted for 2034 steps: z = 0.6144, eps ~ 7.2 (Pelikan et al., NeurIPS 2025,
+    # arXiv:2310.00098, Table 1).
     result = privacy.extrapolate(3e-6, 1024, 34753, 2006, DELTA, cohort_scale=200,
                                  population_scale=10, extrapolated_steps=2034)
     self.assertEqual(result.cohort_size, 204800)
@@ -26,7 +27,8 @@ class ExtrapolationTest(parameterized.TestCase):
     self.assertLess(scaled.epsilon, base.epsilon)
 
   def test_epsilon_depends_only_on_q_z_t(self):
-    # Spec §9.7: two configurations with equal (q, z, T) have equal epsilon.
+    # Two configurations with equal (q, z, T) have equal epsilon (Pelikan et al. 2025, Theorem 1:
+    # the accountant sees only q, z and T).
     a = privacy.privacy_of_configuration(2e-6, 1000, 50000, 100, DELTA)
     b = privacy.privacy_of_configuration(1e-6, 2000, 100000, 100, DELTA)
     self.assertAlmostEqual(a.epsilon, b.epsilon, places=9)

@@ -1,4 +1,13 @@
-"""Reproduction of every published ε (spec §6.1) and the CSV reader's error handling."""
+"""Reproduction of every published ε and the CSV reader's error handling.
+
+The published ε are those of [1], Tables 1, 17, 18 and 20.
+
+References:
+[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
+    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
+    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
+    arXiv:2310.00098.
+"""
 
 import os
 import tempfile
@@ -31,7 +40,8 @@ class ReproductionTest(absltest.TestCase):
       self.assertLessEqual(abs(ours / row.epsilon - 1), 0.06, msg=f'line {row.line}: {row}')
 
   def test_mislabelled_order_rows_match_the_minimum(self):
-    # Spec §6.1: ORDER_LABEL rows carry the right ε (the minimum over the grid), a wrong order.
+    # Our check flags (`published_tables` module docstring): ORDER_LABEL rows carry the right ε
+    # (the minimum over the grid) but a wrong order.
     rows = [r for r in _ROWS if r.check.startswith('ORDER_LABEL')]
     self.assertNotEmpty(rows)
     for row in rows:
