@@ -1,12 +1,16 @@
 """pytest set-up for the whole repository."""
 
-import pytest
+import sys
 
-from fedasr_tff.runtime import tff_workers
+import pytest
 
 
 @pytest.fixture(scope='session', autouse=True)
-def _stop_tff_workers_after_session():
-  # TFF's C++ worker outlives the test process and holds its output pipe; see tff_workers.
-  yield
-  tff_workers.stop_tff_workers()
+def _tff_worker_that_dies_with_pytest():
+  # TFF's own context leaves its worker running after pytest ends, holding its output pipe (see
+  # fedasr_tff/runtime/execution_context.py). Collection has imported every test module by now:
+  # a session without TFF starts no worker.
+  if 'tensorflow_federated' in sys.modules:
+    from fedasr_tff import runtime  # pylint: disable=g-import-not-at-top
+
+    runtime.set_local_cpp_execution_context()

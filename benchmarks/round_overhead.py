@@ -2,8 +2,9 @@ r"""Round time of the federated process against the same client work in plain Te
 
 The federated round is `fedasr_tff.algorithms.build_fed_avg_process` on the `tiny` CTC
 transformer (local SGD with global-norm clipping at 1.0, unweighted mean of the deltas, SGD
-server optimizer at learning rate 1), run by TFF's default execution context: the local C++
-`worker_binary` child process, sent the cohort's datasets over gRPC every round.
+server optimizer at learning rate 1), run by TFF's local C++ execution context
+(`fedasr_tff.runtime`): the `worker_binary` child process, sent the cohort's datasets over gRPC
+every round.
 
 The floor is the same arithmetic without TFF, in this process: for every client of the cohort,
 one `tf.function` assigns the global weights to a Keras `tiny` model, takes `--local_steps` SGD
@@ -53,7 +54,7 @@ from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import local_training
 from fedasr_tff.data import synthetic
-from fedasr_tff.runtime import tff_workers
+from fedasr_tff.runtime import execution_context
 
 _COHORTS = flags.DEFINE_list('cohorts', ['8', '32', '128'], 'Clients per round to time.')
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed rounds of each per cohort.', lower_bound=1)
@@ -164,7 +165,7 @@ def _rss_mb():
   workers = 0
   for child in psutil.Process().children(recursive=True):
     try:
-      if child.name() == tff_workers.WORKER_PROCESS_NAME:
+      if child.name() == execution_context.WORKER_PROCESS_NAME:
         workers += child.memory_info().rss
     except psutil.NoSuchProcess:
       pass
@@ -274,6 +275,7 @@ def main(argv):
     raise app.UsageError(f'--cohorts and --reduce_floor_cohorts take integers: {e}') from e
   if not cohorts or min(cohorts) < 1:
     raise app.UsageError(f'--cohorts must be positive integers, got {_COHORTS.value}.')
+  execution_context.set_local_cpp_execution_context()
   started = time.perf_counter()
   tf.keras.utils.set_random_seed(_SEED)
   vocab = data.Vocabulary('en')

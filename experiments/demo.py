@@ -10,7 +10,8 @@ r"""The main job: seed model, federated training without and with DP, report (on
    per-layer "dim" clipping, LAMB on the server, local SGD with local clipping; once without
    noise, once with DP noise sigma_dp on the averaged update.
 4. Evaluates all three on the held-out speakers and writes `report.md` with the plots, the CER
-   table and the privacy statement for the declared population (spec §6).
+   table and the privacy statement for the declared population (the extrapolation of Pelikan
+   et al., NeurIPS 2025, arXiv:2310.00098, Sec. 4.3 and Table 1).
 
 Every step is a library call of the binaries' own code (`fedasr_tff.program`); a finished step's
 output is reused when the demo is run again (the federated runs resume from their checkpoints).
@@ -24,11 +25,10 @@ from absl import app
 from absl import flags
 
 from experiments import common
-from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import central_training
-from fedasr_tff.program import corpus
+from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import evaluation
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
@@ -49,8 +49,8 @@ _COHORT = flags.DEFINE_integer('fl_cohort_size', 8, 'Clients per round.', lower_
 _LOCAL_STEPS = flags.DEFINE_integer('fl_local_steps', 5, 'Local steps per client.',
                                     lower_bound=1)
 _SERVER_LR = flags.DEFINE_float('fl_server_lr', 0.003, 'LAMB learning rate.', lower_bound=0.0)
-_CLIENT_LR = flags.DEFINE_float('fl_client_lr', 0.2, 'Local SGD learning rate (spec: 0.2 from a '
-                                'seed).', lower_bound=0.0)
+_CLIENT_LR = flags.DEFINE_float('fl_client_lr', 0.2, 'Local SGD learning rate (Pelikan et al. '
+                                '2025, Fig. 4 caption: 0.2 from a seed).', lower_bound=0.0)
 _CLIP = flags.DEFINE_float('fl_clip', 1.0, 'Total clip C of a client delta.', lower_bound=0.0)
 _SIGMA_DP = flags.DEFINE_float('fl_sigma_dp', 3e-4, 'DP noise on the averaged update, in units '
                                'of the clip.', lower_bound=0.0)
@@ -77,14 +77,19 @@ def _corpus(root: str) -> str:
   return librispeech
 
 
-def _federated(name, sigma_dp, seed_weights, train_data, eval_data, vocab, output_dir):
-  config = federated_training.FederatedConfig(
-      rounds=_ROUNDS.value, cohort_size=_COHORT.value, model_config=common.MODEL_CONFIG.value,
-      local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value, server_optimizer='lamb',
-      server_lr=_SERVER_LR.value, clipping='dim', clip=_CLIP.value, sigma_dp=sigma_dp,
-      delta=1e-9, population=_DECLARED_POPULATION.value,
-      population_cohort_size=_DECLARED_COHORT.value, seed=common.SEED.value,
-      eval_every=_EVAL_EVERY.value, checkpoint_every=_EVAL_EVERY.value)
+def _federated(name, sigma_dp, seed_weights, data_config, train_data, eval_data, vocab,
+               output_dir):
+  config = config_lib.FederatedConfig(
+      data=data_config,
+      model=config_lib.ModelConfig(model_config=common.FLAGS.model_config),
+      client=config_lib.ClientConfig(local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value),
+      server=config_lib.ServerConfig(server_optimizer='lamb', server_lr=_SERVER_LR.value),
+      dp=config_lib.DPConfig(clipping='dim', clip=_CLIP.value, sigma_dp=sigma_dp, delta=1e-9,
+                             population=_DECLARED_POPULATION.value,
+                             population_cohort_size=_DECLARED_COHORT.value),
+      run=config_lib.RunConfig(rounds=_ROUNDS.value, cohort_size=_COHORT.value,
+                               seed=common.FLAGS.seed, eval_every=_EVAL_EVERY.value,
+                               checkpoint_every=_EVAL_EVERY.value))
   print(f'\n== federated training, {name}: {_ROUNDS.value} rounds, {_COHORT.value} of '
         f'{len(train_data.client_ids)} speakers a round, sigma_dp={sigma_dp:g}')
   return federated_training.train(config, train_data, vocab, os.path.join(output_dir, name),
@@ -96,22 +101,21 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   common.start_binary()
-  common.require(common.OUTPUT_DIR)
+  common.require('output_dir')
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
-  root = common.CORPUS_DIR.value or os.path.join(output_dir, 'corpus')
-  librispeech = _corpus(root)
-  vocab = data.Vocabulary('en')
-  cache = os.path.join(output_dir, 'feature_cache')
-  load = dict(seed_fraction=0.1, split_seed=common.seed_or_zero(), feature_cache_dir=cache,
-              max_batch_seconds=common.MAX_BATCH_SECONDS.value)
-  seed_data = corpus.load_client_data(librispeech, 'librispeech', _TRAIN_SPLIT, vocab,
-                                      speakers='seed', spec_augment=True, **load)
-  fl_data = corpus.load_client_data(librispeech, 'librispeech', _TRAIN_SPLIT, vocab,
-                                    speakers='federated', spec_augment=True, **load)
-  eval_data = corpus.load_client_data(librispeech, 'librispeech', _HELD_OUT_SPLIT, vocab,
-                                      feature_cache_dir=cache,
-                                      max_batch_seconds=common.MAX_BATCH_SECONDS.value)
+  root = common.FLAGS.corpus_dir or os.path.join(output_dir, 'corpus')
+  data_config = config_lib.DataConfig(
+      corpus_dir=_corpus(root), layout='librispeech', split=_TRAIN_SPLIT, seed_fraction=0.1,
+      split_seed=common.seed_or_zero(), language='en',
+      max_batch_seconds=common.FLAGS.max_batch_seconds,
+      feature_cache_dir=os.path.join(output_dir, 'feature_cache'), eval_split=_HELD_OUT_SPLIT)
+  vocab = data_config.vocabulary()
+  seed_data = data_config.load_client_data(_TRAIN_SPLIT, vocab, speakers='seed',
+                                           spec_augment=True)
+  fl_data = data_config.load_client_data(_TRAIN_SPLIT, vocab, speakers='federated',
+                                         spec_augment=True)
+  eval_data = data_config.load_eval_data(vocab)
 
   seed_dir = os.path.join(output_dir, 'seed')
   seed_path = os.path.join(seed_dir, 'model.npz')
@@ -119,22 +123,24 @@ def main(argv):
         f'({_CENTRAL_STEPS.value} steps)')
   if os.path.isfile(seed_path):
     print(f'reusing {seed_path}')
-    model = models.build_tff_model_fn(common.MODEL_CONFIG.value, vocab.tokens)()
+    model = models.build_tff_model_fn(common.FLAGS.model_config, vocab.tokens)()
     seed_weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
     seed_eval = evaluation.evaluate(model, eval_data, seed_weights)
   else:
     seed = central_training.train(
         central_training.CentralConfig(
-            steps=_CENTRAL_STEPS.value, model_config=common.MODEL_CONFIG.value,
+            steps=_CENTRAL_STEPS.value, model_config=common.FLAGS.model_config,
             optimizer='adam', learning_rate=_CENTRAL_LR.value, schedule='step', decay_rate=0.5,
             decay_every=max(1, _CENTRAL_STEPS.value // 3),
             decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.seed_or_zero(),
-            eval_every=max(1, _CENTRAL_STEPS.value // 4)),
+            eval_every_steps=max(1, _CENTRAL_STEPS.value // 4)),
         seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
     seed_weights, seed_eval = seed.weights, seed.evaluation
 
-  no_noise = _federated('fl_no_noise', 0.0, seed_weights, fl_data, eval_data, vocab, output_dir)
-  dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, fl_data, eval_data, vocab, output_dir)
+  no_noise = _federated('fl_no_noise', 0.0, seed_weights, data_config, fl_data, eval_data, vocab,
+                        output_dir)
+  dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, data_config, fl_data, eval_data, vocab,
+                  output_dir)
 
   ledger = dp.ledger
   epsilons = {

@@ -9,6 +9,7 @@ from absl import flags
 
 from experiments import common
 from fedasr_tff import models
+from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import evaluation
 from fedasr_tff.program import model_io
 
@@ -21,15 +22,17 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   common.start_binary()
-  common.require(common.CORPUS_DIR, _MODEL)
-  vocab = common.vocabulary()
-  eval_data = common.client_data(common.SPLIT.value, common.SPEAKERS.value or 'all', vocab,
-                                 spec_augment=False)
-  model = models.build_tff_model_fn(common.MODEL_CONFIG.value, vocab.tokens)()
-  try:
-    weights = model_io.load_weights(_MODEL.value, model.keras_model, source='--model')
-  except ValueError as e:
-    raise app.UsageError(f'{e} (--model_config={common.MODEL_CONFIG.value})') from e
+  common.require('corpus_dir', 'model')
+  with common.flag_errors():
+    data = common.config_from_flags(config_lib.DataConfig)
+    model_config = common.config_from_flags(config_lib.ModelConfig).model_config
+    vocab = data.vocabulary()
+    eval_data = data.load_client_data(data.split, vocab, speakers='all')
+    model = models.build_tff_model_fn(model_config, vocab.tokens)()
+    try:
+      weights = model_io.load_weights(_MODEL.value, model.keras_model, source='--model')
+    except ValueError as e:
+      raise ValueError(f'{e} (--model_config={model_config})') from e
   result = evaluation.evaluate(model, eval_data, weights)
   width = max(len(s) for s in result.per_speaker)
   print(f'{"speaker":<{width}}  utts  words    WER     CER')

@@ -1,8 +1,10 @@
 r"""Recomputes user-level ε for the paper's published configurations, or for one of your own.
 
-Table mode (default) reads a CSV with the columns of the spec's `privacy_tables.csv` (default: our
-copy of every published row) and prints, for every row, the published ε next to ours: RDP over the
-paper's coarse order grid, RDP over our fine default grid, and PLD, with relative differences.
+Table mode (default) reads a CSV with the columns of `fedasr_tff/privacy/data/privacy_tables.csv`
+(default: that file, our transcription of every published row: Pelikan et al., NeurIPS 2025,
+arXiv:2310.00098, Tables 1, 17, 18 and 20) and prints, for every row, the published ε next to
+ours: RDP over the paper's coarse order grid, RDP over our fine default grid, and PLD, with
+relative differences.
 
   bazel run //experiments:privacy_table
   python -m experiments.privacy_table --csv=my_rows.csv --accountants=rdp
@@ -12,7 +14,7 @@ Single-configuration mode starts as soon as `--steps` is given:
   python -m experiments.privacy_table --sigma_dp=3e-6 --cohort_size=204800 \
       --population=69506000 --steps=2034
   python -m experiments.privacy_table --noise_multiplier=1.024 --sampling_rate=0.0295 --steps=2006
-  # Population extrapolation at fixed sigma_dp (spec §6):
+  # Population extrapolation at fixed sigma_dp (Pelikan et al. 2025, Sec. 4.3 and Table 1):
   python -m experiments.privacy_table --sigma_dp=3e-6 --cohort_size=1024 --population=34753 \
       --steps=2006 --cohort_scale=200 --population_scale=10 --extrapolated_steps=2034
 """
@@ -27,7 +29,7 @@ from fedasr_tff import privacy
 
 _CSV = flags.DEFINE_string('csv', privacy.PUBLISHED_TABLES_CSV,
                            'CSV with columns z, S, K, T, epsilon (and optionally table, setting, '
-                           'renyi_order, check, delta), as in the spec\'s privacy_tables.csv.')
+                           'renyi_order, check, delta), as in our privacy_tables.csv.')
 _ACCOUNTANTS = flags.DEFINE_list('accountants', ['rdp', 'pld'],
                                  'Accountants to report: any of rdp, pld.')
 _ONLY_OK = flags.DEFINE_bool('only_ok', False, 'Table mode: only rows whose check column is ok.')

@@ -2,6 +2,7 @@
 
 from fedasr_tff.aggregators.allocation import ALLOCATIONS
 from fedasr_tff.aggregators.allocation import group_clips
+from fedasr_tff.aggregators.per_layer_dp import GLOBAL_GROUP
 from fedasr_tff.aggregators.per_layer_dp import PerLayerDPFactory
 from fedasr_tff.aggregators.per_layer_query import NOISE_DRAWS
 from fedasr_tff.aggregators.per_layer_query import NOISE_PLACEMENTS

@@ -8,6 +8,11 @@ measurements layout: `tff.aggregators.differential_privacy.extract_dp_event_from
 returns the round's `DpEvent`, and the measurements (`per_layer_query`, "Diagnostics") are under
 `dp_query_metrics`.
 
+Group names. The measurements key every group by its name: `GLOBAL_GROUP` ('all') for the single
+group of "global" allocation; with one group per leaf tensor (the default grouping) the leaf's
+name from `leaf_names` (for a model, its tensor names in flatten order, such as
+`block_00/w1/kernel`); `group_<h>` for a custom `grouping` or without `leaf_names`.
+
 Usage, like `tff.aggregators.DifferentiallyPrivateFactory`:
 
     aggregator = PerLayerDPFactory.gaussian_fixed(
@@ -19,6 +24,7 @@ With σ_DP the paper's noise on the averaged update (units of C), z = σ_DP · S
 (`fedasr_tff.privacy.noise_multiplier_from_sigma_dp`).
 """
 
+import collections
 from typing import Optional
 from typing import Sequence
 
@@ -30,6 +36,9 @@ import tensorflow_privacy as tfp
 from fedasr_tff import validation
 from fedasr_tff.aggregators import allocation as allocation_lib
 from fedasr_tff.aggregators import per_layer_query
+
+# The name of the single group of "global" allocation in the measurements.
+GLOBAL_GROUP = 'all'
 
 
 def _check_noise_placement(noise_placement):
@@ -55,7 +64,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                      noise_placement: str = 'server',
                      grouping: Optional[Sequence[int]] = None,
                      diagnostics: bool = True,
-                     noise_seed: Optional[int] = None) -> 'PerLayerDPFactory':
+                     noise_seed: Optional[int] = None,
+                     leaf_names: Optional[Sequence[str]] = None) -> 'PerLayerDPFactory':
     """Fixed per-layer clipping and Gaussian noise of std `noise_multiplier * clip` on the sum.
 
     Args:
@@ -79,12 +89,15 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         restored checkpoint replays the same noise; None (the default) draws a new one from OS
         entropy for every process `create` builds. Fix it only for reproducible simulations:
         knowing it reveals the noise.
+      leaf_names: names of the value's leaf tensors in flatten order (e.g. the model's tensor
+        names), unique; with the default grouping they name the groups in the measurements
+        (module docstring). Checked against the value when the process is created.
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('clip', clip)
     return cls(noise_multiplier, clients_per_round, clip, allocation, layer_weights, normalize,
                noise_placement, grouping, diagnostics, target_quantile=None,
-               noise_seed=noise_seed)
+               noise_seed=noise_seed, leaf_names=leaf_names)
 
   @classmethod
   def gaussian_adaptive(cls,
@@ -99,7 +112,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                         noise_placement: str = 'server',
                         grouping: Optional[Sequence[int]] = None,
                         diagnostics: bool = True,
-                        noise_seed: Optional[int] = None) -> 'PerLayerDPFactory':
+                        noise_seed: Optional[int] = None,
+                        leaf_names: Optional[Sequence[str]] = None) -> 'PerLayerDPFactory':
     """Per-group adaptive clipping (geometric quantile tracking) and Gaussian noise.
 
     The clips start at the allocation of `initial_clip` and each group's clip tracks the
@@ -112,8 +126,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       initial_clip: initial total clip C > 0.
       target_quantile: γ in (0, 1), fraction of clients per group left unclipped.
       learning_rate: η >= 0 of the geometric update C_h <- C_h exp(-η (u_h - γ)).
-      allocation, layer_weights, noise_placement, grouping, diagnostics, noise_seed: as in
-        `gaussian_fixed`.
+      allocation, layer_weights, noise_placement, grouping, diagnostics, noise_seed,
+        leaf_names: as in `gaussian_fixed`.
       clipped_count_stddev: σ_b; default 0.05 * S (TFF's default), 0 when z = 0.
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
@@ -125,11 +139,11 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return cls(noise_multiplier, clients_per_round, initial_clip, allocation, layer_weights,
                False, noise_placement, grouping, diagnostics, target_quantile=target_quantile,
                learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
-               noise_seed=noise_seed)
+               noise_seed=noise_seed, leaf_names=leaf_names)
 
   def __init__(self, noise_multiplier, clients_per_round, clip, allocation, layer_weights,
                normalize, noise_placement, grouping, diagnostics, *, target_quantile,
-               learning_rate=0.0, clipped_count_stddev=None, noise_seed=None):
+               learning_rate=0.0, clipped_count_stddev=None, noise_seed=None, leaf_names=None):
     """Use `gaussian_fixed` or `gaussian_adaptive`."""
     validation.check_positive('clients_per_round', clients_per_round)
     if clients_per_round < 1:
@@ -160,6 +174,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     # None reaches the query, which draws a fresh seed for every process built: two processes
     # sharing one noise stream would let their difference cancel the noise.
     self._noise_seed = noise_seed
+    self._leaf_names = leaf_names
 
   def _groups(self, leaves):
     """Group index per leaf and number of parameters per group."""
@@ -179,6 +194,25 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       sizes[group] += leaf.shape.num_elements()
     return group_ids, sizes
 
+  def _group_names(self, leaves, num_groups):
+    """The groups' names in the measurements (module docstring), after checking `leaf_names`."""
+    leaf_names = self._leaf_names
+    if leaf_names is not None:
+      if isinstance(leaf_names, str) or not all(isinstance(n, str) for n in leaf_names):
+        raise ValueError(f'`leaf_names` must be a sequence of strings, got {leaf_names!r}.')
+      leaf_names = list(leaf_names)
+      if len(leaf_names) != len(leaves):
+        raise ValueError(f'`leaf_names` has {len(leaf_names)} names but the value has '
+                         f'{len(leaves)} tensors.')
+      duplicates = sorted(n for n, count in collections.Counter(leaf_names).items() if count > 1)
+      if duplicates:
+        raise ValueError(f'`leaf_names` must be unique, got {duplicates!r} more than once.')
+    if self._allocation == 'global':
+      return [GLOBAL_GROUP]
+    if self._grouping is None and leaf_names is not None:
+      return leaf_names
+    return [f'group_{h}' for h in range(num_groups)]
+
   def build_query(self, value_type) -> tfp.DPQuery:
     """The normalized DPQuery this factory runs for `value_type`."""
     specs = tff.types.type_to_tf_tensor_specs(value_type)
@@ -193,6 +227,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         raise ValueError(f'`value_type` must have fully defined shapes, got {leaf.shape} in '
                          f'{value_type}.')
     group_ids, sizes = self._groups(leaves)
+    group_names = self._group_names(leaves, len(sizes))
     clips = allocation_lib.group_clips(self._clip, sizes, self._allocation, self._layer_weights)
     if self._target_quantile is None:
       value_noise_multiplier = self._noise_multiplier
@@ -210,7 +245,8 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         learning_rate=self._learning_rate,
         clipped_count_stddev=self._clipped_count_stddev,
         diagnostics=self._diagnostics,
-        noise_seed=self._noise_seed)
+        noise_seed=self._noise_seed,
+        group_names=group_names)
     return tfp.NormalizedQuery(query, denominator=self._clients_per_round)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:

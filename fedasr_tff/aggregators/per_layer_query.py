@@ -119,17 +119,31 @@ who knows it can subtract the noise. Client-side noise comes from TF's stateful 
 (a client has no identity in a TFF aggregation to derive a distinct seed from), so it is not
 replayed on resume.
 
-Diagnostics. `derive_metrics` always reports quantities that are not client statistics: the
-current clips `group_clip` and the clips of the round just run `round_clip` (public constants, or
-the noised adaptive state), and `noise_stddev`, the std of the noise on each coordinate of the
-averaged update (σ_DP·C, a function of the clips). With `diagnostics=True` (the default) the
-global state also carries exact (un-noised) per-group sums of the clients' norms before and after
-clipping, clip indicators, non-finite and participating client counts of the last round, reported
-as `mean_norm_before_clip`, `mean_norm_after_clip`, `clipped_fraction` (vectors of length H),
-`nonfinite_clients` and `clients`, and `mean_noise_stddev` (`noise_stddev` for every group), for
-the per-layer norm plots. They are computed from client data without noise: they never feed back
-into the model or the clips, but releasing them is outside the DP guarantee. Pass
-`diagnostics=False` where they must not leave the server.
+Diagnostics. `derive_metrics` reports the measurements of the round just run, per-group ones
+keyed by the group's name (`group_names`; `PerLayerDPFactory` names the groups by the value's
+leaf tensors), scalars as scalars:
+
+    noise_stddev        std of the noise on each coordinate of the averaged update (σ_DP·C)
+    clip                C = sqrt(Σ_h C_h^2), the total clip of the round
+    per_group
+      <group name>
+        clip            C_h of the round
+        next_clip       C_h of the next round (equal to clip unless adaptive)
+    client_statistics   (only with diagnostics)
+      clipped_fraction  fraction of the clients clipped, mean over the groups
+      nonfinite_clients clients whose delta held NaN or Inf
+      clients           clients that reported
+      per_group
+        <group name>
+          norm_before_clip   mean over the clients of ||g_h|| before clipping
+          norm_after_clip    mean over the clients of ||g_h|| after clipping
+          clipped_fraction   fraction of the clients whose group h was clipped
+
+Everything outside `client_statistics` is public: the clips are constants or the noised adaptive
+state, and the noise std is a function of them. `client_statistics` are exact (un-noised) sums
+over the round's clients carried in the global state when `diagnostics=True` (the default), for
+the per-layer norm plots. They never feed back into the model or the clips, but releasing them is
+outside the DP guarantee. Pass `diagnostics=False` where they must not leave the server.
 """
 
 import collections
@@ -258,7 +272,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
                learning_rate: float = 0.0,
                clipped_count_stddev: float = 0.0,
                diagnostics: bool = True,
-               noise_seed: Optional[int] = None):
+               noise_seed: Optional[int] = None,
+               group_names: Optional[Sequence[str]] = None):
     """Initializes the query.
 
     Args:
@@ -275,6 +290,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
       diagnostics: keep exact per-group client statistics in the state (module docstring).
       noise_seed: seed of the server-side noise stream (module docstring); None draws one from
         OS entropy.
+      group_names: unique names of the groups, the keys of the per-group measurements (module
+        docstring, "Diagnostics"); default `group_<h>`.
     """
     if target_quantile is not None and value_noise_multiplier > 0 and clipped_count_stddev <= 0:
       # Clipped counts released without noise would not be covered by the reported event.
@@ -297,6 +314,14 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     self._clipped_count_stddev = float(clipped_count_stddev)
     self._diagnostics = diagnostics
     self._noise_seed = fresh_noise_seed() if noise_seed is None else int(noise_seed)
+    if group_names is None:
+      group_names = [f'group_{h}' for h in range(self._num_groups)]
+    self._group_names = list(group_names)
+    if (len(self._group_names) != self._num_groups or
+        len(set(self._group_names)) != self._num_groups or
+        not all(isinstance(n, str) for n in self._group_names)):
+      raise ValueError(f'`group_names` must be {self._num_groups} unique strings, one per group, '
+                       f'got {group_names!r}.')
 
   @property
   def adaptive(self) -> bool:
@@ -417,29 +442,37 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
                                        (unclipped_fraction - self._target_quantile))
     return value_sum, _GlobalState(new_clips, group_clips, diagnostics, seeds[-1]), event
 
-  def derive_metrics(self, global_state):
-    """The clips and the noise std; with diagnostics, per-group client statistics of the round.
+  def _per_group(self, **vectors):
+    """{group name: {key: vectors[key][h]}} for vectors of length H."""
+    columns = {key: tf.unstack(vector, num=self._num_groups) for key, vector in vectors.items()}
+    return collections.OrderedDict(
+        (name, collections.OrderedDict((key, column[h]) for key, column in columns.items()))
+        for h, name in enumerate(self._group_names))
 
-    Keys (module docstring, "Diagnostics"): always `group_clip` (the clips of the next round),
-    `round_clip` (of the round just run) and `noise_stddev` (scalar); with diagnostics also
-    `mean_norm_before_clip`, `mean_norm_after_clip`, `clipped_fraction`, `mean_noise_stddev`
-    (vectors of length H), `nonfinite_clients` and `clients`.
+  def derive_metrics(self, global_state):
+    """The measurements of the round just run (module docstring, "Diagnostics").
+
+    Always `noise_stddev`, `clip` (scalars) and `per_group` (each group's `clip` and
+    `next_clip`); with diagnostics also `client_statistics`.
     """
     round_clips = global_state.round_clips
     # Std of the noise on each coordinate of the averaged update (σ_DP·C), the same in every
     # group: a function of the clips alone.
     noise_stddev = self._value_stddev(round_clips) / self._clients_per_round
     metrics = collections.OrderedDict(
-        group_clip=global_state.group_clips, round_clip=round_clips, noise_stddev=noise_stddev)
+        noise_stddev=noise_stddev,
+        clip=tf.norm(round_clips),
+        per_group=self._per_group(clip=round_clips, next_clip=global_state.group_clips))
     if not self._diagnostics:
       return metrics
     d = global_state.diagnostics
     clients = tf.maximum(d['clients'], 1.0)
-    metrics.update(
-        mean_norm_before_clip=d['norm_before_clip'] / clients,
-        mean_norm_after_clip=d['norm_after_clip'] / clients,
-        clipped_fraction=d['clipped'] / clients,
-        mean_noise_stddev=tf.fill([self._num_groups], noise_stddev),
+    clipped_fraction = d['clipped'] / clients
+    metrics['client_statistics'] = collections.OrderedDict(
+        clipped_fraction=tf.reduce_mean(clipped_fraction),
         nonfinite_clients=d['nonfinite'],
-        clients=d['clients'])
+        clients=d['clients'],
+        per_group=self._per_group(norm_before_clip=d['norm_before_clip'] / clients,
+                                  norm_after_clip=d['norm_after_clip'] / clients,
+                                  clipped_fraction=clipped_fraction))
     return metrics

@@ -15,6 +15,12 @@ from fedasr_tff.models.ctc import ctc_loss
 from fedasr_tff.models.ctc import greedy_decode
 from fedasr_tff.models.tff_model import CTCSpeechModel
 from fedasr_tff.models.tff_model import build_tff_model_fn
+from fedasr_tff.models.transformer import BLOCK_PARAMETERS
+from fedasr_tff.models.transformer import MLP_PARAMETERS
+from fedasr_tff.models.transformer import OUTER_LAYERS
+from fedasr_tff.models.transformer import BlockTensor
 from fedasr_tff.models.transformer import CTCTransformer
+from fedasr_tff.models.transformer import block_parameter
+from fedasr_tff.models.transformer import block_tensor
 from fedasr_tff.models.transformer import build_ctc_transformer
 from fedasr_tff.models.transformer import output_lengths

@@ -9,8 +9,10 @@
     -> final LayerNorm -> linear to vocabulary + CTC blank
 
 Linear layers inside blocks have no biases and LayerNorm uses ε = 1e-5, as in the released code.
-Weights are named `input_norm`, `conv`, `block_XX/{ln1,wqkv,wf,ln2,w1,w2}`, `final_ln` and
-`output`, so per-layer clipping and the per-layer norm plots can address the paper's groups.
+The model owns its parameter vocabulary: weights are named `input_norm`, `conv`, `final_ln` and
+`output` outside the blocks (`OUTER_LAYERS`) and `block_XX/<parameter>/<variable>` inside, with
+the parameters `BLOCK_PARAMETERS` (`block_tensor` and `block_parameter` read such a name), so
+per-layer clipping and the per-layer norm plots can address the paper's groups.
 The output has floor(T / 3) frames (`output_lengths`).
 
 Randomness: a training pass (`training=True`) takes a `seed`, a shape-[2] integer tensor, and
@@ -24,10 +26,22 @@ draw from TF's global random state. Inference (`training=False`) takes no seed.
 """
 
 import math
+import re
+from typing import NamedTuple
+from typing import Optional
 
 import tensorflow as tf
 
 from fedasr_tff.models import configs
+
+# A pre-LN block's parameters in forward-pass order: x += Attn(LN1 x); x += MLP(LN2 x).
+BLOCK_PARAMETERS = ('ln1', 'wqkv', 'wf', 'ln2', 'w1', 'w2')
+# The block parameters of the MLP.
+MLP_PARAMETERS = ('w1', 'w2')
+# The layers outside the blocks, in forward-pass order.
+OUTER_LAYERS = ('input_norm', 'conv', 'final_ln', 'output')
+
+_BLOCK_TENSOR = re.compile(r'^block_(?P<block>\d+)/(?P<parameter>[^/]+)/(?P<variable>.+)$')
 
 _LN_EPSILON = 1e-5
 # Seconds between output frames: 10 ms feature hop times the conv stride.
@@ -40,6 +54,32 @@ _FIRST_BLOCK = 2  # Block i uses _FIRST_BLOCK + i, then its own uses below.
 _LAYER_DROP = 0
 _ATTENTION_DROPOUT = 1
 _MLP_DROPOUT = 2
+
+
+class BlockTensor(NamedTuple):
+  """Where a tensor sits in the blocks: `block_03/w1/kernel` is (3, 'w1', 'kernel')."""
+  block: int
+  parameter: str
+  variable: str
+
+
+def block_tensor(tensor_name: str) -> Optional[BlockTensor]:
+  """Block index, parameter and variable of a tensor name (as `model_io.tensor_name` gives).
+
+  None for the tensors outside the blocks (and names whose parameter is not in
+  `BLOCK_PARAMETERS`).
+  """
+  match = _BLOCK_TENSOR.match(tensor_name)
+  if match is None or match['parameter'] not in BLOCK_PARAMETERS:
+    return None
+  return BlockTensor(int(match['block']), match['parameter'], match['variable'])
+
+
+def block_parameter(tensor_name: str) -> Optional[str]:
+  """Which of `BLOCK_PARAMETERS` a tensor belongs to (`block_00/w1/kernel` -> 'w1'); None for
+  the tensors outside the blocks."""
+  tensor = block_tensor(tensor_name)
+  return None if tensor is None else tensor.parameter
 
 
 def output_lengths(lengths, config) -> tf.Tensor:

@@ -1,4 +1,8 @@
-"""Central (non-federated) training of a seed model, as the paper's seed models (spec §3.4).
+"""Central (non-federated) training of a seed model, as the paper's seed models.
+
+The paper: Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
+Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098, Sec. 4 "Central Training" and App. F "Training".
 
 Mini-batch training of the CTC transformer on pooled data (the "seed" speakers, e.g. 10% of
 them) with LARS (`optimizers.build_lars`, κ = 0.001, momentum 0.9) and a step or exponential
@@ -9,7 +13,7 @@ speakers: held-out CER 69% against 44%). Every random draw of a step (SpecAugmen
 drop, CAPE's shift) comes from its batch's `seed`, a function of (seed, epoch, speaker, batch), so
 a run is a function of its configuration. The weights are exported with `model_io` for
 `federated_training` to start from. Metrics (loss, learning rate, and WER/CER on held-out
-speakers every `eval_every` steps) go to `metrics.csv` through `tff.program`'s CSV manager.
+speakers every `eval_every_steps` steps) go to `metrics.csv` through `tff.program`'s CSV manager.
 """
 
 import asyncio
@@ -28,35 +32,42 @@ from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.optimizers import hparams
 from fedasr_tff.program import cohorts
+from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import evaluation
 from fedasr_tff.program import model_io
 from fedasr_tff.program import progress as progress_lib
 
-# LARS is the paper's; Adam reaches a usable tiny model in a few hundred CPU steps (the demo).
-OPTIMIZERS = ('lars', 'adam')
-
 
 @dataclasses.dataclass(frozen=True)
 class CentralConfig:
-  """Central training settings (the `train_central` flags of the same names)."""
-  steps: int
-  model_config: str = 'tiny'
-  optimizer: str = 'lars'
-  learning_rate: float = 0.5
-  momentum: float = 0.9
-  schedule: str = 'step'
-  decay_rate: float = 0.5
-  decay_every: int = 50_000
-  decay_start: int = 40_000
-  seed: int = 0
-  eval_every: int = 100
+  """Central training settings; each field is the `train_central` flag of the same name."""
+  steps: int = config_lib.field(1000, 'Training steps (batches).')
+  model_config: str = config_lib.field('tiny', 'Transformer size.', tuple(models.CONFIGS))
+  optimizer: str = config_lib.field(
+      'lars', 'Optimizer (`fedasr_tff.optimizers`): lars is the paper\'s (Pelikan et al. 2025, '
+      'Sec. 4 "Central Training"); adam reaches a usable tiny model in a few hundred CPU '
+      'steps (the demo).', optimizers.OPTIMIZERS)
+  learning_rate: float = config_lib.field(
+      0.5, 'Learning rate (Pelikan et al. 2025, Sec. 4 "Central Training": LARS 0.5).')
+  momentum: Optional[float] = config_lib.field(
+      None, 'Momentum of lars or sgdm (default: the optimizer\'s own, 0.9); other optimizers '
+      'take none.')
+  schedule: str = config_lib.field(
+      'step', 'step: multiply by --decay_rate every --decay_every steps from --decay_start (the '
+      'paper halves every 50k steps); exponential: rate^((t - start) / every).',
+      optimizers.schedules.NAMES)
+  decay_rate: float = config_lib.field(0.5, 'Decay factor.')
+  decay_every: int = config_lib.field(50_000, 'Decay period in steps.')
+  decay_start: int = config_lib.field(40_000, 'Step the decay starts at.')
+  seed: int = config_lib.field(0, 'Seed of the initialisation, batch order and random draws.')
+  eval_every_steps: int = config_lib.field(100, 'Steps between evaluations.')
 
   def __post_init__(self):
     validation.check_positive_integer('steps', self.steps)
-    if self.optimizer not in OPTIMIZERS:
-      raise ValueError(f'`optimizer` must be one of {OPTIMIZERS}, got {self.optimizer!r}.')
+    if self.optimizer not in optimizers.OPTIMIZERS:
+      raise ValueError(f'`optimizer` must be one of {optimizers.OPTIMIZERS}, got '
+                       f'{self.optimizer!r}.')
     validation.check_positive('learning_rate', self.learning_rate)
-    validation.check_unit_interval_right_open('momentum', self.momentum)
     if self.schedule not in optimizers.schedules.NAMES:
       raise ValueError(f'`schedule` must be one of {optimizers.schedules.NAMES}, got '
                        f'{self.schedule!r}.')
@@ -64,7 +75,7 @@ class CentralConfig:
     validation.check_positive_integer('decay_every', self.decay_every)
     validation.check_non_negative_integer('decay_start', self.decay_start)
     validation.check_non_negative_integer('seed', self.seed)
-    validation.check_positive_integer('eval_every', self.eval_every)
+    validation.check_positive_integer('eval_every_steps', self.eval_every_steps)
     models.get_config(self.model_config)
 
 
@@ -87,10 +98,8 @@ def train(config: CentralConfig,
   model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
   keras_model = model.keras_model
   variables = keras_model.trainable_variables
-  if config.optimizer == 'lars':
-    optimizer = optimizers.build_lars(config.learning_rate, momentum=config.momentum)
-  else:
-    optimizer = optimizers.build('adam', config.learning_rate)
+  momentum = {} if config.momentum is None else {'momentum': config.momentum}
+  optimizer = optimizers.build(config.optimizer, config.learning_rate, **momentum)
   opt_state = optimizer.initialize([tf.TensorSpec(v.shape, v.dtype) for v in variables])
   schedule = optimizers.schedules.by_name(config.schedule, config.learning_rate,
                                           config.decay_rate, config.decay_every,
@@ -150,7 +159,7 @@ def train(config: CentralConfig,
                                    tf.constant(learning_rate))
       losses.append(float(loss))
       values = {'train': {'loss': float(np.mean(losses)), 'learning_rate': learning_rate}}
-      if eval_data is not None and (step % config.eval_every == 0 or step == config.steps):
+      if eval_data is not None and (step % config.eval_every_steps == 0 or step == config.steps):
         result = evaluation.evaluate(eval_model, eval_data, model_io.model_weights(keras_model))
         values['eval'] = result.metrics()
         progress.write(f'step {step}/{config.steps} | loss {values["train"]["loss"]:.3f} | '

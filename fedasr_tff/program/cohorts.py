@@ -1,4 +1,9 @@
-"""Which clients train in a round, and the seeds of their randomness (spec §1, Algorithm 1).
+"""Which clients train in a round, and the seeds of their randomness.
+
+The sampling is that of Algorithm 1 (Sec. 2) of Pelikan et al., "Enabling Differentially Private
+Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+Clipping", NeurIPS 2025, arXiv:2310.00098: each client joins with probability q (fixed cohorts
+of S in practice). The seeds are our design.
 
 Everything a round draws is a function of (run secret, round), never of how many rounds ran in
 this process, so a run resumed from a checkpoint draws exactly what an uninterrupted run would

@@ -1,9 +1,11 @@
 """A corpus on disk as federated client data, with the paper's seed/federated speaker split.
 
 `load_client_data` reads one split of a corpus (LibriSpeech or Common Voice layout, or a TSV
-manifest), keeps the speakers of the requested part of a seeded speaker split (spec §5: e.g.
-CV-en-train-10 for the central seed model, -90 for federated training, disjoint so no user is
-counted twice), optionally applies the IID control, and returns `SpeechClientData`.
+manifest), keeps the speakers of the requested part of a seeded speaker split (as
+CV-en-train-10 for the central seed model and -90 for federated training: a random 10% of the
+users for the seed, in Pelikan et al., NeurIPS 2025, arXiv:2310.00098, Sec. 4 "Data" and App. F,
+Table 2; disjoint, so no user is counted twice), optionally applies the IID control, and
+returns `SpeechClientData`.
 """
 
 import os

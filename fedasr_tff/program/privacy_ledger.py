@@ -22,9 +22,10 @@ replace-one adjacency (`privacy.compute_epsilon_without_replacement`), not compa
 others. The statement (`PrivacyLedger.statement`) adds what the run released or assumed beyond
 the mechanism (`Disclosures`).
 
-The noise can be given as σ_DP, as the noise multiplier z of the run's own cohort (σ_DP = z/S),
-or as a target ε for the declared population at the planned rounds (σ_DP = z'/S' with z' the
-smallest multiplier that meets it, `privacy.noise_multiplier_for_epsilon`).
+The run's z is the one its aggregator applies, read from the aggregator's state
+(`applied_noise_multiplier`, TFF's DP event), so the accounted z cannot differ from the applied
+one; `check_round` compares every round's event with it. The declared z' comes from the run's
+σ_DP before the process exists (`config.FederatedConfig.noise_level`).
 """
 
 import dataclasses
@@ -33,6 +34,9 @@ import math
 from typing import Dict
 from typing import Optional
 from typing import Tuple
+
+import dp_accounting
+import tensorflow_federated as tff
 
 from fedasr_tff import privacy
 from fedasr_tff import validation
@@ -43,30 +47,27 @@ ACCOUNTANTS = privacy.ACCOUNTANTS
 ALL_ACCOUNTANTS = ACCOUNTANTS + ('wor_rdp',)
 
 
-def resolve_sigma_dp(*, sigma_dp: Optional[float], noise_multiplier: Optional[float],
-                     target_epsilon: Optional[float], cohort_size: int,
-                     declared_cohort_size: int, declared_population: int, planned_rounds: int,
-                     delta: float) -> float:
-  """σ_DP from exactly one of the three specifications (module docstring); 0 if none is given."""
-  given = {name: value for name, value in (('sigma_dp', sigma_dp),
-                                           ('noise_multiplier', noise_multiplier),
-                                           ('target_epsilon', target_epsilon))
-           if value is not None}
-  if len(given) > 1:
-    raise ValueError(f'Give the noise one way only; got {", ".join(sorted(given))}.')
-  if sigma_dp is not None:
-    validation.check_non_negative('sigma_dp', sigma_dp)
-    return float(sigma_dp)
-  if noise_multiplier is not None:
-    validation.check_non_negative('noise_multiplier', noise_multiplier)
-    return privacy.sigma_dp_from_noise_multiplier(noise_multiplier, cohort_size)
-  if target_epsilon is not None:
-    validation.check_positive('target_epsilon', target_epsilon)
-    z = privacy.noise_multiplier_for_epsilon(target_epsilon,
-                                             declared_cohort_size / declared_population,
-                                             planned_rounds, delta)
-    return privacy.sigma_dp_from_noise_multiplier(z, declared_cohort_size)
-  return 0.0
+def applied_noise_multiplier(aggregator_state) -> float:
+  """z of the Gaussian mechanism a DP aggregator runs, read from its state (TFF's DP event).
+
+  `aggregator_state` is the aggregator part of the learning process state (`state.aggregator`);
+  0 for a state without a DP event (a plain mean). After a round the event is TFF's
+  `extract_dp_event_from_state`; in the initial state it is the event of the same
+  `get_noised_result` on the initial query state, which for `aggregators.PerLayerDPFactory`
+  (whose event does not depend on the state) is the event of every round. The multiplier is the
+  float32 value the aggregator computes with, so the ledger accounts the noise applied.
+  """
+  dp_event = getattr(aggregator_state, 'dp_event', None)
+  if dp_event is None:
+    return 0.0
+  if aggregator_state.is_init_state:
+    event = dp_accounting.DpEvent.from_named_tuple(dp_event)
+  else:
+    event = tff.aggregators.differential_privacy.extract_dp_event_from_state(aggregator_state)
+  if not isinstance(event, dp_accounting.GaussianDpEvent):
+    raise ValueError(f'The aggregator reported {event}; the ledger accounts one Gaussian '
+                     'mechanism a round.')
+  return float(event.noise_multiplier)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +103,10 @@ class PrivacyLedger:
   clients; `epsilon_declared_*` is the extrapolation to the declared K', S' (module docstring),
   which holds only under the assumption that model quality depends on σ_DP alone.
   """
-  sigma_dp: float
+  noise_multiplier: float
   cohort_size: int
   population: int
+  declared_noise_multiplier: float
   declared_cohort_size: int
   declared_population: int
   planned_rounds: int
@@ -112,28 +114,34 @@ class PrivacyLedger:
   sampling: str = 'poisson'
 
   def __post_init__(self):
-    validation.check_non_negative('sigma_dp', self.sigma_dp)
     for name in ('cohort_size', 'population', 'declared_cohort_size', 'declared_population',
                  'planned_rounds'):
       validation.check_positive_integer(name, getattr(self, name))
     validation.check_open_unit_interval('delta', self.delta)
     if self.cohort_size > self.population:
-      raise ValueError(f'`cohort_size` ({self.cohort_size}) exceeds the population '
-                       f'({self.population}).')
+      raise ValueError(f'`cohort_size` ({self.cohort_size}) exceeds the population of '
+                       f'{self.population} training clients.')
+    if self.declared_population < self.population:
+      raise ValueError(f'The declared `population` ({self.declared_population}) is smaller than '
+                       f'the {self.population} training clients.')
     if self.declared_cohort_size > self.declared_population:
-      raise ValueError(f'The declared cohort ({self.declared_cohort_size}) exceeds the declared '
-                       f'population ({self.declared_population}).')
+      raise ValueError(f'The declared cohort `population_cohort_size` '
+                       f'({self.declared_cohort_size}) exceeds the declared `population` '
+                       f'({self.declared_population}).')
     if self.sampling not in SAMPLINGS:
       raise ValueError(f'`sampling` must be one of {SAMPLINGS}, got {self.sampling!r}.')
 
   @property
-  def noise_multiplier(self) -> float:
-    """z = σ_DP·S of the run's own cohort (what the aggregator adds, in sum units)."""
-    return privacy.noise_multiplier_from_sigma_dp(self.sigma_dp, self.cohort_size)
+  def sigma_dp(self) -> float:
+    """σ_DP = z/S of the run (`privacy.conventions`)."""
+    return self.noise_multiplier / self.cohort_size
 
-  @property
-  def declared_noise_multiplier(self) -> float:
-    return privacy.noise_multiplier_from_sigma_dp(self.sigma_dp, self.declared_cohort_size)
+  def check_round(self, aggregator_state) -> None:
+    """Raises unless the round that produced `aggregator_state` ran the accounted mechanism."""
+    applied = applied_noise_multiplier(aggregator_state)
+    if applied != self.noise_multiplier:
+      raise RuntimeError(f'The aggregator applied noise multiplier {applied}, the ledger '
+                         f'accounts {self.noise_multiplier}: the privacy figures would be wrong.')
 
   @property
   def sampling_rate(self) -> float:
@@ -155,13 +163,14 @@ class PrivacyLedger:
       raise ValueError(f'`accountant` must be one of {ALL_ACCOUNTANTS}, got {accountant!r}.')
     if rounds == 0:
       return 0.0
-    if self.sigma_dp == 0:
-      return math.inf
     if declared:
-      return _epsilon(self.declared_noise_multiplier, self.declared_cohort_size,
-                      self.declared_population, rounds, self.delta, accountant)
-    return _epsilon(self.noise_multiplier, self.cohort_size, self.population, rounds,
-                    self.delta, accountant)
+      z, cohort, population = (self.declared_noise_multiplier, self.declared_cohort_size,
+                               self.declared_population)
+    else:
+      z, cohort, population = self.noise_multiplier, self.cohort_size, self.population
+    if z == 0:
+      return math.inf
+    return _epsilon(z, cohort, population, rounds, self.delta, accountant)
 
   def _accountants(self) -> Tuple[str, ...]:
     return ACCOUNTANTS + (('wor_rdp',) if self.sampling == 'fixed' else ())
@@ -195,7 +204,7 @@ class PrivacyLedger:
   def statement(self, rounds: int, disclosures: Optional[Disclosures] = None) -> str:
     """The privacy statement of a run after `rounds` rounds, in Markdown."""
     disclosures = disclosures or Disclosures(sampling=self.sampling)
-    if self.sigma_dp == 0:
+    if self.noise_multiplier == 0:
       return ('No noise was added: the run is **not** differentially private (ε = ∞), and every '
               'number it released (including client statistics) is outside any guarantee. '
               f'Cohort S = {self.cohort_size} of K = {self.population} clients, {rounds} rounds.')

@@ -23,6 +23,9 @@ import matplotlib
 from matplotlib import figure as mpl_figure
 import numpy as np
 
+from fedasr_tff import aggregators
+from fedasr_tff import models
+
 matplotlib.use('Agg')
 
 _KEY = 'key'
@@ -33,14 +36,8 @@ _CER = 'eval/cer'
 # runs); the adaptive clips are the noised state, released without the prefix.
 _PER_LAYER = re.compile(r'^(?:client/)?per_layer/(?P<layer>.+)/(?P<metric>norm_before_clip|'
                         r'norm_after_clip|clipped_fraction|clip)$')
-_BLOCK_TENSOR = re.compile(r'^block_(?P<block>\d+)/(?P<param>[^/]+)/(?P<variable>.+)$')
-# The order of a pre-LN block's parameters in the forward pass: x += Attn(LN1 x); x += MLP(LN2 x).
-_BLOCK_PARAMS = ('ln1', 'wqkv', 'wf', 'ln2', 'w1', 'w2')
-# Tensors outside the blocks, in forward-pass order.
-_OUTER_PREFIXES = ('input_norm', 'conv', 'final_ln', 'output')
 # Within a layer, the multiplicative weight first.
 _VARIABLES = ('kernel', 'scale', 'gamma', 'bias', 'beta')
-_GLOBAL_GROUP = 'all'
 _LAYER_ROWS = (
     ('norm_before_clip', 'Client update norm before clipping', 'L2 norm (mean over rounds)', True),
     ('norm_after_clip', 'After clipping (at most the per-layer bound)',
@@ -216,10 +213,9 @@ def _block_series(layers: Sequence[str]) -> dict[tuple[str, str], dict[int, str]
   """(parameter, variable) -> {block index: layer name} for the layers inside blocks."""
   series = {}
   for layer in layers:
-    match = _BLOCK_TENSOR.match(layer)
-    if match:
-      key = (match['param'], match['variable'])
-      series.setdefault(key, {})[int(match['block'])] = layer
+    tensor = models.block_tensor(layer)
+    if tensor is not None:
+      series.setdefault((tensor.parameter, tensor.variable), {})[tensor.block] = layer
   return series
 
 
@@ -231,16 +227,16 @@ def _rank(name: str, order: Sequence[str]) -> int:
 def _series_order(key: tuple[str, str]) -> tuple[int, str, int, str]:
   """Sort key for (parameter, variable): forward-pass order, then weights before biases."""
   param, variable = key
-  return _rank(param, _BLOCK_PARAMS), param, _rank(variable, _VARIABLES), variable
+  return _rank(param, models.BLOCK_PARAMETERS), param, _rank(variable, _VARIABLES), variable
 
 
 def _outer_layers(layers: Sequence[str]) -> list[str]:
   """The layers outside the blocks, in forward-pass order (unknown ones last, by name)."""
   def order(layer: str) -> tuple[int, str, int, str]:
     prefix, _, variable = layer.rpartition('/')
-    return (_rank(layer.split('/')[0], _OUTER_PREFIXES), prefix, _rank(variable, _VARIABLES),
+    return (_rank(layer.split('/')[0], models.OUTER_LAYERS), prefix, _rank(variable, _VARIABLES),
             variable)
-  return sorted((layer for layer in layers if not _BLOCK_TENSOR.match(layer)), key=order)
+  return sorted((layer for layer in layers if models.block_tensor(layer) is None), key=order)
 
 
 def _series_style(key: tuple[str, str], colours: Mapping[str, str]) -> dict[str, object]:
@@ -284,7 +280,7 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
   metrics = read_metrics(csv_path)
   columns = _per_layer_columns(metrics)
   layers = sorted({layer for by_layer in columns.values() for layer in by_layer})
-  if not layers or layers == [_GLOBAL_GROUP]:
+  if not layers or layers == [aggregators.GLOBAL_GROUP]:
     return None
   rows = [row for row in _LAYER_ROWS if row[0] in columns]
   series = _block_series(layers)

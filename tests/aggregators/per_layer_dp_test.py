@@ -10,11 +10,14 @@ import tensorflow_federated as tff
 
 from fedasr_tff import aggregators
 from fedasr_tff import privacy
+from fedasr_tff import runtime
 
 _SHAPES = [(7, 5), (5,), (3, 3, 4), (1,), (32,), (8, 8), (2,), (16, 3), (4,), (50,), (6, 2)]
 _VALUE_TYPE = tff.types.to_type([tff.TensorType(np.float32, s) for s in _SHAPES])
 _SIZES = np.array([int(np.prod(s)) for s in _SHAPES])
 _EXTRACT_EVENT = tff.aggregators.differential_privacy.extract_dp_event_from_state
+# Tensor names as a model's, with slashes.
+_LEAF_NAMES = [f'block_{h:02d}/w{h % 2 + 1}/kernel' for h in range(len(_SHAPES) - 1)] + ['output']
 
 
 def _random_delta(rng, scales=None):
@@ -35,6 +38,11 @@ def _group_norms(delta):
   return np.array([np.linalg.norm(x) for x in delta])
 
 
+def _per_group(per_group, key):
+  """The measurement `key` of every group, in group order."""
+  return np.array([values[key] for values in per_group.values()])
+
+
 class ClippingTest(parameterized.TestCase):
 
   @parameterized.parameters('global', 'uniform', 'dim', 'weighted')
@@ -53,7 +61,8 @@ class ClippingTest(parameterized.TestCase):
       if allocation != 'global':
         self.assertLen(clips, len(_SHAPES))
         np.testing.assert_array_less(norms, clips * (1 + 1e-5))
-        # A group already within its bound is untouched (spec §9.2).
+        # A group already within its bound is untouched (Def. 3 of Pelikan et al., NeurIPS 2025,
+        # arXiv:2310.00098: clip(v, C) = v · C / max(C, ||v||)).
         inside = _group_norms(delta) <= clips
         for h in np.flatnonzero(inside):
           np.testing.assert_allclose(clipped[h], delta[h], rtol=1e-6)
@@ -178,7 +187,7 @@ class AggregationTest(parameterized.TestCase):
     std = np.std(np.concatenate(samples))
     self.assertAlmostEqual(std / (sigma_dp * clip), 1.0, delta=0.03)
     metrics = output.measurements['dp_query_metrics']
-    np.testing.assert_allclose(metrics['mean_noise_stddev'], sigma_dp * clip, rtol=1e-5)
+    np.testing.assert_allclose(metrics['noise_stddev'], sigma_dp * clip, rtol=1e-5)
 
   @parameterized.parameters('fixed', 'adaptive')
   def test_server_noise_stream_is_fresh_each_round_and_replays_from_state(self, kind):
@@ -234,21 +243,28 @@ class AggregationTest(parameterized.TestCase):
       self.assertTrue(np.all(np.isfinite(got)))
       np.testing.assert_allclose(got, np.sum([d[h] for d in good], axis=0) / 4, rtol=1e-5,
                                  atol=1e-6)
-    self.assertEqual(output.measurements['dp_query_metrics']['nonfinite_clients'], 1.0)
+    statistics = output.measurements['dp_query_metrics']['client_statistics']
+    self.assertEqual(statistics['nonfinite_clients'], 1.0)
 
   def test_measurements_per_group(self):
     deltas = [[np.full(s, 1.0, np.float32) for s in _SHAPES] for _ in range(2)]
     factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 2, 1.0, 'uniform')
     metrics = _run_round(factory, deltas).measurements['dp_query_metrics']
+    statistics = metrics['client_statistics']
     norms = np.sqrt(_SIZES)
     clips = np.full(len(_SHAPES), 1 / np.sqrt(len(_SHAPES)))
-    np.testing.assert_allclose(metrics['mean_norm_before_clip'], norms, rtol=1e-5)
-    np.testing.assert_allclose(metrics['mean_norm_after_clip'], np.minimum(norms, clips),
+    np.testing.assert_allclose(_per_group(statistics['per_group'], 'norm_before_clip'), norms,
                                rtol=1e-5)
-    np.testing.assert_allclose(metrics['clipped_fraction'], (norms > clips).astype(float))
-    np.testing.assert_allclose(metrics['round_clip'], clips, rtol=1e-6)
-    np.testing.assert_allclose(metrics['mean_noise_stddev'], 0.0)
-    self.assertEqual(metrics['clients'], 2.0)
+    np.testing.assert_allclose(_per_group(statistics['per_group'], 'norm_after_clip'),
+                               np.minimum(norms, clips), rtol=1e-5)
+    clipped = (norms > clips).astype(float)
+    np.testing.assert_allclose(_per_group(statistics['per_group'], 'clipped_fraction'), clipped)
+    np.testing.assert_allclose(statistics['clipped_fraction'], np.mean(clipped), rtol=1e-6)
+    np.testing.assert_allclose(_per_group(metrics['per_group'], 'clip'), clips, rtol=1e-6)
+    np.testing.assert_allclose(_per_group(metrics['per_group'], 'next_clip'), clips, rtol=1e-6)
+    np.testing.assert_allclose(metrics['clip'], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(metrics['noise_stddev'], 0.0)
+    self.assertEqual(statistics['clients'], 2.0)
 
   def test_dp_event_composes_to_compute_epsilon(self):
     z, cohort, population, rounds, delta = 1.1, 4, 400, 500, 1e-6
@@ -288,9 +304,8 @@ class AggregationTest(parameterized.TestCase):
     self.assertEqual(aggregators.adaptive_value_noise_multiplier(0.0, 0.0, groups), 0.0)
 
 
-_PUBLIC_METRICS = {'group_clip', 'round_clip', 'noise_stddev'}
-_CLIENT_STATISTICS = {'mean_norm_before_clip', 'mean_norm_after_clip', 'clipped_fraction',
-                      'mean_noise_stddev', 'nonfinite_clients', 'clients'}
+_PUBLIC_METRICS = {'noise_stddev', 'clip', 'per_group'}
+_CLIENT_STATISTICS = {'clipped_fraction', 'nonfinite_clients', 'clients', 'per_group'}
 
 
 class MeasurementsTest(parameterized.TestCase):
@@ -318,18 +333,56 @@ class MeasurementsTest(parameterized.TestCase):
     self.assertEqual(set(metrics), _PUBLIC_METRICS)
     self.assertEqual(np.ndim(metrics['noise_stddev']), 0)
     np.testing.assert_allclose(metrics['noise_stddev'], noise_stddev, rtol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(metrics['round_clip']), clip, rtol=1e-5)
-    self.assertLen(metrics['group_clip'], len(_SHAPES))
+    np.testing.assert_allclose(np.linalg.norm(_per_group(metrics['per_group'], 'clip')), clip,
+                               rtol=1e-5)
+    self.assertEqual(np.ndim(metrics['clip']), 0)
+    np.testing.assert_allclose(metrics['clip'], clip, rtol=1e-5)
+    self.assertLen(metrics['per_group'], len(_SHAPES))
+    for values in metrics['per_group'].values():
+      self.assertEqual(set(values), {'clip', 'next_clip'})
 
   @parameterized.parameters('fixed', 'adaptive')
   def test_diagnostics_add_the_client_statistics(self, kind):
     measurements, noise_stddev, _ = self._round(kind, diagnostics=True)
     metrics = measurements['dp_query_metrics']
-    self.assertEqual(set(metrics), _PUBLIC_METRICS | _CLIENT_STATISTICS)
+    self.assertEqual(set(metrics), _PUBLIC_METRICS | {'client_statistics'})
+    statistics = metrics['client_statistics']
+    self.assertEqual(set(statistics), _CLIENT_STATISTICS)
+    self.assertEqual(np.ndim(metrics['noise_stddev']), 0)
     np.testing.assert_allclose(metrics['noise_stddev'], noise_stddev, rtol=1e-5)
-    np.testing.assert_allclose(metrics['mean_noise_stddev'],
-                               np.full(len(_SHAPES), noise_stddev), rtol=1e-5)
-    self.assertEqual(metrics['clients'], 4.0)
+    self.assertEqual(statistics['clients'], 4.0)
+    self.assertEqual(list(statistics['per_group']), list(metrics['per_group']))
+    for values in statistics['per_group'].values():
+      self.assertEqual(set(values), {'norm_before_clip', 'norm_after_clip', 'clipped_fraction'})
+
+  @parameterized.named_parameters(
+      ('leaf_names', 'fixed', dict(allocation='dim'), _LEAF_NAMES),
+      ('leaf_names_adaptive', 'adaptive', dict(allocation='uniform'), _LEAF_NAMES),
+      ('global', 'fixed', dict(allocation='global'), ['all']),
+      ('global_adaptive', 'adaptive', dict(allocation='global'), ['all']),
+      ('custom_grouping', 'fixed', dict(grouping=[0, 0, 1] + [2] * 8), ['group_0', 'group_1',
+                                                                       'group_2']),
+  )
+  def test_groups_are_keyed_by_name(self, kind, kwargs, names):
+    if kind == 'fixed':
+      factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 2, 1.0, leaf_names=_LEAF_NAMES,
+                                                             **kwargs)
+    else:
+      factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
+          0.0, 2, 1.0, leaf_names=_LEAF_NAMES, **kwargs)
+    rng = np.random.default_rng(14)
+    metrics = _run_round(factory, [_random_delta(rng) for _ in range(2)]).measurements[
+        'dp_query_metrics']
+    self.assertEqual(list(metrics['per_group']), names)
+    self.assertEqual(list(metrics['client_statistics']['per_group']), names)
+    np.testing.assert_allclose(np.linalg.norm(_per_group(metrics['per_group'], 'clip')), 1.0,
+                               rtol=1e-5)
+
+  def test_groups_without_leaf_names_are_numbered(self):
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 1, 1.0, diagnostics=False)
+    metrics = _run_round(factory, [_random_delta(np.random.default_rng(15))]).measurements[
+        'dp_query_metrics']
+    self.assertEqual(list(metrics['per_group']), [f'group_{h}' for h in range(len(_SHAPES))])
 
 
 class AdaptiveClippingTest(absltest.TestCase):
@@ -369,7 +422,9 @@ class AdaptiveClippingTest(absltest.TestCase):
                 for _ in range(8)]
       our_out, their_out = ours.next(our_state, deltas), theirs.next(their_state, deltas)
       our_state, their_state = our_out.state, their_out.state
-      self.assertAlmostEqual(our_out.measurements['dp_query_metrics']['group_clip'][0],
+      our_clips = our_out.measurements['dp_query_metrics']['per_group']
+      self.assertEqual(list(our_clips), ['all'])
+      self.assertAlmostEqual(our_clips['all']['next_clip'],
                              their_out.measurements['dp_query_metrics']['clip'], places=5)
       for a, b in zip(our_out.result, their_out.result, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -395,17 +450,21 @@ class LearningProcessTest(absltest.TestCase):
                                             rng.integers(0, 3, size=6).astype(np.int32))).batch(3)
         for _ in range(3)
     ]
+    names = ['hidden/kernel', 'hidden/bias', 'output/kernel', 'output/bias']
     process = tff.learning.algorithms.build_unweighted_fed_avg(
         model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-        model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(0.5, 3, 0.1, 'dim'))
+        model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(0.5, 3, 0.1, 'dim',
+                                                                      leaf_names=names))
     state = process.initialize()
     for _ in range(3):
       output = process.next(state, datasets)
       state = output.state
     metrics = output.metrics['aggregator']['dp_query_metrics']
-    self.assertLen(metrics['group_clip'], 4)  # Two kernels and two biases.
-    self.assertEqual(metrics['clients'], 3.0)
+    self.assertLen(metrics['per_group'], 4)  # Two kernels and two biases.
+    # Names with slashes pass through TFF's types as structure keys.
+    self.assertEqual(list(metrics['per_group']), names)
+    self.assertEqual(metrics['client_statistics']['clients'], 3.0)
     self.assertAlmostEqual(_EXTRACT_EVENT(state.aggregator).noise_multiplier, 0.5)
 
 
@@ -421,6 +480,13 @@ class BadInputTest(parameterized.TestCase):
       ('weights_non_positive', dict(allocation='weighted', layer_weights=[0.0] * 11),
        'layer_weights'),
       ('unknown_placement', dict(noise_placement='anywhere'), 'noise_placement'),
+      ('leaf_names_wrong_length', dict(leaf_names=_LEAF_NAMES[:-1]), 'leaf_names'),
+      ('leaf_names_duplicate', dict(leaf_names=_LEAF_NAMES[:-1] + _LEAF_NAMES[:1]),
+       'leaf_names.*block_00/w1/kernel'),
+      ('leaf_names_not_strings', dict(leaf_names=list(range(len(_SHAPES)))), 'leaf_names'),
+      ('leaf_names_one_string', dict(leaf_names='abcdefghijk'), 'leaf_names'),
+      ('leaf_names_global', dict(allocation='global', leaf_names=['a'] * len(_SHAPES)),
+       'leaf_names'),
   )
   def test_fixed(self, override, name):
     kwargs = dict(noise_multiplier=1.0, clients_per_round=10, clip=1.0)
@@ -434,6 +500,8 @@ class BadInputTest(parameterized.TestCase):
       ('zero_clip', dict(initial_clip=0.0), 'initial_clip'),
       ('negative_rate', dict(learning_rate=-0.1), 'learning_rate'),
       ('count_noise_too_small', dict(noise_multiplier=5.0), 'clipped_count_stddev'),
+      ('leaf_names_wrong_length', dict(leaf_names=_LEAF_NAMES + ['extra']), 'leaf_names'),
+      ('leaf_names_duplicate', dict(leaf_names=['w'] * len(_SHAPES)), 'leaf_names'),
   )
   def test_adaptive(self, override, name):
     kwargs = dict(noise_multiplier=1.0, clients_per_round=100, initial_clip=1.0)
@@ -447,6 +515,11 @@ class BadInputTest(parameterized.TestCase):
           [0], [1.0], value_noise_multiplier=1.0, clients_per_round=10, target_quantile=0.5,
           clipped_count_stddev=0.0)
 
+  def test_query_refuses_bad_group_names(self):
+    for names in (['a'], ['a', 'a'], ['a', 3]):
+      with self.assertRaisesRegex(ValueError, 'group_names'):
+        aggregators.PerLayerClipGaussianSumQuery([0, 1], [1.0, 1.0], 0.0, 1, group_names=names)
+
   def test_integer_value_type(self):
     factory = aggregators.PerLayerDPFactory.gaussian_fixed(1.0, 10, 1.0)
     with self.assertRaisesRegex(ValueError, 'value_type.*floating'):
@@ -454,4 +527,6 @@ class BadInputTest(parameterized.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

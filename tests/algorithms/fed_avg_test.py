@@ -7,6 +7,7 @@ import tensorflow_federated as tff
 from fedasr_tff import aggregators
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
+from fedasr_tff import runtime
 
 _INPUT_SPEC = (tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32))
 
@@ -196,4 +197,6 @@ class FedAvgProcessTest(parameterized.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

@@ -9,6 +9,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
+from fedasr_tff import runtime
 from fedasr_tff.algorithms import local_training
 
 _LEARNING_RATE = 0.5
@@ -141,4 +142,6 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

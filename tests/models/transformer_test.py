@@ -31,6 +31,30 @@ class ConfigTest(parameterized.TestCase):
     self.assertTrue(any('input_norm' in n for n in names))
     self.assertTrue(any('final_ln' in n for n in names))
 
+  def test_tensor_names_use_the_model_vocabulary(self):
+    model = models.build_ctc_transformer(models.TransformerConfig(
+        num_blocks=2, model_dim=32, mlp_dim=64, num_heads=4), vocab_size=29)
+    # `model_io.tensor_name`: the variable name without the model scope and the `:0`.
+    names = [v.name.split(':')[0].split('/', 1)[1] for v in model.trainable_variables]
+    inside = [name for name in names if name.startswith('block_')]
+    self.assertLen(inside, 2 * 8)   # ln1, ln2 (gamma and beta) and four kernels per block.
+    for name in inside:
+      self.assertIn(models.block_parameter(name), models.BLOCK_PARAMETERS, msg=name)
+    # Every block holds every parameter, in forward-pass order.
+    self.assertEqual(list(dict.fromkeys(models.block_parameter(n) for n in inside[:8])),
+                     list(models.BLOCK_PARAMETERS))
+    self.assertEqual(models.block_tensor('block_01/ln2/beta'),
+                     transformer.BlockTensor(1, 'ln2', 'beta'))
+    self.assertEqual(models.block_parameter('block_00/w1/kernel'), 'w1')
+    self.assertTrue(set(models.MLP_PARAMETERS) <= set(models.BLOCK_PARAMETERS))
+    outside = [name for name in names if name not in inside]
+    for name in outside:
+      self.assertIsNone(models.block_parameter(name), msg=name)
+    # The layers outside the blocks, in forward-pass order.
+    self.assertEqual(list(dict.fromkeys(name.split('/')[0] for name in outside)),
+                     list(models.OUTER_LAYERS))
+    self.assertIsNone(models.block_parameter('block_00/unknown/kernel'))
+
   def test_bad_config(self):
     with self.assertRaisesRegex(ValueError, 'Unknown model config.*baseline'):
       models.build_ctc_transformer('huge', 29)

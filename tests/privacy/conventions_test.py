@@ -9,8 +9,9 @@ from fedasr_tff import privacy
 
 class ConventionsTest(parameterized.TestCase):
 
-  def test_spec_worked_example(self):
-    # Spec §1.2: sigma_DP = 3e-6 and S = 1024 give z = 0.003072; at C = 0.01 the client std is
+  def test_paper_worked_example(self):
+    # Pelikan et al. 2025 (arXiv:2310.00098), Table 1 and App. H.1: sigma_DP = 3e-6 and
+    # S = 1024 give z = 0.003072; at C = 0.01 the client std is
     # 9.6e-7 and the std on the sum is z*C = 3.072e-5.
     z = privacy.noise_multiplier_from_sigma_dp(3e-6, 1024)
     self.assertAlmostEqual(z, 0.003072, places=12)
@@ -34,7 +35,8 @@ class ConventionsTest(parameterized.TestCase):
             privacy.client_noise_stddev_from_sigma_dp(2e-5, 300), 300), 2e-5, places=15)
 
   def test_every_published_row_has_z_equal_sigma_dp_times_s(self):
-    # Spec §9.5 (the sigma=0.625 rows were computed with 0.6).
+    # Pelikan et al. 2025, Theorem 1: z = sigma_DP * S on every row of Tables 1, 17, 18, 20
+    # (Table 17's sigma = 0.625 rows were computed with 0.6: our finding).
     rows = privacy.read_privacy_table()
     self.assertNotEmpty(rows)
     with open(privacy.PUBLISHED_TABLES_CSV) as f:

@@ -31,7 +31,7 @@ class CentralTrainingTest(absltest.TestCase):
   def _train(self, name, **overrides):
     config = central_training.CentralConfig(
         **{'steps': 6, 'optimizer': 'lars', 'learning_rate': 0.5, 'schedule': 'step',
-           'decay_every': 2, 'decay_start': 2, 'eval_every': 3, 'seed': 7, **overrides})
+           'decay_every': 2, 'decay_start': 2, 'eval_every_steps': 3, 'seed': 7, **overrides})
     output_dir = os.path.join(self.root, name)
     lines = []
     result = central_training.train(config, self.train_data, self.vocab, output_dir,
@@ -65,7 +65,7 @@ class CentralTrainingTest(absltest.TestCase):
 
   def test_bad_configuration_names_the_argument(self):
     with self.assertRaisesRegex(ValueError, 'optimizer'):
-      central_training.CentralConfig(steps=1, optimizer='sgd')
+      central_training.CentralConfig(steps=1, optimizer='nadam')
     with self.assertRaisesRegex(ValueError, 'steps'):
       central_training.CentralConfig(steps=0)
     with self.assertRaisesRegex(ValueError, 'schedule'):

@@ -14,8 +14,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import data
+from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
+from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import federated_training
 
 
@@ -55,7 +57,7 @@ class FederatedTrainingTest(absltest.TestCase):
         [u for u in utterances if u.speaker in held_out], cls.vocab, strict=True)
 
   def _config(self, **overrides):
-    return federated_training.FederatedConfig(**{
+    return config_lib.from_flat(config_lib.FederatedConfig, {
         'rounds': 3, 'cohort_size': 2, 'local_steps': 1, 'clip': 1.0, 'sigma_dp': 0.05,
         'eval_every': 2, 'checkpoint_every': 2, 'population': 10**6,
         'population_cohort_size': 1000, **overrides})
@@ -97,7 +99,7 @@ class FederatedTrainingTest(absltest.TestCase):
     self.assertTrue([line for line in lines if 'epsilon_run' in line])
     # The run secret is drawn from OS entropy and kept only in the (owner-only) checkpoints.
     with open(os.path.join(output_dir, 'config.json')) as f:
-      self.assertIsNone(json.load(f)['config']['seed'])
+      self.assertIsNone(json.load(f)['config']['run']['seed'])
     checkpoints = os.path.join(output_dir, 'checkpoints')
     self.assertEqual(stat.S_IMODE(os.stat(checkpoints).st_mode), 0o700)
     self.assertIn('secret drawn from OS entropy', result.privacy_statement())
@@ -193,4 +195,6 @@ class FederatedTrainingTest(absltest.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

@@ -1,5 +1,6 @@
 """The run's privacy accounting and statement (`fedasr_tff.program.privacy_ledger`)."""
 
+import dataclasses
 import math
 
 from absl.testing import absltest
@@ -7,7 +8,8 @@ import numpy as np
 import tensorflow_federated as tff
 
 from fedasr_tff import privacy
-from fedasr_tff.program import federated_training
+from fedasr_tff import runtime
+from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import privacy_ledger
 
 
@@ -15,7 +17,8 @@ class PrivacyLedgerTest(absltest.TestCase):
 
   def _ledger(self, sigma_dp=3e-6):
     return privacy_ledger.PrivacyLedger(
-        sigma_dp=sigma_dp, cohort_size=8, population=54, declared_cohort_size=1024,
+        noise_multiplier=sigma_dp * 8, cohort_size=8, population=54,
+        declared_noise_multiplier=sigma_dp * 1024, declared_cohort_size=1024,
         declared_population=34753, planned_rounds=2006, delta=1e-9)
 
   def test_declared_population_uses_sigma_dp_times_declared_cohort(self):
@@ -51,8 +54,9 @@ class PrivacyLedgerTest(absltest.TestCase):
 
   def test_fixed_cohorts_also_report_sampling_without_replacement(self):
     ledger = privacy_ledger.PrivacyLedger(
-        sigma_dp=0.1, cohort_size=8, population=54, declared_cohort_size=1024,
-        declared_population=34753, planned_rounds=100, delta=1e-9, sampling='fixed')
+        noise_multiplier=0.8, cohort_size=8, population=54, declared_noise_multiplier=102.4,
+        declared_cohort_size=1024, declared_population=34753, planned_rounds=100, delta=1e-9,
+        sampling='fixed')
     metrics = ledger.metrics(40)
     self.assertAlmostEqual(metrics['epsilon_run_wor_rdp'],
                            privacy.compute_epsilon_without_replacement(0.8, 54, 8, 40, 1e-9))
@@ -82,25 +86,39 @@ class PrivacyLedgerTest(absltest.TestCase):
     self.assertIn('`client/train/*`', disclosed)
     self.assertIn('per pseudo-client', disclosed)
 
-  def test_runner_aggregator_adds_the_noise_the_ledger_accounts(self):
-    # The aggregator `federated_training.train` builds must carry the ledger's z in its DP event
-    # (fixed and adaptive clipping), or the printed epsilon would not describe the run.
+  def test_the_ledger_accounts_the_noise_the_runners_aggregator_applies(self):
+    # The ledger reads z from the aggregator's state (TFF's DP event), fixed and adaptive
+    # clipping, so the printed epsilon describes the noise the run adds.
     value_type = tff.types.to_type([tff.TensorType(np.float32, [3]),
                                     tff.TensorType(np.float32, [2, 2])])
     for adaptive in (False, True):
-      config = federated_training.FederatedConfig(
-          rounds=10, cohort_size=8, sigma_dp=0.05, clip=0.5, adaptive_clipping=adaptive)
-      ledger = privacy_ledger.PrivacyLedger(
-          sigma_dp=config.sigma_dp, cohort_size=config.cohort_size, population=54,
-          declared_cohort_size=config.declared_cohort_size, declared_population=54,
-          planned_rounds=config.rounds, delta=config.delta, sampling=config.effective_sampling)
-      factory = federated_training.build_aggregator(config, ['a', 'b'], ledger.noise_multiplier)
+      config = config_lib.from_flat(config_lib.FederatedConfig, dict(
+          rounds=10, cohort_size=8, sigma_dp=0.05, clip=0.5, adaptive_clipping=adaptive))
+      noise = config.noise_level(54)
+      factory = config.dp.aggregator(noise.noise_multiplier, config.run.cohort_size, ['a', 'b'],
+                                     diagnostics=config.client_diagnostics)
       process = factory.create(value_type)
+      initial = process.initialize()
+      ledger = privacy_ledger.PrivacyLedger(
+          noise_multiplier=privacy_ledger.applied_noise_multiplier(initial),
+          cohort_size=config.run.cohort_size, population=54,
+          declared_noise_multiplier=noise.declared_noise_multiplier,
+          declared_cohort_size=config.declared_cohort_size, declared_population=54,
+          planned_rounds=config.run.rounds, delta=config.dp.delta,
+          sampling=config.effective_sampling)
       deltas = [[np.full([3], 0.1, np.float32), np.full([2, 2], 0.1, np.float32)]] * 8
-      state = process.next(process.initialize(), deltas).state
+      state = process.next(initial, deltas).state
       event = tff.aggregators.differential_privacy.extract_dp_event_from_state(state)
       self.assertAlmostEqual(event.noise_multiplier, 0.05 * 8, places=5, msg=adaptive)
-      self.assertAlmostEqual(event.noise_multiplier, ledger.noise_multiplier, places=5)
+      self.assertEqual(event.noise_multiplier, ledger.noise_multiplier)
+      ledger.check_round(state)   # The round ran the accounted mechanism.
+      other = dataclasses.replace(ledger, noise_multiplier=0.41)
+      with self.assertRaisesRegex(RuntimeError, 'applied noise multiplier'):
+        other.check_round(state)
+
+  def test_a_plain_mean_adds_no_noise(self):
+    process = tff.aggregators.UnweightedMeanFactory().create(tff.TensorType(np.float32, [2]))
+    self.assertEqual(privacy_ledger.applied_noise_multiplier(process.initialize()), 0.0)
 
   def test_no_noise_is_not_private(self):
     ledger = self._ledger(0.0)
@@ -108,24 +126,21 @@ class PrivacyLedgerTest(absltest.TestCase):
     self.assertEqual(ledger.epsilon(0), 0.0)
     self.assertIn('not', ledger.statement(10))
 
-  def test_noise_given_three_ways(self):
-    kw = dict(cohort_size=8, declared_cohort_size=100, declared_population=10**5,
-              planned_rounds=50, delta=1e-9)
-    self.assertEqual(privacy_ledger.resolve_sigma_dp(
-        sigma_dp=0.01, noise_multiplier=None, target_epsilon=None, **kw), 0.01)
-    self.assertAlmostEqual(privacy_ledger.resolve_sigma_dp(
-        sigma_dp=None, noise_multiplier=0.8, target_epsilon=None, **kw), 0.1)
-    sigma = privacy_ledger.resolve_sigma_dp(sigma_dp=None, noise_multiplier=None,
-                                            target_epsilon=2.0, **kw)
-    epsilon = privacy.compute_epsilon(sigma * 100, 100 / 10**5, 50, 1e-9)
-    self.assertLessEqual(epsilon, 2.0)
-    self.assertGreater(epsilon, 1.9)
-    with self.assertRaisesRegex(ValueError, 'one way only'):
-      privacy_ledger.resolve_sigma_dp(sigma_dp=0.1, noise_multiplier=1.0, target_epsilon=None,
-                                      **kw)
+  def test_cohorts_must_fit_their_populations(self):
+    kw = dict(noise_multiplier=0.8, declared_noise_multiplier=1.0, planned_rounds=10,
+              delta=1e-9)
     with self.assertRaisesRegex(ValueError, 'cohort'):
-      privacy_ledger.PrivacyLedger(0.1, 10, 5, 10, 100, 10, 1e-9)
+      privacy_ledger.PrivacyLedger(cohort_size=10, population=5, declared_cohort_size=10,
+                                   declared_population=100, **kw)
+    with self.assertRaisesRegex(ValueError, 'population'):
+      privacy_ledger.PrivacyLedger(cohort_size=2, population=5, declared_cohort_size=2,
+                                   declared_population=4, **kw)
+    with self.assertRaisesRegex(ValueError, 'population_cohort_size'):
+      privacy_ledger.PrivacyLedger(cohort_size=2, population=5, declared_cohort_size=200,
+                                   declared_population=100, **kw)
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

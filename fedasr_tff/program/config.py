@@ -1,0 +1,429 @@
+"""The configuration of a run, grouped by what each part configures.
+
+A federated run is a `FederatedConfig` of sub-configurations: `DataConfig` (corpus and clients),
+`ModelConfig`, `ClientConfig` (local work), `ServerConfig` (server optimisation), `DPConfig`
+(clipping, noise and accounting) and `RunConfig` (rounds, cohorts, seeds, evaluation and
+checkpoints). Later algorithms add their own sub-configuration beside these.
+
+Every field carries the name of the command-line flag that sets it, and its `help` and `choices`
+are in the field's metadata, so the binaries define their flags from these classes
+(`experiments/common.py`, `define_flags`) and take their defaults from here. A field is
+translated into a library builder's keyword arguments in exactly one place, a method of its
+sub-configuration (`ClientConfig.client_work_kwargs`, `ServerConfig.optimizer`,
+`DPConfig.aggregator`, `DataConfig.load_client_data`); the library checks its own arguments and
+a `ValueError` that names a builder argument is re-raised naming the field (the flag) instead.
+The configuration itself checks only what no builder owns: choices between builders and
+combinations of fields.
+
+Flag help cites Pelikan et al. 2025: M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky,
+K. Talwar, C. G. Brinton, T. Likhomanenko, "Enabling Differentially Private Federated Learning
+for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098.
+"""
+
+import contextlib
+import dataclasses
+import os
+from typing import Any
+from typing import Dict
+from typing import Mapping
+from typing import Optional
+from typing import Sequence
+
+from fedasr_tff import aggregators
+from fedasr_tff import data
+from fedasr_tff import models
+from fedasr_tff import optimizers
+from fedasr_tff import privacy
+from fedasr_tff import validation
+from fedasr_tff.aggregators import per_layer_query
+from fedasr_tff.data import text as text_lib
+from fedasr_tff.program import cohorts
+from fedasr_tff.program import corpus
+
+CLIPPINGS = ('none', 'global', 'uniform', 'dim', 'weighted')
+
+# Metadata keys of a field: its flag help, its allowed values, and whether a resumed run must
+# have the same value (paths of inputs whose content is fingerprinted separately need not).
+HELP, CHOICES, FINGERPRINT = 'help', 'choices', 'fingerprint'
+
+
+def field(default, help_text: str, choices: Optional[Sequence[str]] = None,
+          fingerprint: bool = True):
+  """A configuration field: its default, flag help and choices, and whether a resumed run must
+  have the same value (`fingerprint`)."""
+  return dataclasses.field(default=default, metadata={
+      HELP: help_text, CHOICES: tuple(choices) if choices else None, FINGERPRINT: fingerprint})
+
+
+@contextlib.contextmanager
+def naming_fields(field_of_argument: Mapping[str, str]):
+  """Re-raises a builder's `ValueError` naming `argument` as naming the field instead."""
+  try:
+    yield
+  except ValueError as e:
+    message = str(e)
+    for argument, field in field_of_argument.items():
+      message = message.replace(f'`{argument}`', f'`{field}`')
+    if message == str(e):
+      raise
+    raise ValueError(message) from e
+
+
+def _check_choice(name: str, value, choices) -> None:
+  if value not in choices:
+    raise ValueError(f'`{name}` must be one of {tuple(choices)}, got {value!r}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Which corpus, which speakers, and how their audio becomes batches."""
+  corpus_dir: Optional[str] = field(
+      None, 'Root of the corpus: the folder holding the split folders (LibriSpeech), SPLIT.tsv '
+      'and clips/ (Common Voice), or the manifest TSVs (manifest).', fingerprint=False)
+  layout: str = field('librispeech', 'Corpus layout.', corpus.LAYOUTS)
+  split: str = field('train', 'Training split (for "manifest": the TSV file).')
+  speakers: Optional[str] = field(
+      None, 'Speakers of --split to train on: the "seed" part of the seeded speaker split '
+      '(--seed_fraction of them), the "federated" rest, or "all". Default: seed for central '
+      'training, federated for federated training.', corpus.SPEAKER_PARTS)
+  seed_fraction: float = field(
+      0.1, 'Fraction of speakers in the seed part (Pelikan et al. 2025, Sec. 4 "Data": a '
+      'random 10% of the users for the seed model).')
+  split_seed: int = field(0, 'Seed of the speaker split.')
+  iid: bool = field(False, 'IID control: give every utterance a speaker drawn uniformly from '
+                     'the speakers.')
+  language: str = field('en', 'Token set and text normalisation.', text_lib.LANGUAGES)
+  max_batch_seconds: float = field(120.0, 'Audio per dynamic batch, in seconds.')
+  feature_cache_dir: Optional[str] = field(
+      None, 'Folder to cache log-mel features in (optional).', fingerprint=False)
+  eval_split: Optional[str] = field(None, 'Held-out split to evaluate on (its speakers are all '
+                                     'used); empty: no evaluation.')
+
+  def vocabulary(self) -> data.Vocabulary:
+    return data.Vocabulary(self.language)
+
+  def load_client_data(self, split: str, vocabulary: data.Vocabulary, *, speakers: str = 'all',
+                       spec_augment: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
+    """The speakers of `split` (part `speakers` unless --speakers is given) as clients."""
+    if self.corpus_dir is None or not os.path.isdir(self.corpus_dir):
+      raise ValueError(f'`corpus_dir` must be an existing directory, got {self.corpus_dir!r}.')
+    return corpus.load_client_data(
+        self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
+        seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
+        iid_seed=iid_seed, spec_augment=spec_augment, max_batch_seconds=self.max_batch_seconds,
+        feature_cache_dir=self.feature_cache_dir)
+
+  def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional[data.SpeechClientData]:
+    """All speakers of --eval_split as clients, or None without one."""
+    if not self.eval_split:
+      return None
+    return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
+                                   max_batch_seconds=self.max_batch_seconds,
+                                   feature_cache_dir=self.feature_cache_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The transformer and the weights it starts from."""
+  model_config: str = field(
+      'tiny', 'Transformer size (Pelikan et al. 2025, App. F and App. H.7, Table 21; tiny and '
+      'small are ours, for CPUs).', tuple(models.CONFIGS))
+  seed_model: Optional[str] = field(
+      None, 'Weights to start from (model.npz of train_central or train_federated); default '
+      'random init.', fingerprint=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+  """The work of a client in a round: local SGD with local gradient clipping."""
+  local_steps: Optional[int] = field(
+      None, 'Local SGD steps per client, cycling its batches (default 10 unless '
+      '--local_epochs).')
+  local_epochs: Optional[int] = field(None, 'Local epochs per client instead of '
+                                       '--local_steps.')
+  client_lr: float = field(
+      0.2, 'Local SGD learning rate (Pelikan et al. 2025, Figs. 3-4 captions: 0.4 from scratch, '
+      '0.2 from a seed model).')
+  local_clip: float = field(
+      1.0, 'Global L2 clip of every local gradient (Pelikan et al. 2025, Sec. 4 "Federated '
+      'Training": 1); 0 disables.')
+  fedprox_mu: float = field(0.0, 'FedProx mu of (mu/2)||w - w_global||^2.')
+
+  DEFAULT_LOCAL_STEPS = 10
+
+  def client_work_kwargs(self) -> Dict[str, Any]:
+    """The keyword arguments of `algorithms.build_fed_avg_process` for the client work."""
+    local_steps = self.local_steps
+    if local_steps is None and self.local_epochs is None:
+      local_steps = self.DEFAULT_LOCAL_STEPS
+    return dict(client_learning_rate=self.client_lr, local_steps=local_steps,
+                local_epochs=self.local_epochs, local_clip_norm=self.local_clip or None,
+                fedprox_mu=self.fedprox_mu)
+
+  # The builder's argument names, for its error messages.
+  FIELD_OF_ARGUMENT = {'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip'}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+  """Server optimisation: the optimizer and its learning-rate schedule."""
+  server_optimizer: str = field('lamb', 'Server optimizer.', optimizers.OPTIMIZERS)
+  server_lr: float = field(0.002, 'Server learning rate.')
+  server_lr_schedule: str = field(
+      'constant', 'Server LR schedule: exponential is lr * rate^((t - start) / transition) '
+      'after start (Pelikan et al. 2025, Figs. 3-4 captions); step multiplies by rate every '
+      'transition rounds after start.', optimizers.schedules.NAMES)
+  server_lr_decay_rate: float = field(0.6, 'Decay rate rho.')
+  server_lr_transition_rounds: int = field(750, 'Decay period tau, in rounds.')
+  server_lr_start_round: int = field(750, 'Round t0 the decay starts at.')
+
+  def optimizer(self):
+    with naming_fields({'learning_rate': 'server_lr'}):
+      return optimizers.build(self.server_optimizer, self.server_lr)
+
+  def schedule(self) -> optimizers.schedules.Schedule:
+    with naming_fields({'name': 'server_lr_schedule', 'learning_rate': 'server_lr',
+                        'decay_rate': 'server_lr_decay_rate',
+                         'period': 'server_lr_transition_rounds',
+                         'start_round': 'server_lr_start_round'}):
+      return optimizers.schedules.by_name(
+          self.server_lr_schedule, self.server_lr, self.server_lr_decay_rate,
+          self.server_lr_transition_rounds, self.server_lr_start_round)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseLevel:
+  """The noise of a run in the two units that are used (`privacy.conventions`).
+
+  Attributes:
+    sigma_dp: σ_DP, the std on the averaged update in units of the clip.
+    noise_multiplier: z = σ_DP·S of the run's own cohort S, what the aggregator is given.
+    declared_noise_multiplier: z' = σ_DP·S' of the declared cohort S'.
+  """
+  sigma_dp: float
+  noise_multiplier: float
+  declared_noise_multiplier: float
+
+
+@dataclasses.dataclass(frozen=True)
+class DPConfig:
+  """Client-delta clipping, Gaussian noise and the population privacy is accounted for.
+
+  The noise is given one way at most: `sigma_dp`, `noise_multiplier` (z of the run's cohort) or
+  `target_epsilon` (for the declared population at the planned rounds). `FederatedConfig.
+  noise_level` turns the one given into σ_DP and the noise multipliers (the library checks the
+  value there).
+  """
+  clipping: str = field(
+      'dim', 'Client-delta clipping (Pelikan et al. 2025, Sec. 3, Definition 3): global, or '
+      'per layer with C_h uniform, proportional to sqrt(dim), or weighted (MLP weights x '
+      '--mlp_weight, ibid. App. H.5); none: plain mean, no DP.', CLIPPINGS)
+  clip: float = field(0.01, 'Total clip C of a client delta.')
+  mlp_weight: float = field(10.0, 'alpha of the MLP weights (w1, w2) for --clipping=weighted.')
+  normalize: bool = field(False, 'Rescale every layer to exactly C_h once the delta norm '
+                           'reaches C (the paper\'s released code).')
+  adaptive_clipping: bool = field(False, 'Per-layer adaptive clips tracking --target_quantile '
+                                   '(--clip is the initial C).')
+  target_quantile: float = field(0.5, 'Adaptive clipping quantile.')
+  clip_learning_rate: float = field(0.2, 'Adaptive clipping learning rate.')
+  noise_placement: str = field('server', 'Add the noise to the sum, or on every client.',
+                                per_layer_query.NOISE_PLACEMENTS)
+  sigma_dp: Optional[float] = field(
+      None, 'Noise std on the averaged update in units of --clip (Pelikan et al. 2025, '
+      'Algorithm 1 and App. H.1).')
+  noise_multiplier: Optional[float] = field(
+      None, 'Noise multiplier z of this run\'s cohort (sigma_dp = z / cohort_size).')
+  target_epsilon: Optional[float] = field(
+      None, 'Solve the noise for this epsilon at --delta, --rounds, --population and '
+      '--population_cohort_size.')
+  delta: float = field(1e-9, 'delta of the (epsilon, delta) guarantee.')
+  population: Optional[int] = field(
+      None, 'Population K\' the privacy is accounted for (Pelikan et al. 2025, Sec. 4.3 and '
+      'Table 1: the extrapolated population); default: the number of training clients.')
+  population_cohort_size: Optional[int] = field(
+      None, 'Cohort S\' of the declared population (same sigma_dp, z\' = sigma_dp * S\'); '
+      'default --cohort_size.')
+  noise_seed: Optional[int] = field(
+      None, 'Seed of the server-side DP noise (default: OS entropy, kept in the checkpoints). '
+      'Fix it only for reproducible simulations.')
+  release_client_diagnostics: bool = field(
+      False, 'In a run with noise, also release un-noised client statistics (training loss, '
+      'delta and per-layer norms, clipped fractions, client counts) under client/, and the '
+      'report of unusable training files: OUTSIDE the DP guarantee, and the privacy statement '
+      'says so. Runs without noise always release them.')
+
+  def __post_init__(self):
+    _check_choice('clipping', self.clipping, CLIPPINGS)
+    given = [name for name in ('sigma_dp', 'noise_multiplier', 'target_epsilon')
+             if getattr(self, name) is not None]
+    if len(given) > 1:
+      raise ValueError('Give the noise one way only: `sigma_dp`, `noise_multiplier` or '
+                       f'`target_epsilon`; got {", ".join(f"`{n}`" for n in given)}.')
+    if self.clipping == 'none' and (self.adds_noise or self.adaptive_clipping):
+      raise ValueError('`clipping`=none cannot be combined with DP noise or '
+                       '`adaptive_clipping`: the noise is calibrated to the clip.')
+
+  @property
+  def adds_noise(self) -> bool:
+    """Whether noise is asked for (a target ε always asks for some)."""
+    return (self.target_epsilon is not None
+            or any(v not in (None, 0) for v in (self.sigma_dp, self.noise_multiplier)))
+
+  def aggregator(self, noise_multiplier: float, cohort_size: int, leaf_names: Sequence[str],
+                 diagnostics: bool):
+    """The delta aggregator: None (TFF's plain mean) or `aggregators.PerLayerDPFactory`.
+
+    `leaf_names` are the model's tensor names, which name the clipping groups in the
+    measurements; the "weighted" allocation gives the MLP weights `mlp_weight`.
+    """
+    if self.clipping == 'none':
+      return None
+    layer_weights = None
+    if self.clipping == 'weighted':
+      layer_weights = [self.mlp_weight if models.block_parameter(name) in models.MLP_PARAMETERS
+                       else 1.0 for name in leaf_names]
+    common = dict(allocation=self.clipping, layer_weights=layer_weights,
+                  noise_placement=self.noise_placement, noise_seed=self.noise_seed,
+                  diagnostics=diagnostics, leaf_names=list(leaf_names))
+    with naming_fields({'initial_clip': 'clip', 'learning_rate': 'clip_learning_rate',
+                         'allocation': 'clipping', 'layer_weights': 'mlp_weight',
+                         'clients_per_round': 'cohort_size'}):
+      if self.adaptive_clipping:
+        return aggregators.PerLayerDPFactory.gaussian_adaptive(
+            noise_multiplier, cohort_size, self.clip, target_quantile=self.target_quantile,
+            learning_rate=self.clip_learning_rate, **common)
+      return aggregators.PerLayerDPFactory.gaussian_fixed(
+          noise_multiplier, cohort_size, self.clip, normalize=self.normalize, **common)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Rounds, how cohorts are drawn, seeds, evaluation and checkpoints."""
+  rounds: int = field(100, 'Rounds (central steps), T.')
+  cohort_size: int = field(8, 'Clients per round, S.')
+  sampling: Optional[str] = field(
+      None, 'How cohorts are drawn: poisson (every client joins a round with probability '
+      '--cohort_size / K, the mechanism the accountant analyses) or fixed (exactly '
+      '--cohort_size clients without replacement, the paper\'s code). Default: poisson with '
+      'noise, fixed without.', cohorts.SAMPLINGS)
+  seed: Optional[int] = field(
+      None, 'Random seed of the run: its initialisation, IID control and, for federated '
+      'training, the cohorts and every client\'s random draws. Default: 0 for initialisation '
+      'and IID control, and a secret from OS entropy (kept only in the checkpoints) for cohorts '
+      'and client draws. A fixed seed makes a DP run reproducible but its cohorts public, '
+      'which voids the amplification by sampling its epsilon assumes (the privacy statement '
+      'says so).')
+  eval_every: int = field(10, 'Rounds between evaluations.')
+  checkpoint_every: int = field(10, 'Rounds between checkpoints.')
+
+  def __post_init__(self):
+    # The round loop owns these: no library builder sees them.
+    for name in ('rounds', 'cohort_size', 'eval_every', 'checkpoint_every'):
+      validation.check_positive_integer(name, getattr(self, name))
+    if self.seed is not None:
+      validation.check_non_negative_integer('seed', self.seed)
+
+  @property
+  def seed_or_zero(self) -> int:
+    """`seed` where a number is needed for public randomness (initialisation, IID control)."""
+    return self.seed or 0
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedConfig:
+  """Everything that determines a federated run's result (saved in `config.json`)."""
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  client: ClientConfig = dataclasses.field(default_factory=ClientConfig)
+  server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
+  dp: DPConfig = dataclasses.field(default_factory=DPConfig)
+  run: RunConfig = dataclasses.field(default_factory=RunConfig)
+
+  def __post_init__(self):
+    if self.dp.noise_placement == 'client' and self.dp.adds_noise:
+      conflicts = [name for name, bad in (
+          ('--sampling=poisson', self.effective_sampling != 'fixed'),
+          ('--adaptive_clipping', self.dp.adaptive_clipping),
+          ('--release_client_diagnostics', self.dp.release_client_diagnostics)) if bad]
+      if conflicts:
+        raise ValueError(
+            f'--noise_placement=client cannot be combined with {", ".join(conflicts)}: client '
+            'noise is calibrated for exactly S clients (give --sampling=fixed), adaptive clips '
+            'and client statistics would leave the clients un-noised.')
+
+  @property
+  def declared_cohort_size(self) -> int:
+    return self.dp.population_cohort_size or self.run.cohort_size
+
+  @property
+  def effective_sampling(self) -> str:
+    """`sampling`, or by default "poisson" for runs with noise and "fixed" without."""
+    return self.run.sampling or ('poisson' if self.dp.adds_noise else 'fixed')
+
+  @property
+  def client_diagnostics(self) -> bool:
+    """Whether un-noised client statistics are computed and released."""
+    return not self.dp.adds_noise or self.dp.release_client_diagnostics
+
+  def declared_population(self, num_clients: int) -> int:
+    return self.dp.population or num_clients
+
+  def noise_level(self, num_clients: int) -> NoiseLevel:
+    """σ_DP and the noise multipliers from the one noise setting given (`DPConfig`).
+
+    The given quantity is used as it is and the others follow from it with the conventions
+    z = σ_DP·S and z' = σ_DP·S' (`privacy.conventions`): `noise_multiplier` is the run's z;
+    `target_epsilon` is met by the smallest z' for the declared population K', S' at the
+    planned rounds (`privacy.noise_multiplier_for_epsilon`). Without noise all are 0.
+    """
+    dp, cohort, declared_cohort = self.dp, self.run.cohort_size, self.declared_cohort_size
+    if dp.noise_multiplier is not None:
+      sigma_dp = privacy.sigma_dp_from_noise_multiplier(dp.noise_multiplier, cohort)
+      return NoiseLevel(sigma_dp, float(dp.noise_multiplier),
+                        privacy.noise_multiplier_from_sigma_dp(sigma_dp, declared_cohort))
+    if dp.target_epsilon is not None:
+      declared_z = privacy.noise_multiplier_for_epsilon(
+          dp.target_epsilon, declared_cohort / self.declared_population(num_clients),
+          self.run.rounds, dp.delta)
+      sigma_dp = privacy.sigma_dp_from_noise_multiplier(declared_z, declared_cohort)
+      return NoiseLevel(sigma_dp, privacy.noise_multiplier_from_sigma_dp(sigma_dp, cohort),
+                        declared_z)
+    sigma_dp = 0.0 if dp.sigma_dp is None else dp.sigma_dp
+    noise_multiplier = privacy.noise_multiplier_from_sigma_dp(sigma_dp, cohort)
+    return NoiseLevel(float(sigma_dp), noise_multiplier,
+                      privacy.noise_multiplier_from_sigma_dp(sigma_dp, declared_cohort))
+
+
+def config_fields(cls) -> Dict[str, dataclasses.Field]:
+  """The settable fields of a configuration class by name, sub-configurations flattened."""
+  fields = {}
+  for f in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(f.type):
+      fields.update(config_fields(f.type))
+    else:
+      fields[f.name] = f
+  return fields
+
+
+def from_flat(cls, values: Mapping[str, Any]):
+  """A `cls` from flat `{field (flag) name: value}`; names not in `cls` are ignored."""
+  kwargs = {}
+  for f in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(f.type):
+      kwargs[f.name] = from_flat(f.type, values)
+    elif f.name in values:
+      kwargs[f.name] = values[f.name]
+  return cls(**kwargs)
+
+
+def to_flat(config) -> Dict[str, Any]:
+  """`{field (flag) name: value}` of a configuration, sub-configurations flattened."""
+  values = {}
+  for f in dataclasses.fields(config):
+    value = getattr(config, f.name)
+    if dataclasses.is_dataclass(value):
+      values.update(to_flat(value))
+    else:
+      values[f.name] = value
+  return values

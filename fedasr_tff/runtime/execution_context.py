@@ -1,0 +1,100 @@
+"""TFF's local C++ execution context, with a worker process that dies with this one.
+
+TFF 0.87's local C++ context (`tff.framework.local_cpp_executor_factory`) starts `worker_binary`
+lazily, from a background thread, with a plain `subprocess.Popen` writing to our stdout and stderr,
+and stops it only from a `__del__` that does not run reliably at exit: the worker (40 MB idle, 1 GB
+training) outlives the process and holds its output pipes open, so a pipeline running it hangs.
+
+`set_local_cpp_execution_context` builds the same context from TFF's public pieces, but starts the
+worker itself, at once, from the main thread: under `setpriv --pdeathsig KILL`, so the kernel kills
+it when that thread exits, i.e. when this process ends, however (SIGTERM and SIGKILL too); in its
+own session, so a Ctrl-C or hang-up of the job reaches this process only; with its output in an
+unlinked temporary file, so it holds none of our pipes and an error can quote its last lines. It is
+also killed at normal exit and when the context is set again. A worker that died fails the next
+computation (TFF would start another one, from its background thread).
+"""
+
+import atexit
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+from absl import logging
+import grpc
+import portpicker
+import tensorflow_federated as tff
+
+WORKER_PROCESS_NAME = 'worker_binary'
+_WORKER_PATH = os.path.join(os.path.dirname(tff.__file__), 'data', WORKER_PROCESS_NAME)
+# Results up to TFF's 2 GB (gRPC: 4 MB); a first retry after 50 ms (gRPC: 1 s), as it starts fast.
+_CHANNEL_OPTIONS = [('grpc.max_receive_message_length', 2 * 10**9),
+                    ('grpc.initial_reconnect_backoff_ms', 50)]
+
+_worker = None  # the subprocess.Popen of the context set last
+
+
+def set_local_cpp_execution_context(max_concurrent_computation_calls: int | None = None) -> None:
+  """Sets TFF's default context to a local C++ worker that this process starts and owns.
+
+  Args:
+    max_concurrent_computation_calls: How many calls of one computation the worker runs at once
+      (in a federated round: clients trained in parallel); None for no limit.
+
+  Raises:
+    ValueError: `max_concurrent_computation_calls` is not None or a positive int.
+    RuntimeError: Not called from the main thread, or the worker does not start.
+  """
+  calls = max_concurrent_computation_calls
+  if calls is not None and (type(calls) is not int or calls < 1):
+    raise ValueError(f'max_concurrent_computation_calls must be None or an int > 0: {calls!r}')
+  if threading.current_thread() is not threading.main_thread():
+    raise RuntimeError('Call from the main thread: the worker dies with the thread that starts it.')
+  _stop_worker()
+  # setpriv sets PR_SET_PDEATHSIG between fork and exec, running no Python in the forked child.
+  pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
+  if not pdeathsig:
+    logging.warning('setpriv not found: the TFF worker will outlive this process if it is killed.')
+  port = portpicker.pick_unused_port()
+  args = [_WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls or -1}']
+  log = tempfile.TemporaryFile()
+  global _worker
+  _worker = worker = subprocess.Popen([*pdeathsig, *args], stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=log, start_new_session=True)
+  atexit.unregister(_stop_worker)  # registered once, however often the context is set
+  atexit.register(_stop_worker)
+  stub = tff.framework.RemoteExecutorGrpcStub(
+      grpc.insecure_channel(f'localhost:{port}', _CHANNEL_OPTIONS))
+  deadline = time.monotonic() + 120  # seconds; it starts in ~0.2 s
+  while not stub.is_ready and worker.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+  if not stub.is_ready:
+    raise RuntimeError(_failure(worker, log))  # _stop_worker kills it (at exit, or next time)
+
+  def create_executor(cardinalities):
+    if worker.poll() is not None:
+      raise RuntimeError(_failure(worker, log))
+    executor = tff.framework.RemoteExecutor(stub)
+    executor.set_cardinalities({tff.CLIENTS: 0, **cardinalities})  # TFF's default: no clients
+    return executor
+
+  tff.framework.set_default_context(tff.framework.SyncExecutionContext(
+      tff.framework.ResourceManagingExecutorFactory(create_executor),
+      tff.backends.native.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result))
+
+
+def _failure(worker: subprocess.Popen, log) -> str:
+  size = os.fstat(log.fileno()).st_size
+  tail = os.pread(log.fileno(), 3000, max(0, size - 3000)).decode(errors='replace')
+  state = 'running' if worker.poll() is None else f'exit status {worker.returncode}'
+  return f'TFF {WORKER_PROCESS_NAME} {worker.pid} is not serving ({state}):\n{tail}'
+
+
+def _stop_worker() -> None:
+  if _worker is not None:  # kill() and wait() do nothing once it has been reaped
+    _worker.kill()
+    _worker.wait()

@@ -1,0 +1,97 @@
+"""The grouped run configuration (`fedasr_tff.program.config`)."""
+
+import dataclasses
+
+from absl.testing import absltest
+
+from fedasr_tff import aggregators
+from fedasr_tff import privacy
+from fedasr_tff.program import config as config_lib
+
+_SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
+                config_lib.ServerConfig, config_lib.DPConfig, config_lib.RunConfig)
+
+
+class ConfigTest(absltest.TestCase):
+
+  def test_every_sub_configuration_builds_from_python_with_its_required_fields_only(self):
+    for cls in _SUB_CONFIGS:
+      required = {f.name: None for f in dataclasses.fields(cls)
+                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+      self.assertEqual(required, {}, cls.__name__)   # Each has a default for every field.
+      config = cls()
+      for f in dataclasses.fields(cls):
+        self.assertEqual(getattr(config, f.name), f.default, f'{cls.__name__}.{f.name}')
+        self.assertTrue(f.metadata[config_lib.HELP], f'{cls.__name__}.{f.name} has no help')
+    self.assertEqual(config_lib.FederatedConfig().client.client_work_kwargs()['local_steps'],
+                     config_lib.ClientConfig.DEFAULT_LOCAL_STEPS)
+
+  def test_local_epochs_alone_is_a_valid_configuration(self):
+    # The flat configuration refused this: its dataclass defaulted local_steps to 10.
+    config = config_lib.FederatedConfig(run=config_lib.RunConfig(rounds=1, cohort_size=1),
+                                        client=config_lib.ClientConfig(local_epochs=2))
+    kwargs = config.client.client_work_kwargs()
+    self.assertEqual((kwargs['local_steps'], kwargs['local_epochs']), (None, 2))
+
+  def test_field_names_are_unique_flag_names_and_flat_values_round_trip(self):
+    fields = config_lib.config_fields(config_lib.FederatedConfig)
+    self.assertLen(fields, sum(len(dataclasses.fields(cls)) for cls in _SUB_CONFIGS))
+    config = config_lib.from_flat(config_lib.FederatedConfig, {
+        'client_lr': 0.3, 'cohort_size': 4, 'clip': 0.5, 'iid': True, 'unrelated_flag': 1})
+    self.assertEqual((config.client.client_lr, config.run.cohort_size, config.dp.clip,
+                      config.data.iid), (0.3, 4, 0.5, True))
+    self.assertEqual(config_lib.from_flat(config_lib.FederatedConfig,
+                                          config_lib.to_flat(config)), config)
+
+  def test_noise_given_three_ways(self):
+    def level(**noise):
+      config = config_lib.from_flat(config_lib.FederatedConfig, dict(
+          cohort_size=8, population_cohort_size=100, population=10**5, rounds=50, delta=1e-9,
+          **noise))
+      return config.noise_level(num_clients=54)
+
+    given_sigma = level(sigma_dp=0.01)
+    self.assertEqual(given_sigma.sigma_dp, 0.01)
+    self.assertAlmostEqual(given_sigma.noise_multiplier, 0.08)
+    self.assertAlmostEqual(given_sigma.declared_noise_multiplier, 1.0)
+    given_z = level(noise_multiplier=0.8)
+    self.assertAlmostEqual(given_z.sigma_dp, 0.1)
+    self.assertEqual(given_z.noise_multiplier, 0.8)   # Used as given, not via sigma_dp.
+    target = level(target_epsilon=2.0)
+    epsilon = privacy.compute_epsilon(target.declared_noise_multiplier, 100 / 10**5, 50, 1e-9)
+    self.assertLessEqual(epsilon, 2.0)
+    self.assertGreater(epsilon, 1.9)
+    self.assertAlmostEqual(target.sigma_dp * 100, target.declared_noise_multiplier)
+    self.assertAlmostEqual(target.noise_multiplier, target.sigma_dp * 8)
+    self.assertEqual(level(), config_lib.NoiseLevel(0.0, 0.0, 0.0))
+    with self.assertRaisesRegex(ValueError, 'one way only'):
+      level(sigma_dp=0.1, noise_multiplier=1.0)
+    for name in ('sigma_dp', 'noise_multiplier'):
+      with self.assertRaisesRegex(ValueError, f'`{name}` must be a finite number >= 0'):
+        level(**{name: -1.0})
+    with self.assertRaisesRegex(ValueError, 'target_epsilon'):
+      level(target_epsilon=-1.0)
+
+  def test_builder_errors_name_the_configuration_field(self):
+    with self.assertRaisesRegex(ValueError, '`server_lr`'):
+      config_lib.ServerConfig(server_lr=-1.0).optimizer()
+    with self.assertRaisesRegex(ValueError, '`server_lr_schedule`'):
+      config_lib.ServerConfig(server_lr_schedule='cosine').schedule()
+    with self.assertRaisesRegex(ValueError, '`clip`'):
+      config_lib.DPConfig(clip=0.0, adaptive_clipping=True).aggregator(0.1, 2, ['a'], False)
+    with self.assertRaisesRegex(ValueError, '`clip_learning_rate`'):
+      config_lib.DPConfig(adaptive_clipping=True, clip_learning_rate=-1.0).aggregator(
+          0.1, 2, ['a'], False)
+    with self.assertRaisesRegex(ValueError, 'clipping`=none'):
+      config_lib.DPConfig(clipping='none', sigma_dp=0.1)
+
+  def test_aggregator_of_each_clipping(self):
+    self.assertIsNone(config_lib.DPConfig(clipping='none').aggregator(0.0, 2, ['a'], True))
+    for clipping in ('global', 'uniform', 'dim', 'weighted'):
+      factory = config_lib.DPConfig(clipping=clipping).aggregator(
+          0.5, 4, ['block_00/w1/kernel', 'output/kernel'], diagnostics=False)
+      self.assertIsInstance(factory, aggregators.PerLayerDPFactory, clipping)
+
+
+if __name__ == '__main__':
+  absltest.main()
