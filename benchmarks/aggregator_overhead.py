@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import aggregators
+from fedasr_tff import runtime
 
 _ROUNDS = flags.DEFINE_integer('rounds', 20, 'Timed rounds per process.', lower_bound=1)
 _CLIENTS = flags.DEFINE_integer('clients', 16, 'Clients per round.', lower_bound=1)
@@ -49,6 +50,7 @@ def _process(aggregator):
 
 def main(argv):
   del argv
+  runtime.set_local_cpp_execution_context()  # a worker that dies with this process
   rng = np.random.default_rng(0)
   clients = _CLIENTS.value
   data = [

@@ -1,4 +1,8 @@
-"""The paper's vanilla pre-LN transformer encoder for CTC, in Keras (spec §4).
+"""The paper's vanilla pre-LN transformer encoder for CTC, in Keras.
+
+Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098: Sec. 4
+"Central Training" (pre-LN) and App. F "Model" and "Positional Embedding".
 
     features [B, T, 80] (per-utterance normalised log-mels)
     -> input normalisation: learnable scalar scale and bias

@@ -10,7 +10,9 @@ from fedasr_tff.models import transformer
 class ConfigTest(parameterized.TestCase):
 
   def test_baseline_size_and_groups(self):
-    # Spec §4 / §9.10: 255,800,864 parameters with 30 outputs, in 296 tensors.
+    # Pelikan et al. 2025 (arXiv:2310.00098), App. F: the baseline has 255M parameters; our
+    # count of that architecture with 30 outputs (29 tokens + blank) is 255,800,864 in 296
+    # tensors.
     model = models.build_ctc_transformer('baseline', vocab_size=29)
     self.assertEqual(model.count_params(), 255_800_864)
     self.assertLen(model.trainable_weights, 296)

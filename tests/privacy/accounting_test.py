@@ -12,7 +12,8 @@ DELTA = 1e-9
 class ComputeEpsilonTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      # Spec §9.6 headline points: minimum over the published grid.
+      # Pelikan et al. 2025 (arXiv:2310.00098), Tables 1 and 18: minimum over the published
+      # order grid (7.22 at alpha = 4 for the first row is our finding).
       ('cv_en_headline', 0.6144, 204800 / 69506000, 2034, 7.22, 4.0),
       ('cv_en_large_cohort', 2.048, 204800 / 6950600, 2006, 4.44, 9.0),
       ('cv_fr_headline', 0.768, 256000 / 46282500, 1991, 5.47, 5.0),
@@ -44,7 +45,8 @@ class ComputeEpsilonTest(parameterized.TestCase):
       privacy.compute_epsilon_without_replacement(1.0, 5, 8, 10, DELTA)
 
   def test_improved_conversion_not_classic(self):
-    # Spec §6: at alpha = 7 the improved conversion gives 6.51, the classic one 6.99.
+    # Pelikan et al. 2025, Table 1 (z = 1.536, epsilon 6.5 at order 7): the improved conversion
+    # gives 6.51 at alpha = 7, the classic one 6.99 (our finding).
     got = privacy.compute_epsilon(1.536, 51200 / 1737650, 2006, DELTA, orders=[7.0])
     self.assertAlmostEqual(got, 6.51, delta=0.01)
 
@@ -53,7 +55,8 @@ class ComputeEpsilonTest(parameterized.TestCase):
       coarse = privacy.compute_epsilon(z, q, steps, DELTA, orders=privacy.PUBLISHED_RDP_ORDERS)
       fine = privacy.compute_epsilon(z, q, steps, DELTA)
       self.assertLessEqual(fine, coarse)
-    # Spec §6.1: the row capped at alpha = 25 reaches ~0.46 near alpha = 48.
+    # Pelikan et al. 2025, Table 17: the row capped at alpha = 25 (0.75) reaches ~0.46 near
+    # alpha = 48 (our computation).
     self.assertAlmostEqual(privacy.compute_epsilon(2.048, 204800 / 69506000, 2006, DELTA), 0.46,
                            delta=0.01)
 
@@ -137,6 +140,32 @@ class NoiseMultiplierForEpsilonTest(parameterized.TestCase):
     # Smallest: a slightly smaller multiplier misses the target.
     self.assertGreater(privacy.compute_epsilon(0.99 * z, q, steps, DELTA, accountant=accountant),
                        target)
+
+  @parameterized.named_parameters(
+      ('rdp', 'rdp'),
+      ('pld', 'pld'),
+  )
+  def test_within_tolerance_of_boundary(self, accountant):
+    # The documented tolerance: z meets the target, z less 0.01% does not.
+    q, steps, target = 8 / 54, 10, 4.0
+    z = privacy.noise_multiplier_for_epsilon(target, q, steps, DELTA, accountant=accountant)
+    self.assertLessEqual(privacy.compute_epsilon(z, q, steps, DELTA, accountant=accountant),
+                         target)
+    self.assertGreater(
+        privacy.compute_epsilon(z * (1 - 1e-4), q, steps, DELTA, accountant=accountant), target)
+
+  @parameterized.named_parameters(
+      ('rdp', 'rdp'),
+      ('pld', 'pld'),
+  )
+  def test_unreachable_target_names_target_epsilon(self, accountant):
+    # No z up to 1e6 brings 10 full-participation rounds down to ε = 1e-6.
+    with self.assertRaisesRegex(ValueError, 'target_epsilon.*above 1e\\+06'):
+      privacy.noise_multiplier_for_epsilon(1e-6, 1.0, 10, DELTA, accountant=accountant)
+
+  def test_target_met_at_smallest_multiplier_searched(self):
+    epsilon = privacy.compute_epsilon(1e-4, 0.01, 10, DELTA)
+    self.assertEqual(privacy.noise_multiplier_for_epsilon(2 * epsilon, 0.01, 10, DELTA), 1e-4)
 
   @parameterized.named_parameters(
       ('zero_target', dict(target_epsilon=0.0), 'target_epsilon'),
