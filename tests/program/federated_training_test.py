@@ -180,6 +180,16 @@ class FederatedTrainingTest(absltest.TestCase):
     for column in ('client/train/loss', 'client/train/delta_norm', 'server/update_norm'):
       self.assertTrue(np.isfinite(float(rows[1][column])), column)
 
+  def test_an_output_directory_of_the_flat_configuration_is_refused(self):
+    output_dir = os.path.join(self.root, 'flat')
+    os.makedirs(output_dir)
+    with open(os.path.join(output_dir, 'config.json'), 'w') as f:   # As written before grouping.
+      json.dump({'config': {'rounds': 3, 'cohort_size': 2, 'sigma_dp': 0.05},
+                 'clients_sha256': 'x', 'seed_model_sha256': None}, f)
+    with self.assertRaisesRegex(ValueError, 'older fedasr-tff .* new output directory'):
+      self._train('flat', self._config())
+    self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
+
   def test_client_noise_placement_is_refused_where_it_would_not_hold(self):
     for overrides, flag in (({}, '--sampling=poisson'),
                             ({'sampling': 'fixed', 'adaptive_clipping': True},
