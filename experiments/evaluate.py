@@ -8,6 +8,7 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from experiments import config_flags
 from fedasr_tff import models
 from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import evaluation
@@ -23,9 +24,9 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   common.start_binary()
   common.require('corpus_dir', 'model')
-  with common.flag_errors():
-    data = common.config_from_flags(config_lib.DataConfig)
-    model_config = common.config_from_flags(config_lib.ModelConfig).model_config
+  with config_flags.flag_errors():
+    data = config_flags.config_from_flags(config_lib.DataConfig)
+    model_config = config_flags.config_from_flags(config_lib.ModelConfig).model_config
     vocab = data.vocabulary()
     eval_data = data.load_client_data(data.split, vocab, speakers='all')
     model = models.build_tff_model_fn(model_config, vocab.tokens)()

@@ -12,11 +12,12 @@ Writes `model.npz` (the seed model for `train_federated --seed_model`), `metrics
 from absl import app
 
 from experiments import common
+from experiments import config_flags
 from fedasr_tff.program import central_training
 from fedasr_tff.program import config as config_lib
 
 # --model_config and --seed are shared flags (`common`).
-common.define_flags(central_training.CentralConfig, [
+config_flags.define_flags(central_training.CentralConfig, [
     name for name in config_lib.config_fields(central_training.CentralConfig)
     if name not in ('model_config', 'seed')])
 
@@ -26,9 +27,9 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   common.start_binary()
   common.require('corpus_dir', 'output_dir')
-  with common.flag_errors():
-    data = common.config_from_flags(config_lib.DataConfig)
-    config = common.config_from_flags(central_training.CentralConfig)
+  with config_flags.flag_errors():
+    data = config_flags.config_from_flags(config_lib.DataConfig)
+    config = config_flags.config_from_flags(central_training.CentralConfig)
     vocab = data.vocabulary()
     train_data = data.load_client_data(data.split, vocab, speakers='seed', spec_augment=True,
                                        iid_seed=config.seed)

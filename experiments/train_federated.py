@@ -24,16 +24,17 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from experiments import config_flags
 from fedasr_tff import models
 from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
 
-common.define_flags(config_lib.ModelConfig, ['seed_model'])
-common.define_flags(config_lib.ClientConfig)
-common.define_flags(config_lib.ServerConfig)
-common.define_flags(config_lib.DPConfig)
-common.define_flags(config_lib.RunConfig, [
+config_flags.define_flags(config_lib.ModelConfig, ['seed_model'])
+config_flags.define_flags(config_lib.ClientConfig)
+config_flags.define_flags(config_lib.ServerConfig)
+config_flags.define_flags(config_lib.DPConfig)
+config_flags.define_flags(config_lib.RunConfig, [
     name for name in config_lib.config_fields(config_lib.RunConfig) if name != 'seed'])
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
@@ -46,8 +47,8 @@ def main(argv):
   common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
   common.require('corpus_dir', 'output_dir')
 
-  with common.flag_errors():
-    config = common.config_from_flags(config_lib.FederatedConfig)
+  with config_flags.flag_errors():
+    config = config_flags.config_from_flags(config_lib.FederatedConfig)
     vocab = config.data.vocabulary()
     train_data = config.data.load_client_data(config.data.split, vocab, speakers='federated',
                                               spec_augment=True,

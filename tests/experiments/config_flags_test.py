@@ -1,0 +1,70 @@
+"""Flags from the configuration classes, and flags to configurations (`config_flags`)."""
+
+from absl import app
+from absl import flags
+from absl.testing import absltest
+
+from experiments import config_flags
+from fedasr_tff.program import central_training
+from fedasr_tff.program import config as config_lib
+
+# The federated and the central configurations, as the binaries define them (central training
+# shares --model_config and --seed).
+_CENTRAL_OWN = [name for name in config_lib.config_fields(central_training.CentralConfig)
+                if name not in ('model_config', 'seed')]
+
+
+def _flag_values(*argv):
+  flag_values = flags.FlagValues()
+  for group in ('data', 'model', 'client', 'server', 'dp', 'run'):
+    cls = config_lib.FederatedConfig.__dataclass_fields__[group].type
+    config_flags.define_flags(cls, flag_values=flag_values)
+  config_flags.define_flags(central_training.CentralConfig, _CENTRAL_OWN, flag_values)
+  flag_values(['binary', *argv])
+  return flag_values
+
+
+class ConfigFlagsTest(absltest.TestCase):
+
+  def test_every_field_is_a_flag_with_its_default_help_and_choices(self):
+    flag_values = _flag_values()
+    for cls in (config_lib.FederatedConfig, central_training.CentralConfig):
+      for name, field in config_lib.config_fields(cls).items():
+        if cls is central_training.CentralConfig and name not in _CENTRAL_OWN:
+          continue
+        flag = flag_values[name]
+        self.assertEqual(flag.default, field.default, name)
+        # absl puts an enum's values before its help.
+        self.assertTrue(flag.help.endswith(field.metadata[config_lib.HELP]), name)
+        choices = field.metadata[config_lib.CHOICES]
+        if choices:
+          self.assertEqual(tuple(flag.parser.enum_values), choices, name)
+
+  def test_unset_flags_give_the_default_configuration(self):
+    flag_values = _flag_values()
+    self.assertEqual(config_flags.config_from_flags(config_lib.FederatedConfig, flag_values),
+                     config_lib.FederatedConfig())
+    self.assertEqual(config_flags.config_from_flags(central_training.CentralConfig, flag_values),
+                     central_training.CentralConfig())
+
+  def test_flags_reach_their_fields(self):
+    flag_values = _flag_values('--client_lr=0.3', '--cohort_size=4', '--clipping=uniform',
+                               '--sigma_dp=1e-3', '--iid', '--seed=5', '--steps=7')
+    config = config_flags.config_from_flags(config_lib.FederatedConfig, flag_values)
+    self.assertEqual((config.client.client_lr, config.run.cohort_size, config.dp.clipping,
+                      config.dp.sigma_dp, config.data.iid, config.run.seed),
+                     (0.3, 4, 'uniform', 1e-3, True, 5))
+    central = config_flags.config_from_flags(central_training.CentralConfig, flag_values)
+    self.assertEqual((central.steps, central.seed), (7, 5))
+
+  def test_errors_name_the_flags(self):
+    flag_values = _flag_values()
+    with self.assertRaises(app.UsageError) as raised:
+      with config_flags.flag_errors(flag_values):
+        raise ValueError('`sigma_dp` must be a finite number >= 0; `not_a_flag` is not.')
+    self.assertEqual(str(raised.exception),
+                     '--sigma_dp must be a finite number >= 0; `not_a_flag` is not.')
+
+
+if __name__ == '__main__':
+  absltest.main()
