@@ -7,7 +7,7 @@ checkpoints). Later algorithms add their own sub-configuration beside these.
 
 Every field carries the name of the command-line flag that sets it, and its `help` and `choices`
 are in the field's metadata, so the binaries define their flags from these classes
-(`experiments/common.py`, `define_flags`) and take their defaults from here. A field is
+(`experiments/config_flags.py`, `define_flags`) and take their defaults from here. A field is
 translated into a library builder's keyword arguments in exactly one place, a method of its
 sub-configuration (`ClientConfig.client_work_kwargs`, `ServerConfig.optimizer`,
 `DPConfig.aggregator`, `DataConfig.load_client_data`); the library checks its own arguments and
