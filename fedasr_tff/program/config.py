@@ -9,7 +9,7 @@ Every field carries the name of the command-line flag that sets it, and its `hel
 are in the field's metadata, so the binaries define their flags from these classes
 (`experiments/config_flags.py`, `define_flags`) and take their defaults from here. A field is
 translated into a library builder's keyword arguments in exactly one place, a method of its
-sub-configuration (`ClientConfig.client_work_kwargs`, `ServerConfig.optimizer`,
+sub-configuration (`ClientConfig.fed_avg_process`, `ServerConfig.optimizer`,
 `DPConfig.aggregator`, `DataConfig.load_client_data`); the library checks its own arguments and
 a `ValueError` that names a builder argument is re-raised naming the field (the flag) instead.
 The configuration itself checks only what no builder owns: choices between builders and
@@ -23,14 +23,15 @@ arXiv:2310.00098.
 
 import contextlib
 import dataclasses
-import os
 from typing import Any
 from typing import Dict
 from typing import Mapping
 from typing import Optional
 from typing import Sequence
+from typing import Tuple
 
 from fedasr_tff import aggregators
+from fedasr_tff import algorithms
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff import optimizers
@@ -106,8 +107,6 @@ class DataConfig:
   def load_client_data(self, split: str, vocabulary: data.Vocabulary, *, speakers: str = 'all',
                        spec_augment: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
     """The speakers of `split` (part `speakers` unless --speakers is given) as clients."""
-    if self.corpus_dir is None or not os.path.isdir(self.corpus_dir):
-      raise ValueError(f'`corpus_dir` must be an existing directory, got {self.corpus_dir!r}.')
     return corpus.load_client_data(
         self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
@@ -152,17 +151,21 @@ class ClientConfig:
 
   DEFAULT_LOCAL_STEPS = 10
 
-  def client_work_kwargs(self) -> Dict[str, Any]:
-    """The keyword arguments of `algorithms.build_fed_avg_process` for the client work."""
-    local_steps = self.local_steps
-    if local_steps is None and self.local_epochs is None:
-      local_steps = self.DEFAULT_LOCAL_STEPS
-    return dict(client_learning_rate=self.client_lr, local_steps=local_steps,
-                local_epochs=self.local_epochs, local_clip_norm=self.local_clip or None,
-                fedprox_mu=self.fedprox_mu)
+  def local_work(self) -> Tuple[Optional[int], Optional[int]]:
+    """(local_steps, local_epochs): as given, or DEFAULT_LOCAL_STEPS steps when neither is."""
+    if self.local_steps is None and self.local_epochs is None:
+      return self.DEFAULT_LOCAL_STEPS, None
+    return self.local_steps, self.local_epochs
 
-  # The builder's argument names, for its error messages.
-  FIELD_OF_ARGUMENT = {'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip'}
+  def fed_avg_process(self, model_fn, **server_kwargs):
+    """`algorithms.build_fed_avg_process` with this client work; `server_kwargs` are its
+    server optimizer, schedule and aggregator."""
+    local_steps, local_epochs = self.local_work()
+    with naming_fields({'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip'}):
+      return algorithms.build_fed_avg_process(
+          model_fn, client_learning_rate=self.client_lr, local_steps=local_steps,
+          local_epochs=local_epochs, local_clip_norm=self.local_clip or None,
+          fedprox_mu=self.fedprox_mu, **server_kwargs)
 
 
 @dataclasses.dataclass(frozen=True)

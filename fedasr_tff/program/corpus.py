@@ -24,8 +24,8 @@ def read_utterances(corpus_dir: str, layout: str, split: str, strict: bool = Fal
   """Utterances of `split`; for "manifest", `split` is the TSV's path relative to the dir."""
   if layout not in LAYOUTS:
     raise ValueError(f'`layout` must be one of {LAYOUTS}, got {layout!r}.')
-  if not os.path.isdir(corpus_dir):
-    raise ValueError(f'Corpus directory {corpus_dir!r} does not exist.')
+  if corpus_dir is None or not os.path.isdir(corpus_dir):
+    raise ValueError(f'`corpus_dir` must be an existing directory; {corpus_dir!r} does not exist.')
   if layout == 'librispeech':
     utterances = corpora.read_librispeech(corpus_dir, split, strict, report)
   elif layout == 'common_voice':

@@ -71,7 +71,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedasr_tff import algorithms
 from fedasr_tff import models
 from fedasr_tff import private_files
 from fedasr_tff.data import pipeline
@@ -267,11 +266,9 @@ def build_run(config: config_lib.FederatedConfig,
   schedule = config.server.schedule()
   aggregator = config.dp.aggregator(noise.noise_multiplier, config.run.cohort_size,
                                     tensor_names, config.client_diagnostics)
-  with config_lib.naming_fields(config_lib.ClientConfig.FIELD_OF_ARGUMENT):
-    process = algorithms.build_fed_avg_process(
-        model_fn, **config.client.client_work_kwargs(),
-        server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
-        model_aggregator=aggregator)
+  process = config.client.fed_avg_process(
+      model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
+      model_aggregator=aggregator)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))

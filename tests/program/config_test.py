@@ -5,6 +5,7 @@ import dataclasses
 from absl.testing import absltest
 
 from fedasr_tff import aggregators
+from fedasr_tff import optimizers
 from fedasr_tff import privacy
 from fedasr_tff.program import config as config_lib
 
@@ -23,15 +24,14 @@ class ConfigTest(absltest.TestCase):
       for f in dataclasses.fields(cls):
         self.assertEqual(getattr(config, f.name), f.default, f'{cls.__name__}.{f.name}')
         self.assertTrue(f.metadata[config_lib.HELP], f'{cls.__name__}.{f.name} has no help')
-    self.assertEqual(config_lib.FederatedConfig().client.client_work_kwargs()['local_steps'],
-                     config_lib.ClientConfig.DEFAULT_LOCAL_STEPS)
+    self.assertEqual(config_lib.FederatedConfig().client.local_work(),
+                     (config_lib.ClientConfig.DEFAULT_LOCAL_STEPS, None))
 
   def test_local_epochs_alone_is_a_valid_configuration(self):
     # The flat configuration refused this: its dataclass defaulted local_steps to 10.
     config = config_lib.FederatedConfig(run=config_lib.RunConfig(rounds=1, cohort_size=1),
                                         client=config_lib.ClientConfig(local_epochs=2))
-    kwargs = config.client.client_work_kwargs()
-    self.assertEqual((kwargs['local_steps'], kwargs['local_epochs']), (None, 2))
+    self.assertEqual(config.client.local_work(), (None, 2))
 
   def test_field_names_are_unique_flag_names_and_flat_values_round_trip(self):
     fields = config_lib.config_fields(config_lib.FederatedConfig)
@@ -73,6 +73,11 @@ class ConfigTest(absltest.TestCase):
       level(target_epsilon=-1.0)
 
   def test_builder_errors_name_the_configuration_field(self):
+    sgd = optimizers.build('sgd', 1.0)
+    with self.assertRaisesRegex(ValueError, '`client_lr` must be'):
+      config_lib.ClientConfig(client_lr=-1.0).fed_avg_process(None, server_optimizer=sgd)
+    with self.assertRaisesRegex(ValueError, '`local_clip` must be'):
+      config_lib.ClientConfig(local_clip=-1.0).fed_avg_process(None, server_optimizer=sgd)
     with self.assertRaisesRegex(ValueError, '`server_lr`'):
       config_lib.ServerConfig(server_lr=-1.0).optimizer()
     with self.assertRaisesRegex(ValueError, '`server_lr_schedule`'):
