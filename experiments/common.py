@@ -46,6 +46,12 @@ def require(*names: str) -> None:
     raise app.UsageError(f'{", ".join(missing)} must be given.')
 
 
+def data_config() -> config_lib.DataConfig:
+  """The data flags, the feature cache under --output_dir unless --feature_cache_dir names one."""
+  data = config_flags.config_from_flags(config_lib.DataConfig)
+  return data.with_default_feature_cache(OUTPUT_DIR.value)
+
+
 def seed_or_zero() -> int:
   """--seed where a number is needed for public randomness (initialisation, IID control)."""
   return config_lib.RunConfig(seed=FLAGS.seed).seed_or_zero

@@ -28,7 +28,7 @@ def main(argv):
   common.start_binary()
   common.require('corpus_dir', 'output_dir')
   with config_flags.flag_errors():
-    data = config_flags.config_from_flags(config_lib.DataConfig)
+    data = common.data_config()
     config = config_flags.config_from_flags(central_training.CentralConfig)
     vocab = data.vocabulary()
     train_data = data.load_client_data(data.split, vocab, speakers='seed', spec_augment=True,

@@ -20,6 +20,8 @@ Every flag that configures the run is a field of `fedasr_tff.program.config.Fede
 (same name, default and help); the configuration and the library check the values.
 """
 
+import dataclasses
+
 from absl import app
 from absl import flags
 
@@ -48,7 +50,8 @@ def main(argv):
   common.require('corpus_dir', 'output_dir')
 
   with config_flags.flag_errors():
-    config = config_flags.config_from_flags(config_lib.FederatedConfig)
+    config = dataclasses.replace(config_flags.config_from_flags(config_lib.FederatedConfig),
+                                 data=common.data_config())
     vocab = config.data.vocabulary()
     train_data = config.data.load_client_data(config.data.split, vocab, speakers='federated',
                                               spec_augment=True,

@@ -8,15 +8,27 @@ of audio (dynamic batching; [1], App. G.1, uses 120 s per client batch on Common
     {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B],
      'seed': [2]}
 
-Randomness: a client's dataset is made with a seed (`create_tf_dataset_for_client(client_id,
-seed)`; a federated run derives it from its secret, the round and the client), and batch i carries
-`seed` = [seed mod 2**63, i] (int64). Every training-time random draw of client work is a
-function of that element seed and the local step: SpecAugment's masks (drawn here, from the
-element seed) and the model's dropout, layer drop and CAPE shift (drawn from the element seed
-with the local step folded in, see `fedasr_tff.algorithms.local_training` and
-`fedasr_tff.models.transformer`). A TFF client has no identity, so its seed travels in its data;
-a replayed round (a resumed DP run replays its noise) then repeats its client work bit for bit,
-and the noise is not cancelled by a difference of client updates.
+A round's dataset: with `max_batches` (a federated run passes its local steps), a client's dataset
+is a seeded sample of its data: its utterances in an order drawn from the dataset's seed, batched,
+and only the first `max_batches` batches, so only those utterances are read and shipped to the
+TFF worker, and a round costs about its client compute whatever the client's size; the client
+work cycles them if it takes more steps. Without it, all utterances in corpus order.
+
+Feature cache: with `feature_cache_dir`, each utterance's log-mels are stored there once (keyed
+by the audio file's path, size and modification time, and by the feature parameters, so several
+runs and corpora can share one cache) and read back instead of decoding the audio again. They are
+derived from raw client audio, so folder and files are owner-only (`private_files`). A cache file
+that cannot be read is computed again and replaced.
+
+Randomness: a client's dataset is made with a seed (`create_tf_dataset_for_client(client_id, seed)`;
+a federated run derives it from its secret, the round and the client), and batch i carries `seed` =
+[seed mod 2**63, i] (int64); the order of a sample is drawn from the same seed. Every training-time
+random draw of client work is a function of that element seed and the local step: SpecAugment's
+masks (drawn here, from the element seed) and the model's dropout, layer drop and CAPE shift (drawn
+from the element seed with the local step folded in, see `fedasr_tff.algorithms.local_training` and
+`fedasr_tff.models.transformer`). A TFF client has no identity, so its seed travels in its data; a
+replayed round (a resumed DP run replays its noise) then repeats its client work bit for bit, and
+the noise is not cancelled by a difference of client updates.
 
 Unreadable audio and transcripts with no in-vocabulary characters are skipped and counted in
 `report` (naming the file), or raised with `strict=True`; characters outside the vocabulary are
@@ -53,6 +65,12 @@ from fedasr_tff.data import features as features_lib
 from fedasr_tff.data import text as text_lib
 
 _FRAMES_PER_SECOND = features_lib.SAMPLE_RATE / features_lib.FRAME_STEP
+# Everything the cached features depend on besides the audio: a change makes new cache keys.
+_FEATURE_VERSION = (f'log-mel v1 {features_lib.SAMPLE_RATE} {features_lib.FRAME_LENGTH} '
+                    f'{features_lib.FRAME_STEP} {features_lib.FFT_LENGTH} '
+                    f'{features_lib.NUM_MELS}')
+# Stream of the seeded utterance order, apart from the batches' element seeds.
+_ORDER_STREAM = 1
 
 
 def group_by_speaker(utterances: Sequence[corpora.Utterance]) -> Dict[str, List[corpora.Utterance]]:
@@ -120,9 +138,8 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       spec_augment: apply SpecAugment (training data only).
       strict: raise on the first unusable utterance instead of skipping and counting it.
       max_utterance_seconds: longer utterances are skipped (30 s in the released code).
-      feature_cache_dir: if given, log-mel features are stored there (keyed by the audio file's
-        path, size and modification time) and read back instead of decoding the audio again.
-        They are derived from raw client audio, so folder and files are owner-only.
+      feature_cache_dir: if given, log-mel features are cached there (module docstring); the
+        folder and its files are owner-only.
       report: where skipped utterances are counted; a new one by default.
     """
     validation.check_positive('max_batch_seconds', max_batch_seconds)
@@ -131,6 +148,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     self._vocabulary = vocabulary
     self._max_batch_frames = int(max_batch_seconds * _FRAMES_PER_SECOND)
     self._max_utterance_samples = int(max_utterance_seconds * features_lib.SAMPLE_RATE)
+    self._max_utterance_frames = _frames(self._max_utterance_samples)
     self._spec_augment = spec_augment
     self._feature_cache_dir = feature_cache_dir
     self._strict = strict
@@ -146,8 +164,9 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       raise ValueError(f'Unknown client id {client_id!r}.')
     return list(self._by_speaker[client_id])
 
-  def _examples(self, client_id: str) -> Iterator[Tuple[np.ndarray, List[int]]]:
-    for utterance in self.utterances(client_id):
+  def _examples(self, utterances: Sequence[corpora.Utterance]
+                ) -> Iterator[Tuple[np.ndarray, List[int]]]:
+    for utterance in utterances:
       text = text_lib.normalize_transcript(utterance.transcript, self._vocabulary.language)
       labels, unknown = self._vocabulary.encode(text)
       self.unknown_characters.update(unknown)
@@ -162,7 +181,8 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     if self._feature_cache_dir is None:
       return None
     stat = os.stat(path)
-    key = hashlib.sha1(f'{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}'.encode())
+    key = hashlib.sha1(f'{_FEATURE_VERSION}|{os.path.abspath(path)}|{stat.st_size}|'
+                       f'{stat.st_mtime_ns}'.encode())
     digest = key.hexdigest()
     return os.path.join(self._feature_cache_dir, digest[:2], f'{digest}.npy')
 
@@ -170,7 +190,15 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     """Log-mels of one file (from the cache when there), or None if it was skipped."""
     cache_path = self._cache_path(path) if os.path.isfile(path) else None
     if cache_path is not None and os.path.isfile(cache_path):
-      return np.load(cache_path)
+      try:
+        feats = np.load(cache_path)
+      except (OSError, ValueError):  # Unreadable (say, a disk error): computed again below.
+        feats = None
+      if feats is not None and feats.ndim == 2 and feats.shape[1] == features_lib.NUM_MELS:
+        if feats.shape[0] > self._max_utterance_frames:  # Cached by a run with a longer limit.
+          self.report.add(path, 'longer than max_utterance_seconds', self._strict)
+          return None
+        return feats
     try:
       waveform = audio_lib.load_audio(path)
     except audio_lib.AudioError as e:
@@ -192,27 +220,34 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       os.replace(partial, cache_path)  # Atomic: readers never see a half-written file.
     return feats
 
-  def _batches(self, client_id: str):
+  def _batches(self, utterances: Sequence[corpora.Utterance],
+               max_batches: Optional[int] = None) -> Iterator[Dict[str, np.ndarray]]:
+    """Dynamic batches of `utterances` in order; only the first `max_batches`, if given."""
     batch = []
     frames = 0
-    for feats, labels in self._examples(client_id):
+    made = 0
+    for feats, labels in self._examples(utterances):
       if batch and frames + feats.shape[0] > self._max_batch_frames:
         yield _pad_batch(batch)
+        made += 1
         batch, frames = [], 0
+        if made == max_batches:
+          return  # The utterance read last starts a batch that is not needed.
       batch.append((feats, labels))
       frames += feats.shape[0]
     if batch:
       yield _pad_batch(batch)
 
   def create_tf_dataset_for_client(self, client_id: str,
-                                   seed: Optional[int] = None) -> tf.data.Dataset:
+                                   seed: Optional[int] = None,
+                                   max_batches: Optional[int] = None) -> tf.data.Dataset:
     """The client's padded dynamic batches, batch i with `seed` = [seed mod 2**63, i].
 
-    The client's audio is decoded and featurised now (only this client's), and the batches are
-    held as constants, so the dataset can be shipped into TFF computations. SpecAugment, when on,
-    is a map over the batches with masks drawn from each batch's `seed`, so from a new seed for
-    every dataset made (every round); repeated passes over one dataset (local epochs) see the same
-    masks. The model's random draws in training come from the same element seed (module
+    The client's audio is decoded and featurised now (only this client's, and with `max_batches`
+    only the utterances of those batches), and the batches are held as constants, so the dataset
+    can be shipped into TFF computations. SpecAugment, when on, masks each batch now, drawing
+    from the batch's `seed`, so from a new seed for every dataset made (every round); repeated
+    passes over one dataset (local epochs) see the same masks. The model's random draws in training come from the same element seed (module
     docstring).
 
     Args:
@@ -220,6 +255,9 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       seed: seed of all the client's randomness (an integer >= 0), for runs that must replay
         exactly (a federated run derives it from its secret, the round and the client); None
         draws it from OS entropy.
+      max_batches: if given (a positive integer), a seeded sample of the client's data: its
+        utterances in an order drawn from `seed`, and the first `max_batches` of their batches
+        (all of them if it has fewer). None: every utterance, in corpus order.
     """
     if seed is None:
       # OS entropy rather than TF's global seed, which would freeze the draws across datasets.
@@ -227,20 +265,24 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     else:
       validation.check_non_negative_integer('seed', seed)
     seed = int(seed) % 2**63
-    batches = list(self._batches(client_id))
-    if not batches:  # Every utterance was skipped (see `report`): an empty dataset.
-      batches = [_pad_batch([(np.zeros([1, features_lib.NUM_MELS], np.float32), [1])])]
-      dataset = tf.data.Dataset.from_tensors(batches[0]).take(0)
-    else:
-      dataset = tf.data.Dataset.from_tensors(batches[0])
-      for batch in batches[1:]:
-        dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
-    # Stateless ops from a seed held in the graph keep the dataset shippable into TFF.
-    dataset = dataset.enumerate().map(
-        lambda index, batch: collections.OrderedDict(
-            batch, seed=tf.stack([tf.constant(seed, tf.int64), index])))
+    utterances = self.utterances(client_id)
+    if max_batches is not None:
+      validation.check_positive_integer('max_batches', max_batches)
+      order = np.random.default_rng([seed, _ORDER_STREAM]).permutation(len(utterances))
+      utterances = [utterances[i] for i in order]
+    batches = [collections.OrderedDict(batch, seed=np.array([seed, index], np.int64))
+               for index, batch in enumerate(self._batches(utterances, max_batches))]
     if self._spec_augment:
-      dataset = dataset.map(_spec_augment_batch)
+      batches = [_spec_augment_batch(batch) for batch in batches]
+    # Constants only, no `map`: a map traces its function for every dataset made (2/3 of the
+    # time it took to make one).
+    if not batches:  # Every utterance was skipped (see `report`): an empty dataset.
+      empty = _pad_batch([(np.zeros([1, features_lib.NUM_MELS], np.float32), [1])])
+      return tf.data.Dataset.from_tensors(
+          collections.OrderedDict(empty, seed=np.zeros([2], np.int64))).take(0)
+    dataset = tf.data.Dataset.from_tensors(batches[0])
+    for batch in batches[1:]:
+      dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
     return dataset
 
   def create_tf_dataset_from_all_clients(self, seed: Optional[int] = None) -> tf.data.Dataset:
@@ -275,10 +317,15 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
 
 @tf.function(input_signature=[_ELEMENT_SPEC])
 def _spec_augment_batch(batch):
-  """SpecAugment of a padded batch from its `seed`; traced once per process, not per dataset."""
+  """SpecAugment of a padded batch from its `seed` (stateless); traced once per process."""
   features = features_lib.spec_augment_batch(batch['features'], batch['feature_lengths'],
                                              seed=batch['seed'])
   return collections.OrderedDict(batch, features=features)
+
+
+def _frames(samples: int) -> int:
+  """Frames of the log-mels of `samples` samples (no end padding, as `features_lib`)."""
+  return 1 + (samples - features_lib.FRAME_LENGTH) // features_lib.FRAME_STEP
 
 
 def _pad_batch(batch):

@@ -23,6 +23,7 @@ arXiv:2310.00098.
 
 import contextlib
 import dataclasses
+import os
 from typing import Any
 from typing import Dict
 from typing import Mapping
@@ -43,6 +44,9 @@ from fedasr_tff.program import cohorts
 from fedasr_tff.program import corpus
 
 CLIPPINGS = ('none', 'global', 'uniform', 'dim', 'weighted')
+
+# The feature cache of a run that names none, under its output directory; or no cache at all.
+FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
 
 # Metadata keys of a field: its flag help, its allowed values, and whether a resumed run must
 # have the same value (paths of inputs whose content is fingerprinted separately need not).
@@ -97,12 +101,27 @@ class DataConfig:
   language: str = field('en', 'Token set and text normalisation.', text_lib.LANGUAGES)
   max_batch_seconds: float = field(120.0, 'Audio per dynamic batch, in seconds.')
   feature_cache_dir: Optional[str] = field(
-      None, 'Folder to cache log-mel features in (optional).', fingerprint=False)
+      None, 'Folder of the log-mel feature cache: each utterance is featurised once and read '
+      'back after (owner-only, as it holds features of client audio; runs on the same corpus may '
+      f'share one). Default: OUTPUT_DIR/{FEATURE_CACHE_SUBDIR}; "{NO_FEATURE_CACHE}": none.',
+      fingerprint=False)
   eval_split: Optional[str] = field(None, 'Held-out split to evaluate on (its speakers are all '
                                      'used); empty: no evaluation.')
 
   def vocabulary(self) -> data.Vocabulary:
     return data.Vocabulary(self.language)
+
+  def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
+    """This configuration, its feature cache under `output_dir` if it names none."""
+    if self.feature_cache_dir is not None or not output_dir:
+      return self
+    return dataclasses.replace(self,
+                               feature_cache_dir=os.path.join(output_dir, FEATURE_CACHE_SUBDIR))
+
+  def _feature_cache(self) -> Optional[str]:
+    if self.feature_cache_dir in (None, '', NO_FEATURE_CACHE):
+      return None
+    return self.feature_cache_dir
 
   def load_client_data(self, split: str, vocabulary: data.Vocabulary, *, speakers: str = 'all',
                        spec_augment: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
@@ -111,7 +130,7 @@ class DataConfig:
         self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
         iid_seed=iid_seed, spec_augment=spec_augment, max_batch_seconds=self.max_batch_seconds,
-        feature_cache_dir=self.feature_cache_dir)
+        feature_cache_dir=self._feature_cache())
 
   def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional[data.SpeechClientData]:
     """All speakers of --eval_split as clients, or None without one."""
@@ -119,7 +138,7 @@ class DataConfig:
       return None
     return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
                                    max_batch_seconds=self.max_batch_seconds,
-                                   feature_cache_dir=self.feature_cache_dir)
+                                   feature_cache_dir=self._feature_cache())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +175,11 @@ class ClientConfig:
     if self.local_steps is None and self.local_epochs is None:
       return self.DEFAULT_LOCAL_STEPS, None
     return self.local_steps, self.local_epochs
+
+  def batches_per_round(self) -> Optional[int]:
+    """The batches a client uses in a round: its local steps (the data is cycled when it has
+    fewer), or None (all of them) with local epochs."""
+    return self.local_work()[0]
 
   def fed_avg_process(self, model_fn, **server_kwargs):
     """`algorithms.build_fed_avg_process` with this client work; `server_kwargs` are its

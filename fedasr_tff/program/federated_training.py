@@ -3,8 +3,9 @@
 One round (the DP-FL-for-ASR paper's Algorithm 1, after McMahan et al. 2018, "Learning
 Differentially Private Recurrent Language Models", ICLR): draw the cohort
 (`cohorts.sample_cohort` from the run secret and the round: Poisson sampling by default for runs
-with noise), build each client's dataset (all of the client's randomness seeded from the run
-secret, the round and the client), run the TFF learning process
+with noise), build each client's dataset (with `local_steps`, only the batches the round uses, a
+sample of the client's utterances; all of the client's randomness seeded from the run secret, the
+round and the client), run the TFF learning process
 (`algorithms.build_fed_avg_process`: local SGD with local clipping, global or per-layer clipping
 of the deltas with `aggregators.PerLayerDPFactory`, Gaussian noise, the server optimizer).
 Every `eval_every` rounds the global model is scored on held-out speakers and the privacy spent
@@ -49,8 +50,9 @@ Run management with `tff.program`:
   released).
 
 Output directory: `config.json` (the configuration, grouped as in `config.FederatedConfig`),
-`checkpoints/` (private), `metrics.csv`, `tensorboard/`,
-`model.npz` (final weights, `model_io`), `eval_per_speaker.csv`, `summary.json`.
+`checkpoints/` (private), `feature_cache/` (private; the binaries' default feature cache,
+`config.DataConfig.feature_cache_dir`), `metrics.csv`, `tensorboard/`, `model.npz` (final
+weights, `model_io`), `eval_per_speaker.csv`, `summary.json`.
 """
 
 import asyncio
@@ -311,6 +313,7 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
   client_ids = run.train_data.client_ids
   rounds = config.run.rounds
   adds_noise = config.dp.adds_noise
+  max_batches = config.client.batches_per_round()
   # Made after the process: building it constructs models in graph mode, which invalidates
   # Keras models made eagerly before it.
   eval_model = run.model_fn()
@@ -386,9 +389,10 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
       started = time.perf_counter()
       cohort = cohorts.sample_cohort(client_ids, config.run.cohort_size, secret, round_num,
                                      config.effective_sampling)
+      # Only the batches the round uses, drawn from the client's seed (`pipeline`).
       datasets = [
           run.train_data.create_tf_dataset_for_client(
-              c, seed=cohorts.client_seed(secret, round_num, c))
+              c, seed=cohorts.client_seed(secret, round_num, c), max_batches=max_batches)
           for c in cohort
       ]
       output = process.next(state, datasets)

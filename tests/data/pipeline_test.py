@@ -1,3 +1,4 @@
+import collections
 import os
 import shutil
 import stat
@@ -140,6 +141,95 @@ class SpeechClientDataTest(absltest.TestCase):
       got = [b['features'].numpy() for b in second.create_tf_dataset_for_client(client)]
     for a, b in zip(got, want, strict=True):
       np.testing.assert_array_equal(a, b)
+
+  def _largest_client(self):
+    counts = collections.Counter(u.speaker for u in self.utterances)
+    client, count = counts.most_common(1)[0]
+    self.assertGreaterEqual(count, 4)
+    return client, [u for u in self.utterances if u.speaker == client]
+
+  def _texts(self, dataset, vocab):
+    return [vocab.decode(ids[:n]) for b in dataset
+            for ids, n in zip(b['labels'].numpy(), b['label_lengths'].numpy(), strict=True)]
+
+  def test_max_batches_reads_and_ships_only_a_seeded_sample(self):
+    vocab = data.Vocabulary('en')
+    client, utterances = self._largest_client()
+    # Every utterance is longer than 0.1 s, so each is a batch of its own.
+    client_data = data.SpeechClientData(self.utterances, vocab, max_batch_seconds=0.1)
+    everything = sorted(data.normalize_transcript(u.transcript) for u in utterances)
+    loads = mock.Mock(wraps=pipeline.audio_lib.load_audio)
+    with mock.patch.object(pipeline.audio_lib, 'load_audio', loads):
+      dataset = client_data.create_tf_dataset_for_client(client, seed=7, max_batches=2)
+    self.assertEqual(loads.call_count, 3)  # The two batches and the one that would start next.
+    batches = list(dataset)
+    self.assertLen(batches, 2)
+    self.assertEqual([b['seed'].numpy().tolist() for b in batches], [[7, 0], [7, 1]])
+    sample = self._texts(dataset, vocab)
+    self.assertEqual(sample, self._texts(
+        client_data.create_tf_dataset_for_client(client, seed=7, max_batches=2), vocab))
+    # Over rounds (seeds), the samples differ and cover the client's data.
+    samples = [self._texts(client_data.create_tf_dataset_for_client(client, seed=seed,
+                                                                    max_batches=2), vocab)
+               for seed in range(20)]
+    self.assertGreater(len({tuple(t) for t in samples}), 1)
+    self.assertEqual(sorted({t for texts in samples for t in texts}), sorted(set(everything)))
+    # More batches than the client has: all of its data, in a seeded order.
+    whole = self._texts(client_data.create_tf_dataset_for_client(client, seed=3,
+                                                                 max_batches=100), vocab)
+    self.assertEqual(sorted(whole), everything)
+    with self.assertRaisesRegex(ValueError, '`max_batches`'):
+      client_data.create_tf_dataset_for_client(client, seed=3, max_batches=0)
+
+  def test_max_batches_keeps_dynamic_batching(self):
+    vocab = data.Vocabulary('en')
+    client, utterances = self._largest_client()
+    client_data = data.SpeechClientData(self.utterances, vocab, max_batch_seconds=4.0)
+    full = client_data.create_tf_dataset_for_client(client, seed=1, max_batches=len(utterances))
+    sizes = [int(b['features'].shape[0]) for b in full]
+    self.assertEqual(sum(sizes), len(utterances))
+    self.assertGreater(max(sizes), 1)  # Batches of several utterances, not one each.
+    first = client_data.create_tf_dataset_for_client(client, seed=1, max_batches=1)
+    (batch,) = list(first)
+    (want, *_) = list(full)
+    for key in ('features', 'labels', 'feature_lengths', 'label_lengths', 'seed'):
+      np.testing.assert_array_equal(batch[key].numpy(), want[key].numpy())
+
+  def test_feature_cache_recomputes_an_unreadable_entry(self):
+    cache = self.enterContext(tempfile.TemporaryDirectory())
+    client = self.utterances[0].speaker
+    client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                        feature_cache_dir=cache)
+    want = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
+    cached = sorted(os.path.join(root, f) for root, _, files in os.walk(cache) for f in files)
+    with open(cached[0], 'wb') as f:
+      f.write(b'\x93NUMPY truncated')
+    got = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
+    for a, b in zip(got, want, strict=True):
+      np.testing.assert_array_equal(a, b)
+    self.assertEqual(np.load(cached[0]).shape[1], 80)  # Replaced by a good entry.
+    self.assertEqual(stat.S_IMODE(os.stat(cached[0]).st_mode), 0o600)
+    self.assertEmpty(client_data.report.problems)
+
+  def test_feature_cache_shared_across_settings(self):
+    cache = self.enterContext(tempfile.TemporaryDirectory())
+    client = self.utterances[0].speaker
+    count = sum(u.speaker == client for u in self.utterances)
+    lenient = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                    feature_cache_dir=cache)
+    list(lenient.create_tf_dataset_for_client(client))
+    # A run with a shorter utterance limit sharing the cache still skips the long ones.
+    strict_length = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                          feature_cache_dir=cache, max_utterance_seconds=0.05)
+    self.assertEmpty(list(strict_length.create_tf_dataset_for_client(client)))
+    self.assertLen(strict_length.report.problems, count)
+    # Features made with other parameters are other entries, never read back as these.
+    with mock.patch.object(pipeline, '_FEATURE_VERSION', 'another feature version'):
+      loads = mock.Mock(wraps=pipeline.audio_lib.load_audio)
+      with mock.patch.object(pipeline.audio_lib, 'load_audio', loads):
+        list(data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                   feature_cache_dir=cache).create_tf_dataset_for_client(client))
+      self.assertEqual(loads.call_count, count)
 
   def test_all_clients_and_unknown_id(self):
     client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'))

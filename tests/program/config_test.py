@@ -1,6 +1,7 @@
 """The grouped run configuration (`fedasr_tff.program.config`)."""
 
 import dataclasses
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -32,6 +33,27 @@ class ConfigTest(absltest.TestCase):
     config = config_lib.FederatedConfig(run=config_lib.RunConfig(rounds=1, cohort_size=1),
                                         client=config_lib.ClientConfig(local_epochs=2))
     self.assertEqual(config.client.local_work(), (None, 2))
+
+  def test_a_round_uses_its_local_steps_in_batches(self):
+    self.assertEqual(config_lib.ClientConfig().batches_per_round(),
+                     config_lib.ClientConfig.DEFAULT_LOCAL_STEPS)
+    self.assertEqual(config_lib.ClientConfig(local_steps=3).batches_per_round(), 3)
+    self.assertIsNone(config_lib.ClientConfig(local_epochs=2).batches_per_round())
+
+  def test_feature_cache_defaults_under_the_output_directory(self):
+    root = '/cache/root'
+    data = config_lib.DataConfig(corpus_dir='/corpus')
+    self.assertEqual(data.with_default_feature_cache('/out').feature_cache_dir,
+                     '/out/feature_cache')
+    self.assertIsNone(data.with_default_feature_cache(None).feature_cache_dir)
+    for given in ('/shared/cache', 'none'):
+      named = dataclasses.replace(data, feature_cache_dir=given)
+      self.assertEqual(named.with_default_feature_cache('/out').feature_cache_dir, given)
+    # "none" turns the cache off: what reaches the client data.
+    with mock.patch.object(config_lib.corpus, 'load_client_data') as load:
+      for given, want in ((f'{root}/cache', f'{root}/cache'), ('none', None)):
+        dataclasses.replace(data, feature_cache_dir=given).load_client_data('train', None)
+        self.assertEqual(load.call_args.kwargs['feature_cache_dir'], want)
 
   def test_field_names_are_unique_flag_names_and_flat_values_round_trip(self):
     fields = config_lib.config_fields(config_lib.FederatedConfig)

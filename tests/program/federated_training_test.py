@@ -180,6 +180,17 @@ class FederatedTrainingTest(absltest.TestCase):
     for column in ('client/train/loss', 'client/train/delta_norm', 'server/update_norm'):
       self.assertTrue(np.isfinite(float(rows[1][column])), column)
 
+  def test_a_round_ships_each_client_only_the_batches_it_trains_on(self):
+    for name, work, want in (('steps', {'local_steps': 2}, 2),
+                             ('epochs', {'local_steps': None, 'local_epochs': 1}, None)):
+      made = mock.Mock(wraps=self.train_data.create_tf_dataset_for_client)
+      with mock.patch.object(self.train_data, 'create_tf_dataset_for_client', made):
+        self._train(f'batches_{name}', self._config(
+            rounds=2, sigma_dp=0.0, eval_every=100, checkpoint_every=100, **work))
+      self.assertLen(made.call_args_list, 4, name)  # 2 rounds of 2 clients.
+      for call in made.call_args_list:
+        self.assertEqual(call.kwargs['max_batches'], want, name)
+
   def test_an_output_directory_of_the_flat_configuration_is_refused(self):
     output_dir = os.path.join(self.root, 'flat')
     os.makedirs(output_dir)
