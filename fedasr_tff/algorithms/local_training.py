@@ -48,6 +48,7 @@ from collections import abc
 from typing import Callable
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -66,33 +67,40 @@ def check_local_work(local_steps: Optional[int], local_epochs: Optional[int]) ->
     validation.check_positive_integer('local_epochs', local_epochs)
 
 
-@tff.tensorflow.computation(tf.float32, tf.float32)
+# The client maxima travel as one vector: (largest gradient norm, largest clipped one).
+_MAXIMA = ('max_grad_norm', 'max_clipped_grad_norm')
+_MAXIMA_TYPE = tff.TensorType(np.float32, [len(_MAXIMA)])
+
+
+@tff.tensorflow.computation(_MAXIMA_TYPE, _MAXIMA_TYPE)
 def _maximum(a, b):
   return tf.maximum(a, b)
 
 
-@tff.tensorflow.computation(tf.float32)
+@tff.tensorflow.computation(_MAXIMA_TYPE)
 def _identity(a):
   return a
 
 
 def _federated_max(value):
-  """Largest of a non-negative float32 client value, 0 without clients (TFF 0.87 has no max)."""
-  return tff.federated_aggregate(value, 0.0, _maximum, _maximum, _identity)
+  """Elementwise largest of non-negative float32 client vectors, 0 without clients (TFF 0.87
+  has no federated max)."""
+  return tff.federated_aggregate(value, np.zeros([len(_MAXIMA)], np.float32), _maximum, _maximum,
+                                 _identity)
 
 
-@tff.tensorflow.computation(tf.float32, tf.int64)
-def _divide_by_count(total, count):
-  return tf.math.divide_no_nan(total, tf.cast(count, tf.float32))
-
-
-def _federated_client_mean(value, clients):
-  """Unweighted mean of a float32 client value over `clients` (server-placed), 0 for none.
-
-  Not `tff.federated_mean`, which gives NaN in a round of no clients.
-  """
-  return tff.federated_map(_divide_by_count,
-                           tff.federated_zip((tff.federated_sum(value), clients)))
+def _finalize_measurements(sums, maxima):
+  """The `train` measurements from the clients' summed statistics and maxima: means are sums
+  over `clients`, 0 in a round of no clients (not NaN, as `tff.federated_mean` would give)."""
+  clients = tf.cast(sums['clients'], tf.float32)
+  train = collections.OrderedDict(
+      loss=tf.math.divide_no_nan(sums['loss'], clients),
+      examples=sums['examples'],
+      steps=sums['steps'],
+      clients=sums['clients'],
+      delta_norm=tf.math.divide_no_nan(sums['delta_norm'], clients))
+  train.update((name, maxima[i]) for i, name in enumerate(_MAXIMA))
+  return collections.OrderedDict(train=train)
 
 
 def local_step_seed(seed, step) -> tf.Tensor:
@@ -158,24 +166,21 @@ def build_local_training_client_work(
                                             local_clip_norm, fedprox_mu)
     return client_update_fn(state_hparams[hparams.LEARNING_RATE_KEY], initial_weights, dataset)
 
+  _, sums_type, _ = client_update.type_signature.result
+  finalize_measurements = tff.tensorflow.computation(_finalize_measurements, sums_type,
+                                                     _MAXIMA_TYPE)
+
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, weights, client_data):
-    result, stats = tff.federated_map(client_update,
-                                      (tff.federated_broadcast(state), weights, client_data))
-    clients = tff.federated_sum(stats['clients'])
-    measurements = collections.OrderedDict(
-        loss=_federated_client_mean(stats['loss'], clients),
-        examples=tff.federated_sum(stats['examples']),
-        steps=tff.federated_sum(stats['steps']),
-        clients=clients,
-        delta_norm=_federated_client_mean(stats['delta_norm'], clients),
-        max_grad_norm=_federated_max(stats['max_grad_norm']),
-        max_clipped_grad_norm=_federated_max(stats['max_clipped_grad_norm']),
-    )
-    return tff.templates.MeasuredProcessOutput(
-        state, result, tff.federated_zip(collections.OrderedDict(train=measurements)))
+    result, sums, maxima = tff.federated_map(
+        client_update, (tff.federated_broadcast(state), weights, client_data))
+    # One sum and one maximum over the clients, each of a structure: every federated
+    # aggregation costs the runtime a step per client.
+    measurements = tff.federated_map(finalize_measurements,
+                                     (tff.federated_sum(sums), _federated_max(maxima)))
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
   @tff.tensorflow.computation(state_type)
   def get_hparams_fn(state):
@@ -236,15 +241,14 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
       loss_sum, examples, steps, max_norm, max_clipped_norm = step(
           (loss_sum, examples, steps, max_norm, max_clipped_norm), batch)
     delta = tf.nest.map_structure(lambda w0, w: w0 - w, initial_weights.trainable, trainable)
-    stats = collections.OrderedDict(
+    sums = collections.OrderedDict(
         loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),
         examples=examples,
         steps=steps,
         clients=tf.constant(1, tf.int64),
-        delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)),
-        max_grad_norm=max_norm,
-        max_clipped_grad_norm=max_clipped_norm)
-    return tff.learning.templates.ClientResult(update=delta,
-                                               update_weight=tf.constant(1.0)), stats
+        delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)))
+    maxima = tf.stack([max_norm, max_clipped_norm])
+    return (tff.learning.templates.ClientResult(update=delta, update_weight=tf.constant(1.0)),
+            sums, maxima)
 
   return client_update
