@@ -247,8 +247,8 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     only the utterances of those batches), and the batches are held as constants, so the dataset
     can be shipped into TFF computations. SpecAugment, when on, masks each batch now, drawing
     from the batch's `seed`, so from a new seed for every dataset made (every round); repeated
-    passes over one dataset (local epochs) see the same masks. The model's random draws in training come from the same element seed (module
-    docstring).
+    passes over one dataset (local epochs) see the same masks. The model's random draws in
+    training come from the same element seed (module docstring).
 
     Args:
       client_id: the speaker.
