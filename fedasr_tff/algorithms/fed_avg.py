@@ -47,14 +47,6 @@ def build_fed_avg_process(
     model_aggregator: an unweighted aggregation factory for the client deltas; default
       `tff.aggregators.UnweightedMeanFactory()`.
   """
-  if not isinstance(server_optimizer, tff.learning.optimizers.Optimizer):
-    raise ValueError('`server_optimizer` must be a tff.learning.optimizers.Optimizer, got '
-                     f'{server_optimizer!r}.')
-  if model_aggregator is None:
-    model_aggregator = tff.aggregators.UnweightedMeanFactory()
-  if not isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
-    raise ValueError('`model_aggregator` must be a tff.aggregators.UnweightedAggregationFactory'
-                     f', got {model_aggregator!r}.')
   client_work = local_training.build_local_training_client_work(
       model_fn,
       client_learning_rate=client_learning_rate,
@@ -67,6 +59,37 @@ def build_fed_avg_process(
   def initial_model_weights_fn():
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
+  return compose_process(initial_model_weights_fn, client_work, server_optimizer=server_optimizer,
+                         server_lr_schedule=server_lr_schedule, model_aggregator=model_aggregator)
+
+
+def compose_process(
+    initial_model_weights_fn: tff.Computation,
+    client_work: tff.learning.templates.ClientWorkProcess,
+    *,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    server_lr_schedule: Optional[Callable] = None,
+    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+) -> tff.learning.templates.LearningProcess:
+  """The process around any client work: TFF's broadcast, the aggregator, the server optimizer.
+
+  `build_fed_avg_process` passes local training; other client work (the privacy audit's canary
+  clients, `fedasr_tff.audit`) runs through the same server side.
+
+  Args:
+    initial_model_weights_fn: a no-argument TFF computation returning the initial
+      `tff.learning.models.ModelWeights`.
+    client_work: a `ClientWorkProcess` whose updates are client deltas (global minus local).
+    server_optimizer, server_lr_schedule, model_aggregator: as in `build_fed_avg_process`.
+  """
+  if not isinstance(server_optimizer, tff.learning.optimizers.Optimizer):
+    raise ValueError('`server_optimizer` must be a tff.learning.optimizers.Optimizer, got '
+                     f'{server_optimizer!r}.')
+  if model_aggregator is None:
+    model_aggregator = tff.aggregators.UnweightedMeanFactory()
+  if not isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+    raise ValueError('`model_aggregator` must be a tff.aggregators.UnweightedAggregationFactory'
+                     f', got {model_aggregator!r}.')
   model_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
   # Client weights are all 1 (DP needs uniform weights); the unweighted factory ignores them.
