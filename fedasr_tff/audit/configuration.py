@@ -1,0 +1,118 @@
+"""Auditing a run's configuration: the mechanism `train_federated` would run, attacked.
+
+`audit_configuration` takes the configuration of a federated run (`config.FederatedConfig`: its
+clipping, noise, cohort, rounds, sampling, δ and model) and builds exactly what the runner builds
+from it: the aggregator (`DPConfig.aggregator`, diagnostics off as in a DP run), the process
+(`algorithms.compose_process`) and the cohorts (`cohorts.sample_cohort` from a fresh secret). The
+clients are m canaries instead of speakers (`AuditConfig.canaries`, the population K of the
+audited claim); the canaries live in the model's own tensors, so per-layer clips are the run's.
+It then runs the one-run audit through the process, and the many-run distinguishing audit on the
+aggregator's query (`--trials` > 0).
+
+What the audit is not: it does not train, so it cannot see a leak through local training, the
+data pipeline or released client statistics; the claims it tests are the ledger's for the
+audited population (K = m), not an extrapolated one.
+"""
+
+import dataclasses
+import math
+from typing import List
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import models
+from fedasr_tff import validation
+from fedasr_tff.audit import distinguishing
+from fedasr_tff.audit import one_run
+from fedasr_tff.audit import result as result_lib
+from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import model_io
+
+# Canary leaves are this many total clips long: far beyond any clip (module `canaries`).
+_CANARY_CLIPS = 1e3
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditConfig:
+  """The attack: canaries, guesses, trials and confidence (flags of `experiments/audit.py`)."""
+  canaries: int = config_lib.field(
+      1000, 'Canary clients of the one-run audit, each in the population with probability 1/2 '
+      '(the population K of the audited claim).')
+  guesses: Optional[int] = config_lib.field(
+      None, 'Canaries guessed "in" and as many "out" (default --canaries / 10).')
+  trials: int = config_lib.field(
+      2000, 'Rounds of the many-run distinguishing audit of one round (0: skip it).')
+  confidence: float = config_lib.field(0.95, 'Confidence of the measured lower bounds.')
+  audit_seed: int = config_lib.field(0, 'Seed of the canaries and of which are in.')
+
+  def __post_init__(self):
+    validation.check_positive_integer('canaries', self.canaries)
+    if self.guesses is not None:
+      validation.check_positive_integer('guesses', self.guesses)
+    validation.check_non_negative_integer('trials', self.trials)
+    validation.check_open_unit_interval('confidence', self.confidence)
+    validation.check_non_negative_integer('audit_seed', self.audit_seed)
+
+
+def model_leaves(config: config_lib.FederatedConfig):
+  """(shapes, names) of the trainable tensors of the run's model, in flatten order."""
+  model = models.build_ctc_transformer(config.model.model_config,
+                                       config.data.vocabulary().size)
+  names, _ = model_io.tensor_names(model)
+  return [tuple(v.shape) for v in model.trainable_variables], names
+
+
+def canary_norm(config: config_lib.FederatedConfig) -> float:
+  """λ: the total clip times 1,000, times the most adaptive clips can grow in the run."""
+  dp = config.dp
+  growth = 1.0
+  if dp.adaptive_clipping:
+    # C_h <- C_h exp(-η (u - γ)) with u >= 0 grows by at most exp(η γ) a round.
+    growth = math.exp(min(dp.clip_learning_rate * dp.target_quantile * config.run.rounds, 60.0))
+  return _CANARY_CLIPS * dp.clip * growth
+
+
+def audit_configuration(config: config_lib.FederatedConfig,
+                        audit: AuditConfig,
+                        leaf_shapes,
+                        leaf_names,
+                        *,
+                        sampling_secret: Optional[int] = None) -> List[result_lib.AuditResult]:
+  """The one-run audit and (with `audit.trials` > 0) the distinguishing audit of `config`.
+
+  Args:
+    config: the run's configuration; only the DP, run (rounds, cohort, sampling) and model
+      settings matter.
+    audit: the attack.
+    leaf_shapes, leaf_names: the model's trainable tensors (`model_leaves`).
+    sampling_secret: the cohorts' secret; default from OS entropy, as the runner draws it.
+  """
+  dp, run = config.dp, config.run
+  if not dp.adds_noise:
+    raise ValueError('The configuration adds no noise (`sigma_dp`, `noise_multiplier` or '
+                     '`target_epsilon`): its ε is infinite and there is nothing to audit.')
+  client_noise = dp.noise_placement == 'client'
+  if client_noise and run.cohort_size != audit.canaries:
+    raise ValueError(f'With `noise_placement`=client the audit trains every canary slot every '
+                     f'round: give `cohort_size` = `canaries` (got {run.cohort_size} and '
+                     f'{audit.canaries}).')
+  noise = config.noise_level(audit.canaries)
+  aggregator = dp.aggregator(noise.noise_multiplier, run.cohort_size, leaf_names,
+                             diagnostics=False)
+  norm = canary_norm(config)
+  results = [one_run.audit(
+      aggregator, leaf_shapes, leaf_names, canaries=audit.canaries, rounds=run.rounds,
+      cohort_size=run.cohort_size, canary_norm=norm, normalize=dp.normalize,
+      sampling=config.effective_sampling, absent_as_zero_update=client_noise, delta=dp.delta,
+      guesses=audit.guesses, confidence=audit.confidence, audit_seed=audit.audit_seed,
+      sampling_secret=sampling_secret)]
+  if audit.trials:
+    value_type = tff.types.tensorflow_to_type(
+        [tf.TensorSpec(shape, tf.float32) for shape in leaf_shapes])
+    results.append(distinguishing.audit(
+        aggregator.build_query(value_type), leaf_shapes, trials=audit.trials, canary_norm=norm,
+        cohort_size=run.cohort_size, zero_updates=client_noise, delta=dp.delta,
+        confidence=audit.confidence, audit_seed=audit.audit_seed))
+  return results

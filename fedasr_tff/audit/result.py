@@ -1,0 +1,71 @@
+"""What an audit reports: the claimed ε, the measured lower bound, and the verdict."""
+
+import dataclasses
+import math
+from typing import Any
+from typing import Dict
+
+from fedasr_tff.program import privacy_ledger
+
+CONSISTENT = 'consistent'
+VIOLATION = 'VIOLATION'
+
+
+def run_ledger(noise_multiplier: float, cohort_size: int, population: int, rounds: int,
+               delta: float, sampling: str = 'poisson') -> privacy_ledger.PrivacyLedger:
+  """The ledger of an audited run: S of K clients a round, T rounds, its own population only."""
+  return privacy_ledger.PrivacyLedger(
+      noise_multiplier=noise_multiplier, cohort_size=cohort_size, population=population,
+      declared_noise_multiplier=noise_multiplier, declared_cohort_size=cohort_size,
+      declared_population=population, planned_rounds=rounds, delta=delta, sampling=sampling)
+
+
+def claimed_epsilons(ledger: privacy_ledger.PrivacyLedger) -> Dict[str, float]:
+  """The run's own ε at its planned rounds by accountant ({rdp, pld}): the guarantee the run
+  prints (`PrivacyLedger.epsilon(..., declared=False)`), never an extrapolated population."""
+  return {accountant: ledger.epsilon(ledger.planned_rounds, declared=False,
+                                     accountant=accountant)
+          for accountant in privacy_ledger.ACCOUNTANTS}
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult:
+  """One audit of one mechanism.
+
+  Attributes:
+    method: "one_run" or "distinguishing".
+    claimed: the ledger's ε for the audited configuration by accountant ({rdp, pld}).
+    delta: δ of the claim.
+    lower_bound: the ε the attack refutes at `confidence` (0 if none).
+    confidence: 1 - β of the lower bound.
+    details: what the attack did (canaries, guesses, correct guesses, rounds, trials, ...).
+  """
+  method: str
+  claimed: Dict[str, float]
+  delta: float
+  lower_bound: float
+  confidence: float
+  details: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def claimed_epsilon(self) -> float:
+    """The strongest claim: the smallest ε of the accountants (PLD is the tighter)."""
+    return min(self.claimed.values())
+
+  @property
+  def verdict(self) -> str:
+    """VIOLATION when the measured lower bound exceeds the claimed ε: the mechanism leaks more
+    than its guarantee allows (at `confidence`)."""
+    return VIOLATION if self.lower_bound > self.claimed_epsilon else CONSISTENT
+
+  @property
+  def tightness(self) -> float:
+    """lower bound / claimed ε: how much of the claim the attack demonstrates (1 = all)."""
+    claimed = self.claimed_epsilon
+    return 0.0 if math.isinf(claimed) else self.lower_bound / claimed
+
+  def summary(self) -> str:
+    claimed = ', '.join(f'{k.upper()} {v:.3g}' for k, v in self.claimed.items())
+    return (f'{self.method}: claimed epsilon {claimed} at delta={self.delta:g}; measured lower '
+            f'bound {self.lower_bound:.3g} at {self.confidence:.0%} confidence '
+            f'(tightness {self.tightness:.2f}): {self.verdict}')

@@ -1,0 +1,76 @@
+"""Deliberately broken DP mechanisms for the audit tests, and the test model's layout.
+
+Each bug is the production `PerLayerClipGaussianSumQuery` with one thing broken, still reporting
+`GaussianDpEvent(z)`, so the ledger claims the ε of the correct mechanism.
+"""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+from fedasr_tff.aggregators import allocation
+from fedasr_tff.aggregators import per_layer_query
+
+# A transformer block's worth of tensors (16,640 parameters), named as the model names them so
+# the "weighted" allocation finds its MLP weights.
+LEAF_NAMES = ('block_00/ln1/gamma', 'block_00/w1/kernel', 'block_00/w1/bias',
+              'block_00/w2/kernel', 'block_00/w2/bias')
+LEAF_SHAPES = ((64,), (64, 128), (128,), (128, 64), (64,))
+# The same tensors at a sixteenth of the size (1,088 parameters), for the many-run audit, which
+# needs no room between canaries.
+SMALL_LEAF_SHAPES = ((16,), (16, 32), (32,), (32, 16), (16,))
+
+
+class TenthNoise(per_layer_query.PerLayerClipGaussianSumQuery):
+  """Noise std z·C/10."""
+
+  def _value_stddev(self, group_clips):
+    return super()._value_stddev(group_clips) / 10
+
+
+class FirstGroupNoiseOnly(per_layer_query.PerLayerClipGaussianSumQuery):
+  """Noise on the leaves of group 0 only; the others are released un-noised."""
+
+  def get_noised_result(self, sample_state, global_state):
+    noised, new_state, event = super().get_noised_result(sample_state, global_state)
+    leaves = [n if self._group_ids[i] == 0 else plain for i, (n, plain) in enumerate(
+        zip(tf.nest.flatten(noised), tf.nest.flatten(sample_state[0]), strict=True))]
+    return tf.nest.pack_sequence_as(noised, leaves), new_state, event
+
+
+class TripleBounds(per_layer_query.PerLayerClipGaussianSumQuery):
+  """Per-group bounds 3 C_h (sensitivity 3C), noise still calibrated to C."""
+
+  def preprocess_record(self, params, record):
+    return super().preprocess_record(params * 3.0, record)
+
+
+class ReplayedNoise(per_layer_query.PerLayerClipGaussianSumQuery):
+  """The noise seed is never advanced: every round adds the same noise."""
+
+  def get_noised_result(self, sample_state, global_state):
+    result, new_state, event = super().get_noised_result(sample_state, global_state)
+    return result, new_state._replace(noise_seed=global_state.noise_seed), event
+
+
+BUGS = {'tenth_noise': TenthNoise, 'first_group_noise_only': FirstGroupNoiseOnly,
+        'triple_bounds': TripleBounds, 'replayed_noise': ReplayedNoise}
+
+
+def query(bug, noise_multiplier, clients_per_round, *, leaf_shapes=LEAF_SHAPES,
+          allocation_name='dim', noise_seed=1):
+  """The normalized query of `bug` (a class of `BUGS`, or the correct query), clip C = 1."""
+  sizes = [int(np.prod(shape)) for shape in leaf_shapes]
+  clips = allocation.group_clips(1.0, sizes, allocation_name)
+  group_ids = (list(range(len(sizes))) if allocation_name != 'global' else [0] * len(sizes))
+  inner = bug(group_ids, clips, noise_multiplier, clients_per_round, diagnostics=False,
+              noise_seed=noise_seed,
+              group_names=list(LEAF_NAMES) if allocation_name != 'global' else ['all'])
+  return tfp.NormalizedQuery(inner, denominator=clients_per_round)
+
+
+def factory(bug, noise_multiplier, clients_per_round, **kwargs):
+  """A TFF aggregation factory running `query(...)`."""
+  return tff.aggregators.DifferentiallyPrivateFactory(
+      query(bug, noise_multiplier, clients_per_round, **kwargs))
