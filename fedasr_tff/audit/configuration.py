@@ -70,7 +70,7 @@ def canary_norm(config: config_lib.FederatedConfig) -> float:
   growth = 1.0
   if dp.adaptive_clipping:
     # C_h <- C_h exp(-η (u - γ)) with u >= 0 grows by at most exp(η γ) a round.
-    growth = math.exp(min(dp.clip_learning_rate * dp.target_quantile * config.run.rounds, 60.0))
+    growth = math.exp(min(dp.clip_learning_rate * dp.target_quantile * config.run.rounds, 20.0))
   return _CANARY_CLIPS * dp.clip * growth
 
 

@@ -209,19 +209,24 @@ def audit(aggregator: tff.aggregators.UnweightedAggregationFactory,
       scores['difference'] += (proj[:, 0] - proj[:, 1]) @ _filter(w, difference)
     previous_release = release
 
-  used = [name for name in SCORES if name == 'sum' or rounds > 1]
-  per_score_confidence = 1 - (1 - confidence) / len(used)
   details = collections.OrderedDict(canaries=canaries, present=int(present.sum()),
                                     rounds=rounds, cohort_size=cohort_size, sampling=sampling,
                                     canary_trainings=trained, guesses=2 * guesses,
                                     noise_multiplier=noise_multiplier)
-  lower_bound = 0.0
-  for name in used:
-    order = np.argsort(scores[name], kind='stable')
-    correct = int(np.sum(present[order[-guesses:]]) + np.sum(~present[order[:guesses]]))
-    bound = bounds.one_run_epsilon_lower_bound(canaries, 2 * guesses, correct, delta,
-                                               per_score_confidence)
-    details[f'correct_{name}'] = correct
-    details[f'lower_bound_{name}'] = bound
-    lower_bound = max(lower_bound, bound)
+  used = [name for name in SCORES if name == 'sum' or rounds > 1]
+  lower_bound = max(_guess_and_bound(scores[name], present, guesses, delta,
+                                     1 - (1 - confidence) / len(used), name, details)
+                    for name in used)
   return result_lib.AuditResult('one_run', claimed, delta, lower_bound, confidence, details)
+
+
+def _guess_and_bound(scores, present, guesses, delta, confidence, name, details) -> float:
+  """Guesses the top `guesses` canaries "in" and the bottom ones "out"; the ε refuted at
+  `confidence` by the number right (recorded in `details` under the score's `name`)."""
+  order = np.argsort(scores, kind='stable')
+  correct = int(np.sum(present[order[-guesses:]]) + np.sum(~present[order[:guesses]]))
+  bound = bounds.one_run_epsilon_lower_bound(len(present), 2 * guesses, correct, delta,
+                                             confidence)
+  details[f'correct_{name}'] = correct
+  details[f'lower_bound_{name}'] = bound
+  return bound

@@ -43,14 +43,7 @@ def _production_query(cohort_size, **dp):
 
 class DistinguishingAuditTest(parameterized.TestCase):
 
-  @parameterized.named_parameters(
-      ('global', {'clipping': 'global'}),
-      ('uniform', {'clipping': 'uniform'}),
-      ('dim', {'clipping': 'dim'}),
-      ('weighted', {'clipping': 'weighted'}),
-      ('dim_normalize', {'clipping': 'dim', 'normalize': True}),
-      ('dim_adaptive', {'clipping': 'dim', 'adaptive_clipping': True}),
-  )
+  @parameterized.named_parameters(*planted_bugs.CORRECT_DP_FLAGS)
   def test_correct_mechanism_stays_below_its_claim(self, dp):
     result = _audit(_production_query(_COHORT, **dp))
     self.assertLess(result.lower_bound, result.claimed_epsilon)

@@ -1,4 +1,4 @@
-"""Deliberately broken DP mechanisms for the audit tests, and the test model's layout.
+"""Deliberately broken DP mechanisms for the audit tests, the correct ones, and the layout.
 
 Each bug is the production `PerLayerClipGaussianSumQuery` with one thing broken, still reporting
 `GaussianDpEvent(z)`, so the ledger claims the ε of the correct mechanism.
@@ -53,6 +53,16 @@ class ReplayedNoise(per_layer_query.PerLayerClipGaussianSumQuery):
     result, new_state, event = super().get_noised_result(sample_state, global_state)
     return result, new_state._replace(noise_seed=global_state.noise_seed), event
 
+
+# The runner's DP flags (`config.DPConfig`) of every correct mechanism the tests audit.
+CORRECT_DP_FLAGS = (
+    ('global', {'clipping': 'global'}),
+    ('uniform', {'clipping': 'uniform'}),
+    ('dim', {'clipping': 'dim'}),
+    ('weighted', {'clipping': 'weighted'}),
+    ('dim_normalize', {'clipping': 'dim', 'normalize': True}),
+    ('dim_adaptive', {'clipping': 'dim', 'adaptive_clipping': True}),
+)
 
 BUGS = {'tenth_noise': TenthNoise, 'first_group_noise_only': FirstGroupNoiseOnly,
         'triple_bounds': TripleBounds, 'replayed_noise': ReplayedNoise}
