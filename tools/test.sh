@@ -12,6 +12,7 @@ echo "== pytest"
 python -m pytest
 echo "== bazel test //..."
 # The end-to-end tests (tag e2e: whole training runs in subprocesses, several minutes on 2 cores;
-# the wheel build and install, which needs the source tree) run once, under pytest above; running
+# the privacy audits; the wheel build and install, which needs the source tree) run once, under
+# pytest above; running
 # them twice would not fit CI's 30 minutes.
 bazel test //... --test_tag_filters=-e2e

@@ -112,8 +112,8 @@ def audit(query: tfp.DPQuery,
 
   Args:
     query: the DP query of one round (`PerLayerDPFactory.build_query(value_type)`, or a
-      mechanism of your own reporting a `GaussianDpEvent`), with diagnostics off. Its global
-      state must not depend on how many records it saw beyond what it releases.
+      mechanism of your own reporting a `GaussianDpEvent`), with diagnostics off (exact client
+      statistics in the state are outside any claim).
     leaf_shapes: the shapes of the value's leaves (a list of tensors).
     trials: rounds run in all, half to calibrate the test and half to score it (>= 100).
     canary_norm: λ, every leaf's norm in the canary (at least the total clip).
