@@ -17,7 +17,11 @@ that threshold, and its error counts bound ε (`bounds.distinguishing_epsilon_lo
 bound holds because nothing about the test was chosen on the trials it is computed from.
 
 The claim tested is one round of the Gaussian mechanism with the noise multiplier the query
-reports in its DP event, without sampling (q = 1), at δ.
+reports in its DP event, without sampling (q = 1), at δ. With adaptive clipping the chained
+rounds are not identically distributed (the clips follow the coins), but every round is
+(ε, δ)-DP given the state before it, so the error rates averaged over the rounds still satisfy
+TPR <= e^ε FPR + δ, which is what the bound tests; the Clopper-Pearson intervals then treat
+dependent rounds as independent, an approximation made for adaptive clipping only.
 """
 
 import collections

@@ -53,8 +53,8 @@ class DistinguishingAuditTest(parameterized.TestCase):
     self.assertEqual(result.details['scored_trials'], _TRIALS // 2)
 
   def test_client_side_noise_stays_below_its_claim(self):
-    query = _production_query(4, clipping='dim', noise_placement='client')
-    result = _audit(query, cohort_size=4, zero_updates=True)
+    query = _production_query(2, clipping='dim', noise_placement='client')
+    result = _audit(query, cohort_size=2, zero_updates=True)
     self.assertLess(result.lower_bound, result.claimed_epsilon)
 
   @parameterized.named_parameters(*[(name, name) for name in planted_bugs.BUGS])

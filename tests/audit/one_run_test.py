@@ -12,6 +12,7 @@ from absl.testing import parameterized
 
 from fedasr_tff import privacy
 from fedasr_tff import runtime
+from fedasr_tff.audit import configuration
 from fedasr_tff.audit import one_run
 from fedasr_tff.program import config as config_lib
 from tests.audit import planted_bugs
@@ -93,6 +94,12 @@ class OneRunAuditTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'sampling="fixed"'):
       one_run.audit(aggregator, planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES, canaries=10,
                     rounds=1, cohort_size=5, canary_norm=1e3, sampling='fixed')
+    config = config_lib.FederatedConfig(dp=config_lib.DPConfig(clipping='dim'))
+    with self.assertRaisesRegex(ValueError, '`sigma_dp`'):
+      configuration.audit_configuration(config, configuration.AuditConfig(canaries=10),
+                                        planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES)
+    with self.assertRaisesRegex(ValueError, '`guesses`'):
+      configuration.AuditConfig(guesses=0)
     with self.assertRaisesRegex(ValueError, 'per-group clips'):
       one_run.audit(None, planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES, canaries=10,
                     rounds=1, cohort_size=10, canary_norm=1e3)

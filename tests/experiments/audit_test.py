@@ -41,20 +41,16 @@ class AuditBinaryTest(absltest.TestCase):
       self.assertEqual(audited['verdict'], 'consistent')
       self.assertLess(audited['lower_bound'], min(audited['claimed'].values()))
 
-  def test_configurations_it_cannot_audit_are_refused_naming_flags(self):
-    no_noise = _run('--clipping=dim', '--rounds=1', '--canaries=10', '--trials=0')
-    self.assertNotEqual(no_noise.returncode, 0)
-    self.assertIn('--sigma_dp', no_noise.stderr)
+  def test_a_configuration_it_cannot_audit_is_refused_naming_the_flags(self):
+    # Client noise needs every canary slot in every cohort. (The other refusals are library
+    # errors with the same naming: tests/audit.)
     client = _run('--clipping=dim', '--noise_multiplier=1.0', '--noise_placement=client',
                   '--sampling=fixed', '--cohort_size=8', '--canaries=10', '--rounds=1',
                   '--trials=0')
     self.assertNotEqual(client.returncode, 0)
     self.assertIn('--cohort_size', client.stderr)
     self.assertIn('--canaries', client.stderr)
-    guesses = _run('--clipping=dim', '--noise_multiplier=1.0', '--cohort_size=10',
-                   '--canaries=10', '--guesses=6', '--rounds=1', '--trials=0')
-    self.assertNotEqual(guesses.returncode, 0)
-    self.assertIn('--guesses', guesses.stderr)
+    self.assertNotIn('Traceback', client.stderr)
 
 
 if __name__ == '__main__':
