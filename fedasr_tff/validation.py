@@ -48,3 +48,9 @@ def check_unit_interval_right_open(name: str, value) -> None:
   """Raises ValueError unless `value` lies in [0, 1)."""
   if not _is_real(value) or not 0 <= value < 1:
     raise ValueError(f'`{name}` must lie in [0, 1), got {value!r}.')
+
+
+def check_unit_interval(name: str, value) -> None:
+  """Raises ValueError unless `value` lies in [0, 1]."""
+  if not _is_real(value) or not 0 <= value <= 1:
+    raise ValueError(f'`{name}` must lie in [0, 1], got {value!r}.')

@@ -16,6 +16,7 @@ References:
 
 from typing import Callable
 from typing import Optional
+from typing import Tuple
 
 import numpy as np
 import tensorflow_federated as tff
@@ -82,6 +83,24 @@ def compose_process(
     client_work: a `ClientWorkProcess` whose updates are client deltas (global minus local).
     server_optimizer, server_lr_schedule, model_aggregator: as in `build_fed_avg_process`.
   """
+  model_weights_type = initial_model_weights_fn.type_signature.result
+  distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
+  aggregator, finalizer = build_server_components(
+      model_weights_type, server_optimizer=server_optimizer,
+      server_lr_schedule=server_lr_schedule, model_aggregator=model_aggregator)
+  return tff.learning.templates.compose_learning_process(initial_model_weights_fn, distributor,
+                                                         client_work, aggregator, finalizer)
+
+
+def build_server_components(
+    model_weights_type: tff.Type,
+    *,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    server_lr_schedule: Optional[Callable] = None,
+    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+) -> Tuple[tff.templates.AggregationProcess, tff.learning.templates.FinalizerProcess]:
+  """The aggregation process of the client deltas and the server optimizer's finalizer; the
+  server side of `compose_process` and of the mixed FL processes (`mixed_fl`)."""
   if not isinstance(server_optimizer, tff.learning.optimizers.Optimizer):
     raise ValueError('`server_optimizer` must be a tff.learning.optimizers.Optimizer, got '
                      f'{server_optimizer!r}.')
@@ -90,8 +109,6 @@ def compose_process(
   if not isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
     raise ValueError('`model_aggregator` must be a tff.aggregators.UnweightedAggregationFactory'
                      f', got {model_aggregator!r}.')
-  model_weights_type = initial_model_weights_fn.type_signature.result
-  distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
   # Client weights are all 1 (DP needs uniform weights); the unweighted factory ignores them.
   aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator).create(
       model_weights_type.trainable, tff.TensorType(np.float32))
@@ -100,8 +117,7 @@ def compose_process(
                                                                       server_lr_schedule)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                                       model_weights_type)
-  return tff.learning.templates.compose_learning_process(initial_model_weights_fn, distributor,
-                                                         client_work, aggregator, finalizer)
+  return aggregator, finalizer
 
 
 def build_evaluation_process(

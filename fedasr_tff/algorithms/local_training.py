@@ -15,6 +15,21 @@ client weight 1: DP averaging needs uniform weights ([1], Theorem 1 and App. H.1
 There is no optimizer state to carry between rounds. The local learning rate lives in the process
 state (`get_hparams`).
 
+Mixed federated learning (Augenstein et al., "Mixed Federated Learning: Joint Decentralized and
+Centralized Learning", arXiv:2205.13655, Algorithm 1, ClientUpdate) reuses this client work with
+two options. `loss_weight` w multiplies the loss (the federated term's weight w_f of the mixed
+loss). With `augmented`, the broadcast value is `augmented_broadcast(weights, g_aug)`: the model
+and an augmenting gradient g_aug (the server's central gradient), added to every step's
+gradient **after** the local clip,
+
+    θ_k <- θ_k − η_loc (clip(∇ w·loss(θ_k; B)) + g_aug),
+
+and the update is the private part only, Δ_k − η_loc·steps·g_aug = η_loc Σ_k clip(∇ ...): what
+the server adds back (`mixed_fl`) is public. Outside the clip because g_aug is public and the
+same on every client: inside, it would spend the clip budget, scale the data gradient by a
+factor set by the public term, and the private part would no longer be the sum of clipped data
+gradients the 2-way transfer recovers (η_loc times the federated average gradient).
+
 Randomness: every training-time random draw of client work is a function of the client's dataset
 and the local step, never of TF's global random state. A batch that is a mapping with a `seed`
 entry (a [2] integer tensor, as the speech pipeline's batches are) reaches the model's forward
@@ -31,8 +46,10 @@ steps; `examples` and `steps` (summed over clients); `clients`, the number of cl
 `delta_norm`, the mean over clients of the L2 norm of the delta; and the largest gradient norm
 before and after clipping seen on any client (`max_grad_norm`, `max_clipped_grad_norm`). The means
 are a sum over clients divided by `clients` on the server, 0 in a round of no clients (Poisson
-sampling can draw an empty cohort), as are the maxima. These client statistics are sent without
-noise: they are simulation diagnostics, not part of the DP release.
+sampling can draw an empty cohort), as are the maxima. With `start_gradient`,
+`start_gradient` is the mean over clients of ∇ w·loss at the broadcast weights on the client's
+first batch (one extra gradient; mixed FL's gradient dissimilarity). These client statistics are
+sent without noise: they are simulation diagnostics, not part of the DP release.
 
 References:
 [1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
@@ -103,12 +120,28 @@ def _finalize_measurements(sums, maxima):
   return collections.OrderedDict(train=train)
 
 
+_MODEL_WEIGHTS, _AUGMENTING_GRADIENT = 'model_weights', 'augmenting_gradient'
+
+
+def augmented_broadcast_type(model_weights_type: tff.Type) -> tff.StructType:
+  """The type of `augmented_broadcast`: the model weights and one tensor per trainable one."""
+  return tff.StructWithPythonType(
+      [(_MODEL_WEIGHTS, model_weights_type),
+       (_AUGMENTING_GRADIENT, model_weights_type.trainable)], collections.OrderedDict)
+
+
+def augmented_broadcast(model_weights, augmenting_gradient):
+  """What the server broadcasts to `augmented` client work: weights and augmenting gradient."""
+  return collections.OrderedDict([(_MODEL_WEIGHTS, model_weights),
+                                  (_AUGMENTING_GRADIENT, augmenting_gradient)])
+
+
 def local_step_seed(seed, step) -> tf.Tensor:
   """The seed of local step `step` over a batch of seed `seed`: the step folded in; [2] int64."""
   return tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
 
 
-def _with_step_seed(batch, step):
+def with_step_seed(batch, step):
   """`batch` with the local step folded into its seed, if it is a mapping holding one."""
   if isinstance(batch, abc.Mapping) and 'seed' in batch:
     return collections.OrderedDict(batch, seed=local_step_seed(batch['seed'], step))
@@ -129,6 +162,9 @@ def build_local_training_client_work(
     local_epochs: Optional[int] = None,
     local_clip_norm: Optional[float] = 1.0,
     fedprox_mu: float = 0.0,
+    loss_weight: float = 1.0,
+    augmented: bool = False,
+    start_gradient: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the `ClientWorkProcess` of the module docstring.
 
@@ -139,17 +175,29 @@ def build_local_training_client_work(
     local_epochs: number of passes over the client's data. Exactly one of the two.
     local_clip_norm: C_loc > 0, or None for no local clipping.
     fedprox_mu: μ >= 0 of the proximal term (μ/2)||θ_k − θ||².
+    loss_weight: w >= 0 multiplying the loss (mixed FL's w_f).
+    augmented: the broadcast value is `augmented_broadcast(...)` and every step adds its
+      augmenting gradient outside the clip; needs `local_steps` (the server adds back
+      η_loc·local_steps·g_aug, so every client's step count must be public).
+    start_gradient: also measure `start_gradient` (module docstring).
   """
   validation.check_positive('client_learning_rate', client_learning_rate)
   check_local_work(local_steps, local_epochs)
   if local_clip_norm is not None:
     validation.check_positive('local_clip_norm', local_clip_norm)
   validation.check_non_negative('fedprox_mu', fedprox_mu)
+  validation.check_non_negative('loss_weight', loss_weight)
+  if augmented and local_steps is None:
+    raise ValueError('An augmenting gradient (`augmented`) needs a fixed number of '
+                     '`local_steps`, not `local_epochs`: the server adds back '
+                     'η_loc·local_steps·g_aug.')
 
   with tf.Graph().as_default():
     model = model_fn()
-    weights_type = tff.learning.models.weights_type_from_model(model)
+    model_weights_type = tff.learning.models.weights_type_from_model(model)
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
+  weights_type = (augmented_broadcast_type(model_weights_type) if augmented
+                  else model_weights_type)
 
   initial_hparams = collections.OrderedDict(
       [(hparams.LEARNING_RATE_KEY, float(client_learning_rate))])
@@ -161,12 +209,17 @@ def build_local_training_client_work(
   state_type = init_fn.type_signature.result.member
 
   @tff.tensorflow.computation(state_type, weights_type, data_type)
-  def client_update(state_hparams, initial_weights, dataset):
+  def client_update(state_hparams, broadcast, dataset):
     client_update_fn = _build_client_update(model_fn(), local_steps, local_epochs,
-                                            local_clip_norm, fedprox_mu)
-    return client_update_fn(state_hparams[hparams.LEARNING_RATE_KEY], initial_weights, dataset)
+                                            local_clip_norm, fedprox_mu, loss_weight,
+                                            start_gradient, augmented)
+    learning_rate = state_hparams[hparams.LEARNING_RATE_KEY]
+    if augmented:
+      return client_update_fn(learning_rate, broadcast[_MODEL_WEIGHTS], dataset,
+                              broadcast[_AUGMENTING_GRADIENT])
+    return client_update_fn(learning_rate, broadcast, dataset)
 
-  _, sums_type, _ = client_update.type_signature.result
+  sums_type = client_update.type_signature.result[1]
   finalize_measurements = tff.tensorflow.computation(_finalize_measurements, sums_type,
                                                      _MAXIMA_TYPE)
 
@@ -174,13 +227,16 @@ def build_local_training_client_work(
                              tff.FederatedType(weights_type, tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, weights, client_data):
-    result, sums, maxima = tff.federated_map(
-        client_update, (tff.federated_broadcast(state), weights, client_data))
+    outputs = tff.federated_map(client_update,
+                                (tff.federated_broadcast(state), weights, client_data))
     # One sum and one maximum over the clients, each of a structure: every federated
     # aggregation costs the runtime a step per client.
     measurements = tff.federated_map(finalize_measurements,
-                                     (tff.federated_sum(sums), _federated_max(maxima)))
-    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+                                     (tff.federated_sum(outputs[1]), _federated_max(outputs[2])))
+    if start_gradient:
+      measurements = tff.federated_zip(collections.OrderedDict(
+          train=measurements.train, start_gradient=tff.federated_mean(outputs[3])))
+    return tff.templates.MeasuredProcessOutput(state, outputs[0], measurements)
 
   @tff.tensorflow.computation(state_type)
   def get_hparams_fn(state):
@@ -195,7 +251,8 @@ def build_local_training_client_work(
       init_fn, next_fn, get_hparams_fn=get_hparams_fn, set_hparams_fn=set_hparams_fn)
 
 
-def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedprox_mu):
+def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedprox_mu,
+                         loss_weight, start_gradient, augmented=False):
   """The local training of one client, as one `tf.function` (so ops run in program order)."""
 
   # Traced inline when the model's forward pass is itself a `tf.function`: differentiating a
@@ -203,19 +260,42 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
   # inputs from different frames") and log an error every time a worker compiles the round.
   forward_pass = getattr(model.forward_pass, 'python_function', model.forward_pass)
 
+  # Variables, not loop state, so the loop is the same with and without them.
+  private = [tf.Variable(tf.zeros_like(v), trainable=False, name='private_part')
+             for v in model.trainable_variables] if augmented else None
+
+  def weighted_loss(output):
+    # Multiplied only when weighted, so w = 1 is bit-identical to plain local training.
+    return output.loss if loss_weight == 1.0 else loss_weight * output.loss
+
   @tf.function
-  def client_update(learning_rate, initial_weights, dataset):
+  def client_update(learning_rate, initial_weights, dataset, augmenting_gradient=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
     trainable = model_weights.trainable
     flat_trainable = tf.nest.flatten(trainable)
     flat_initial = tf.nest.flatten(initial_weights.trainable)
+    flat_augmenting = (None if augmenting_gradient is None
+                       else tf.nest.flatten(augmenting_gradient))
+    if flat_augmenting is not None:
+      # The private part η Σ_k clip(g_k), summed as it goes: recovered from the weights it
+      # would lose digits to cancellation against the public part.
+      for p in private:
+        p.assign(tf.zeros_like(p))
+
+    start = None
+    if start_gradient:
+      start = [tf.zeros_like(w) for w in flat_trainable]
+      for batch in iter(dataset.take(1)):
+        with tf.GradientTape() as tape:
+          loss = weighted_loss(forward_pass(with_step_seed(batch, 0), training=True))
+        start = tape.gradient(loss, flat_trainable)
 
     def step(state, batch):
       loss_sum, examples, steps, max_norm, max_clipped_norm = state
       with tf.GradientTape() as tape:
-        output = forward_pass(_with_step_seed(batch, steps), training=True)
-        loss = output.loss
+        output = forward_pass(with_step_seed(batch, steps), training=True)
+        loss = weighted_loss(output)
         if fedprox_mu > 0:
           loss += 0.5 * fedprox_mu * tf.add_n([
               tf.reduce_sum(tf.square(w - w0))
@@ -225,6 +305,10 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
       if local_clip_norm is not None:
         grads, _ = tf.clip_by_global_norm(grads, local_clip_norm, use_norm=grad_norm)
       clipped_norm = tf.linalg.global_norm(grads)
+      if flat_augmenting is not None:
+        for p, g in zip(private, grads, strict=True):
+          p.assign_add(tf.cast(learning_rate, g.dtype) * g)
+        grads = [g + a for g, a in zip(grads, flat_augmenting, strict=True)]
       for w, g in zip(flat_trainable, grads, strict=True):
         w.assign_sub(tf.cast(learning_rate, g.dtype) * g)
       return (loss_sum + tf.cast(output.loss, tf.float32),
@@ -240,7 +324,12 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
     for batch in iter(_local_dataset(dataset, local_steps, local_epochs)):
       loss_sum, examples, steps, max_norm, max_clipped_norm = step(
           (loss_sum, examples, steps, max_norm, max_clipped_norm), batch)
-    delta = tf.nest.map_structure(lambda w0, w: w0 - w, initial_weights.trainable, trainable)
+    if augmenting_gradient is None:
+      delta = tf.nest.map_structure(lambda w0, w: w0 - w, initial_weights.trainable, trainable)
+    else:
+      # The private part only: what the augmenting gradients moved is public.
+      delta = tf.nest.pack_sequence_as(initial_weights.trainable,
+                                       [p.read_value() for p in private])
     sums = collections.OrderedDict(
         loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),
         examples=examples,
@@ -248,7 +337,9 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
         clients=tf.constant(1, tf.int64),
         delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)))
     maxima = tf.stack([max_norm, max_clipped_norm])
-    return (tff.learning.templates.ClientResult(update=delta, update_weight=tf.constant(1.0)),
-            sums, maxima)
+    result = tff.learning.templates.ClientResult(update=delta, update_weight=tf.constant(1.0))
+    if start is not None:
+      return result, sums, maxima, tf.nest.pack_sequence_as(initial_weights.trainable, start)
+    return result, sums, maxima
 
   return client_update

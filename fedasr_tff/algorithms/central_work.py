@@ -1,0 +1,207 @@
+"""Server-side training on central (server-held) data, as TFF computations.
+
+The centralized loss term of mixed federated learning (Augenstein et al., "Mixed Federated
+Learning: Joint Decentralized and Centralized Learning", arXiv:2205.13655, Sec. 3 and
+Algorithm 1) and the server rehearsal of dynamic gradient aggregation are both training of the
+global model on the server's own data between client rounds; this module is that one component.
+
+The central loss is w·f_c(model; B): `loss_fn(model, batch)` on server batches (by default the
+model's own loss, `model_loss`), or a data-free term (`data_free`: `loss_fn(model, None)`, e.g. a
+regulariser on the weights), times the weight w (w_c of the mixed loss).
+
+* `steps(optimizer_state, x, batches[, augmenting_gradient])`: from x, K = `steps` steps
+  x_{k+1} = CentralOpt(x_k, ∇ w·f_c(x_k; B_k) + g_aug) over the batches (cycled when there are
+  fewer than K; the step k is folded into a batch's `seed` as on clients,
+  `local_training.with_step_seed`). Returns the optimizer state, the delta x − x_K (old minus
+  new, the sign of client deltas), the mean of the K stochastic gradients ∇ w·f_c(x_k; B_k)
+  (g_aug excluded: the 2-way transfer's g̃_c, exact for any CentralOpt) and the mean unweighted
+  loss f_c(x_k; B_k). Zero batches take zero steps.
+* `gradient(x, batches)`: the mean over the batches of ∇ w·f_c(x; B) at x (the 1-way
+  transfer's central gradient, one gradient on a batch of their union) and the mean unweighted
+  loss.
+
+Privacy: nothing here reads client data. What it computes is a function of the global model
+(already a DP release in a DP run) and the server's data, which no client-level guarantee covers.
+"""
+
+import dataclasses
+from typing import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import validation
+from fedasr_tff.algorithms import local_training
+
+
+def model_loss(model: tff.learning.models.VariableModel, batch) -> tf.Tensor:
+  """The model's own training loss on a server batch (the default central loss)."""
+  # The forward pass traced inline, as in client work (`local_training`).
+  forward_pass = getattr(model.forward_pass, 'python_function', model.forward_pass)
+  return forward_pass(batch, training=True).loss
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralWork:
+  """The central component's TFF computations (module docstring).
+
+  Attributes:
+    initialize: () -> the central optimizer's initial state.
+    steps: (optimizer_state, model_weights, batches[, augmenting_gradient]) ->
+      (optimizer_state, delta, mean_gradient, mean_loss).
+    gradient: (model_weights, batches) -> (mean_gradient, mean_loss).
+    data_type: the `tff.SequenceType` of the batches, None for a data-free loss (the
+      computations then take no batches).
+  """
+  initialize: tff.Computation
+  steps: tff.Computation
+  gradient: tff.Computation
+  data_type: Optional[tff.SequenceType]
+
+
+def build_central_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    optimizer: Optional[tff.learning.optimizers.Optimizer],
+    steps: int,
+    loss_weight: float = 1.0,
+    loss_fn: Callable = model_loss,
+    data_free: bool = False,
+    augmented: bool = False,
+) -> CentralWork:
+  """Builds the central component.
+
+  Args:
+    model_fn: no-argument callable returning the `tff.learning.models.VariableModel` trained.
+    optimizer: CentralOpt, a `tff.learning.optimizers.Optimizer`; None builds only `gradient`
+      (`steps` and `initialize` are then None).
+    steps: K >= 1 central steps per call of `steps`.
+    loss_weight: w >= 0 multiplying the loss.
+    loss_fn: (model, batch) -> scalar loss; `batch` is None when `data_free`.
+    data_free: the loss needs no server data.
+    augmented: `steps` takes an augmenting gradient added to every step's gradient.
+  """
+  validation.check_positive_integer('central_steps', steps)
+  validation.check_non_negative('central_weight', loss_weight)
+  if optimizer is not None and not isinstance(optimizer, tff.learning.optimizers.Optimizer):
+    raise ValueError('`central_optimizer` must be a tff.learning.optimizers.Optimizer, got '
+                     f'{optimizer!r}.')
+  with tf.Graph().as_default():
+    model = model_fn()
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    data_type = (None if data_free else
+                 tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec)))
+  trainable_type = weights_type.trainable
+
+  def step_batch(batch, step):
+    # A data-free loss sees None, not the placeholder `_batches_or_none` iterates.
+    return None if data_free else local_training.with_step_seed(batch, step)
+
+  def weighted_loss(model, batch):
+    loss = tf.cast(loss_fn(model, batch), tf.float32)
+    # Multiplied only when weighted, so w = 1 is the plain loss, bit for bit.
+    return loss, (loss if loss_weight == 1.0 else loss_weight * loss)
+
+  def new_model():
+    model = model_fn()
+    return model, tff.learning.models.ModelWeights.from_model(model)
+
+  def load(model_weights, weights):
+    # Inside the tf.function, so the assignment runs before the steps (program order).
+    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, weights)
+
+  def gradient_fn(weights, batches):
+    model, model_weights = new_model()
+    trainable = tf.nest.flatten(model_weights.trainable)
+
+    @tf.function
+    def run(batches):
+      load(model_weights, weights)
+      total = [tf.zeros_like(w) for w in trainable]
+      loss_sum, count = tf.constant(0.0), tf.constant(0.0)
+      for batch in iter(_batches_or_none(batches, 1)):
+        with tf.GradientTape() as tape:
+          loss, weighted = weighted_loss(model, step_batch(batch, 0))
+        total = [t + g for t, g in zip(total, tape.gradient(weighted, trainable), strict=True)]
+        loss_sum, count = loss_sum + loss, count + 1.0
+      mean = [t / tf.maximum(count, 1.0) for t in total]
+      return (tf.nest.pack_sequence_as(weights.trainable, mean),
+              loss_sum / tf.maximum(count, 1.0))
+
+    return run(batches)
+
+  if data_type is None:
+    gradient = tff.tensorflow.computation(lambda weights: gradient_fn(weights, None),
+                                          weights_type)
+  else:
+    gradient = tff.tensorflow.computation(gradient_fn, weights_type, data_type)
+
+  if optimizer is None:
+    return CentralWork(None, None, gradient, data_type)
+
+  specs = [tf.TensorSpec(t.shape, t.dtype) for t in tff.structure.flatten(trainable_type)]
+  initialize = tff.tensorflow.computation(lambda: optimizer.initialize(specs))
+  optimizer_state_type = initialize.type_signature.result
+
+  def steps_fn(optimizer_state, weights, batches, augmenting_gradient):
+    model, model_weights = new_model()
+    trainable = tf.nest.flatten(model_weights.trainable)
+    flat_augmenting = (None if augmenting_gradient is None
+                       else tf.nest.flatten(augmenting_gradient))
+
+    @tf.function
+    def run(optimizer_state, batches):
+      load(model_weights, weights)
+      total = [tf.zeros_like(w) for w in trainable]
+      loss_sum, count = tf.constant(0.0), tf.constant(0, tf.int64)
+      for batch in iter(_batches_or_none(batches, steps, cycle=True)):
+        with tf.GradientTape() as tape:
+          loss, weighted = weighted_loss(model, step_batch(batch, count))
+        grads = tape.gradient(weighted, trainable)
+        total = [t + g for t, g in zip(total, grads, strict=True)]
+        if flat_augmenting is not None:
+          grads = [g + a for g, a in zip(grads, flat_augmenting, strict=True)]
+        optimizer_state, new_weights = optimizer.next(
+            optimizer_state, [w.read_value() for w in trainable], grads)
+        for w, value in zip(trainable, new_weights, strict=True):
+          w.assign(value)
+        loss_sum, count = loss_sum + loss, count + 1
+      denominator = tf.maximum(tf.cast(count, tf.float32), 1.0)
+      delta = [w0 - w for w0, w in zip(tf.nest.flatten(weights.trainable), trainable,
+                                       strict=True)]
+      def pack(values):
+        return tf.nest.pack_sequence_as(weights.trainable, values)
+      return (optimizer_state, pack(delta), pack([t / denominator for t in total]),
+              loss_sum / denominator)
+
+    return run(optimizer_state, batches)
+
+  # TFF takes no varargs: one signature per (data, augmenting gradient) combination.
+  if data_type is None and not augmented:
+    steps_computation = tff.tensorflow.computation(
+        lambda state, weights: steps_fn(state, weights, None, None),
+        optimizer_state_type, weights_type)
+  elif data_type is None:
+    steps_computation = tff.tensorflow.computation(
+        lambda state, weights, augmenting: steps_fn(state, weights, None, augmenting),
+        optimizer_state_type, weights_type, trainable_type)
+  elif not augmented:
+    steps_computation = tff.tensorflow.computation(
+        lambda state, weights, batches: steps_fn(state, weights, batches, None),
+        optimizer_state_type, weights_type, data_type)
+  else:
+    steps_computation = tff.tensorflow.computation(
+        steps_fn, optimizer_state_type, weights_type, data_type, trainable_type)
+
+  return CentralWork(initialize, steps_computation, gradient, data_type)
+
+
+def _batches_or_none(batches: Optional[tf.data.Dataset], steps: int, cycle: bool = False):
+  """What a central loop iterates: the batches (cycled to `steps` when `cycle`), or `steps`
+  placeholder elements for a data-free loss."""
+  if batches is None:
+    return tf.data.Dataset.range(steps)
+  return batches.repeat().take(steps) if cycle else batches
+
+
