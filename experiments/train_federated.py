@@ -16,6 +16,13 @@ cohort) or --target_epsilon (for --population and --population_cohort_size at --
 with the RDP accountant). At every evaluation the run prints the epsilon spent and projected,
 for this run's own population (epsilon_run) and for the declared one (epsilon_declared).
 
+With --mixed=parallel|one_way|two_way the server also trains on central data of its own inside
+every round (mixed federated learning, Augenstein et al. 2022, arXiv:2205.13655), for example its
+seed speakers while the clients fine-tune with DP:
+
+  python -m experiments.train_federated ... --mixed=parallel --central_weight=0.3 \
+      --central_split=train --central_speakers=seed
+
 Every flag that configures the run is a field of `fedasr_tff.program.config.FederatedConfig`
 (same name, default and help); the configuration and the library check the values.
 """
@@ -36,6 +43,7 @@ config_flags.define_flags(config_lib.ModelConfig, ['seed_model'])
 config_flags.define_flags(config_lib.ClientConfig)
 config_flags.define_flags(config_lib.ServerConfig)
 config_flags.define_flags(config_lib.DPConfig)
+config_flags.define_flags(config_lib.MixedConfig)
 config_flags.define_flags(config_lib.RunConfig, [
     name for name in config_lib.config_fields(config_lib.RunConfig) if name != 'seed'])
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
@@ -65,8 +73,11 @@ def main(argv):
       except ValueError as e:
         raise ValueError(f'{e} (--model_config={config.model.model_config})') from e
     eval_data = config.data.load_eval_data(vocab)
+    central_data = (config.mixed.load_central_data(config.data, vocab) if config.mixed.enabled
+                    else None)
     run = federated_training.build_run(config, train_data, vocab, common.OUTPUT_DIR.value,
-                                       initial_weights=initial_weights)
+                                       initial_weights=initial_weights,
+                                       central_data=central_data)
   result = run.train(eval_data=eval_data, show_progress=common.PROGRESS.value)
   # Which files of the sampled clients were unusable is itself a client statistic.
   if train_data.report.problems and config.client_diagnostics:

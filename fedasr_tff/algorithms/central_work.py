@@ -123,7 +123,8 @@ def build_central_work(
       for batch in iter(_batches_or_none(batches, 1)):
         with tf.GradientTape() as tape:
           loss, weighted = weighted_loss(model, step_batch(batch, 0))
-        total = [t + g for t, g in zip(total, tape.gradient(weighted, trainable), strict=True)]
+        grads = local_training.dense_gradients(tape.gradient(weighted, trainable), trainable)
+        total = [t + g for t, g in zip(total, grads, strict=True)]
         loss_sum, count = loss_sum + loss, count + 1.0
       mean = [t / tf.maximum(count, 1.0) for t in total]
       return (tf.nest.pack_sequence_as(weights.trainable, mean),
@@ -158,7 +159,7 @@ def build_central_work(
       for batch in iter(_batches_or_none(batches, steps, cycle=True)):
         with tf.GradientTape() as tape:
           loss, weighted = weighted_loss(model, step_batch(batch, count))
-        grads = tape.gradient(weighted, trainable)
+        grads = local_training.dense_gradients(tape.gradient(weighted, trainable), trainable)
         total = [t + g for t, g in zip(total, grads, strict=True)]
         if flat_augmenting is not None:
           grads = [g + a for g, a in zip(grads, flat_augmenting, strict=True)]

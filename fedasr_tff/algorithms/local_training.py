@@ -141,6 +141,13 @@ def local_step_seed(seed, step) -> tf.Tensor:
   return tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
 
 
+def dense_gradients(gradients, variables):
+  """Gradients as dense tensors of their variables' static shapes (loop state must keep its
+  shape; an embedding's gradient comes as `IndexedSlices` of unknown row count)."""
+  return [tf.ensure_shape(tf.convert_to_tensor(g), v.shape)
+          for g, v in zip(gradients, variables, strict=True)]
+
+
 def with_step_seed(batch, step):
   """`batch` with the local step folded into its seed, if it is a mapping holding one."""
   if isinstance(batch, abc.Mapping) and 'seed' in batch:
@@ -289,7 +296,7 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
       for batch in iter(dataset.take(1)):
         with tf.GradientTape() as tape:
           loss = weighted_loss(forward_pass(with_step_seed(batch, 0), training=True))
-        start = tape.gradient(loss, flat_trainable)
+        start = dense_gradients(tape.gradient(loss, flat_trainable), flat_trainable)
 
     def step(state, batch):
       loss_sum, examples, steps, max_norm, max_clipped_norm = state

@@ -39,6 +39,7 @@ from fedasr_tff import optimizers
 from fedasr_tff import privacy
 from fedasr_tff import validation
 from fedasr_tff.aggregators import per_layer_query
+from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import corpus
@@ -111,14 +112,15 @@ class DataConfig:
   def vocabulary(self) -> data.Vocabulary:
     return data.Vocabulary(self.language)
 
-  def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
+  def with_defaultfeature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
     """This configuration, its feature cache under `output_dir` if it names none."""
     if self.feature_cache_dir is not None or not output_dir:
       return self
     return dataclasses.replace(self,
                                feature_cache_dir=os.path.join(output_dir, FEATURE_CACHE_SUBDIR))
 
-  def _feature_cache(self) -> Optional[str]:
+  def feature_cache(self) -> Optional[str]:
+    """The feature cache folder, or None for no cache."""
     if self.feature_cache_dir in (None, '', NO_FEATURE_CACHE):
       return None
     return self.feature_cache_dir
@@ -130,7 +132,7 @@ class DataConfig:
         self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
         iid_seed=iid_seed, spec_augment=spec_augment, max_batch_seconds=self.max_batch_seconds,
-        feature_cache_dir=self._feature_cache())
+        feature_cache_dir=self.feature_cache())
 
   def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional[data.SpeechClientData]:
     """All speakers of --eval_split as clients, or None without one."""
@@ -138,7 +140,7 @@ class DataConfig:
       return None
     return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
                                    max_batch_seconds=self.max_batch_seconds,
-                                   feature_cache_dir=self._feature_cache())
+                                   feature_cache_dir=self.feature_cache())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +219,126 @@ class ServerConfig:
       return optimizers.schedules.by_name(
           self.server_lr_schedule, self.server_lr, self.server_lr_decay_rate,
           self.server_lr_transition_rounds, self.server_lr_start_round)
+
+
+MIXED_NONE = 'none'
+MIXED_ALGORITHMS = (MIXED_NONE,) + mixed_fl.ALGORITHMS
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedConfig:
+  """Mixed federated learning: the server trains on its own data inside every round.
+
+  Augenstein et al., "Mixed Federated Learning: Joint Decentralized and Centralized Learning",
+  arXiv:2205.13655 (`algorithms.mixed_fl`). The central data is read like the training data
+  (any `layout`), by default from the same corpus and split; it must not share a speaker with
+  the clients (`program.central_batches`).
+  """
+  mixed: str = field(
+      MIXED_NONE, 'Mixed FL algorithm (Augenstein et al. 2022, Algorithm 1): parallel training, '
+      'one_way or two_way gradient transfer; none: plain federated training.', MIXED_ALGORITHMS)
+  central_weight: float = field(
+      0.5, 'w_c of the mixed loss w_f*f_fed + w_c*f_central, w_f = 1 - w_c (clients train on '
+      'w_f*loss, the server on w_c*loss).')
+  central_corpus_dir: Optional[str] = field(
+      None, "Corpus of the server's central data (default: --corpus_dir).", fingerprint=False)
+  central_layout: Optional[str] = field(None, 'Layout of --central_corpus_dir (default: '
+                                         '--layout).', corpus.LAYOUTS)
+  central_split: Optional[str] = field(
+      None, 'Split of the central data; required with --mixed (for example the training split '
+      'with --central_speakers=seed: the server keeps training on its seed speakers).')
+  central_speakers: str = field(
+      'all', 'Speakers of --central_split the server trains on (seed / federated part of the '
+      "seeded speaker split, or all); never the federated clients' own.", corpus.SPEAKER_PARTS)
+  central_batch_seconds: Optional[float] = field(
+      None, 'Audio per central batch, in seconds (default: --max_batch_seconds).')
+  central_steps: Optional[int] = field(
+      None, "Central batches per round (default: the clients' local steps, the paper's "
+      'choice): parallel and two_way take one central step per batch; one_way averages its '
+      "one central gradient over them (the paper's K times larger central batch).")
+  central_optimizer: str = field('sgd', 'CentralOpt of parallel and two_way.',
+                                 optimizers.OPTIMIZERS)
+  central_lr: Optional[float] = field(
+      None, "CentralOpt learning rate (default: --client_lr, the paper's eta_c = eta * eta_s "
+      'at eta_s = 1).')
+  merge_optimizer: str = field('sgd', 'MergeOpt of parallel and two_way, applied to the sum of '
+                               'the central and federated deltas.', optimizers.OPTIMIZERS)
+  merge_lr: float = field(1.0, 'MergeOpt learning rate (the paper\'s eta_m = 1).')
+  gradient_dissimilarity: bool = field(
+      False, 'Measure G~^2 and B~^2 (Augenstein et al. 2022, eq. 7) every round: one extra '
+      'gradient per client, an un-noised client statistic (released under client/; with DP '
+      'noise only with --release_client_diagnostics).')
+
+  def __post_init__(self):
+    _check_choice('mixed', self.mixed, MIXED_ALGORITHMS)
+    if self.mixed == MIXED_NONE:
+      given = [f'`{f.name}`' for f in dataclasses.fields(self)
+               if f.name not in ('mixed',) and getattr(self, f.name) != f.default]
+      if given:
+        raise ValueError(f'{", ".join(given)} configure mixed FL: give `mixed` too.')
+      return
+    if not self.central_split:
+      raise ValueError(f'`mixed`={self.mixed} needs central data: give `central_split` (with '
+                       '`central_corpus_dir` for another corpus than `corpus_dir`).')
+    if self.central_batch_seconds is not None:
+      validation.check_positive('central_batch_seconds', self.central_batch_seconds)
+    if self.mixed == mixed_fl.ONE_WAY:
+      changed = [f'`{name}`' for name in ('central_optimizer', 'central_lr', 'merge_optimizer',
+                                          'merge_lr')
+                 if getattr(self, name) != MixedConfig.__dataclass_fields__[name].default]
+      if changed:
+        raise ValueError(f'`mixed`=one_way has no central or merge optimizer: drop '
+                         f'{", ".join(changed)}.')
+
+  @property
+  def enabled(self) -> bool:
+    return self.mixed != MIXED_NONE
+
+  def load_central_data(self, data_config: DataConfig,
+                        vocabulary: data.Vocabulary) -> data.SpeechClientData:
+    """The server's central data (SpecAugment on, as training data)."""
+    with naming_fields({'corpus_dir': 'central_corpus_dir', 'layout': 'central_layout',
+                        'speakers': 'central_speakers',
+                        'max_batch_seconds': 'central_batch_seconds'}):
+      return corpus.load_client_data(
+          self.central_corpus_dir or data_config.corpus_dir,
+          self.central_layout or data_config.layout, self.central_split, vocabulary,
+          speakers=self.central_speakers, seed_fraction=data_config.seed_fraction,
+          split_seed=data_config.split_seed, spec_augment=True,
+          max_batch_seconds=self.central_batch_seconds or data_config.max_batch_seconds,
+          feature_cache_dir=data_config.feature_cache())
+
+  def central_batch_count(self, client: 'ClientConfig') -> int:
+    """Central batches a round: `central_steps`, or the clients' local steps."""
+    if self.central_steps is not None:
+      return self.central_steps
+    local_steps = client.batches_per_round()
+    if local_steps is None:
+      raise ValueError('Give `central_steps` when clients train for `local_epochs`.')
+    return local_steps
+
+  def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
+              model_aggregator, gradient_dissimilarity: bool):
+    """`algorithms.build_mixed_fl_process` of this configuration and `client`'s work."""
+    local_steps, local_epochs = client.local_work()
+    central = {}
+    if self.mixed != mixed_fl.ONE_WAY:
+      with naming_fields({'learning_rate': 'central_lr'}):
+        central_optimizer = optimizers.build(self.central_optimizer,
+                                             self.central_lr or client.client_lr)
+      with naming_fields({'learning_rate': 'merge_lr'}):
+        merge_optimizer = optimizers.build(self.merge_optimizer, self.merge_lr)
+      central = dict(central_optimizer=central_optimizer, merge_optimizer=merge_optimizer,
+                     central_steps=self.central_batch_count(client))
+    with naming_fields({'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip',
+                        'algorithm': 'mixed'}):
+      return algorithms.build_mixed_fl_process(
+          model_fn, algorithm=self.mixed, central_weight=self.central_weight,
+          client_learning_rate=client.client_lr, local_steps=local_steps,
+          local_epochs=local_epochs, local_clip_norm=client.local_clip or None,
+          fedprox_mu=client.fedprox_mu, server_optimizer=server_optimizer,
+          server_lr_schedule=server_lr_schedule, model_aggregator=model_aggregator,
+          gradient_dissimilarity=gradient_dissimilarity, **central)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,8 +488,12 @@ class FederatedConfig:
   server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
   dp: DPConfig = dataclasses.field(default_factory=DPConfig)
   run: RunConfig = dataclasses.field(default_factory=RunConfig)
+  mixed: MixedConfig = dataclasses.field(default_factory=MixedConfig)
 
   def __post_init__(self):
+    if self.mixed.gradient_dissimilarity and not self.client_diagnostics:
+      raise ValueError('`gradient_dissimilarity` is an un-noised client statistic: in a run with '
+                       'DP noise it needs `release_client_diagnostics`.')
     if self.dp.noise_placement == 'client' and self.dp.adds_noise:
       conflicts = [name for name, bad in (
           ('--sampling=poisson', self.effective_sampling != 'fixed'),

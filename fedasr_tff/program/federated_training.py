@@ -8,6 +8,9 @@ sample of the client's utterances; all of the client's randomness seeded from th
 round and the client), run the TFF learning process
 (`algorithms.build_fed_avg_process`: local SGD with local clipping, global or per-layer clipping
 of the deltas with `aggregators.PerLayerDPFactory`, Gaussian noise, the server optimizer).
+With `--mixed` (`config.MixedConfig`) the process is mixed federated learning
+(`algorithms.build_mixed_fl_process`): the server also trains on its own central data inside
+every round (`central_batches` draws the round's batches from the run secret and the round).
 Every `eval_every` rounds the global model is scored on held-out speakers and the privacy spent
 so far is accounted (`privacy_ledger`).
 
@@ -29,10 +32,13 @@ guarantee:
   behind the cohorts and client seeds is drawn from OS entropy and kept only in the checkpoints
   (owner-only); a `seed` fixed by the user makes it public, and the statement says so.
 * Released metrics: in a run with noise only held-out evaluation, privacy figures, server
-  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips)
-  and round times (a labelled side channel). Un-noised client statistics (training loss, delta
-  norms, per-layer norms, clipped fractions, how many clients took part) are computed and
-  released only with `release_client_diagnostics`, under the `client/` prefix, and named in the
+  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips;
+  mixed FL's `mixed/*`: central loss on server data, norms of the central and federated deltas
+  and of the augmenting gradients) and round times (a labelled side channel). Mixed FL's
+  central data is the server's: no guarantee covers it, and the statement says so.
+  Un-noised client statistics (training loss, delta norms, per-layer norms, clipped fractions,
+  how many clients took part) are computed and released only with
+  `release_client_diagnostics`, under the `client/` prefix, and named in the
   statement as outside the guarantee. Runs without noise release them all.
 * Replays: a round's outputs are held back until a checkpoint at or after it is durably saved
   (`release_journal`), and every draw of a round is a function of (run secret, round, client),
@@ -77,6 +83,7 @@ from fedasr_tff import models
 from fedasr_tff import private_files
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
+from fedasr_tff.program import central_batches
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import evaluation
@@ -113,10 +120,16 @@ def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, up
       'server': {'learning_rate': float(learning_rate), 'update_norm': float(update_norm)},
       'time': {'round_seconds': float(seconds)},
   }
+  if 'mixed' in output.metrics:
+    # Public: server data and quantities derived from the noised aggregate (`mixed_fl`).
+    values['mixed'] = {k: float(v) for k, v in output.metrics['mixed'].items()}
   client = {}
   if config.client_diagnostics:
-    train = output.metrics['client_work']['train']
-    client['train'] = {k: float(v) for k, v in train.items()}
+    client_work = output.metrics['client_work']
+    client['train'] = {k: float(v) for k, v in client_work['train'].items()}
+    if 'gradient_dissimilarity' in client_work:
+      client['gradient_dissimilarity'] = {
+          k: float(v) for k, v in client_work['gradient_dissimilarity'].items()}
   dp = output.metrics['aggregator'].get('dp_query_metrics')
   if dp is not None:
     # Public: the clips of this round are constants or the noised adaptive state, and the
@@ -143,6 +156,9 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
     return ()
   columns = [f'{CLIENT_PREFIX}/train/* (loss, examples, steps, clients, delta and gradient '
              'norms)']
+  if config.mixed.gradient_dissimilarity:
+    columns.append(f'{CLIENT_PREFIX}/gradient_dissimilarity/* (G2, B2 from un-noised client '
+                   'gradients)')
   if config.dp.clipping != 'none':
     columns += [f'{CLIENT_PREFIX}/dp/* (clipped fraction, non-finite clients)',
                 f'{CLIENT_PREFIX}/per_layer/* (norms before and after clipping, clipped '
@@ -155,8 +171,13 @@ _CONFIG_FORMAT = 2
 
 
 def _fingerprint(config: config_lib.FederatedConfig, client_ids: List[str],
-                 initial_weights: Optional[tff.learning.models.ModelWeights]) -> Dict[str, Any]:
+                 initial_weights: Optional[tff.learning.models.ModelWeights],
+                 central_ids: Optional[List[str]] = None) -> Dict[str, Any]:
   digest = hashlib.sha256('\n'.join(client_ids).encode()).hexdigest()
+  if central_ids is not None:
+    # The server's speakers too: a resumed mixed run must draw the same central batches.
+    central = '\n'.join(central_ids)
+    digest = hashlib.sha256(f'{digest}\ncentral:\n{central}'.encode()).hexdigest()
   weights_digest = None
   if initial_weights is not None:
     h = hashlib.sha256()
@@ -171,7 +192,8 @@ def _resume_relevant(grouped: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
   """The fields a resumed run must share, by flag name, from a saved grouped configuration."""
   fields = config_lib.config_fields(config_lib.FederatedConfig)
   flat = {name: value for group in grouped.values() for name, value in group.items()}
-  return {name: flat.get(name) for name, f in fields.items()
+  # A field added after the run was saved has its default there.
+  return {name: flat.get(name, f.default) for name, f in fields.items()
           if f.metadata.get(config_lib.FINGERPRINT, True)}
 
 
@@ -220,7 +242,17 @@ def _disclosures(config: config_lib.FederatedConfig) -> privacy_ledger.Disclosur
       noise_seed_known=config.dp.noise_seed is not None,
       noise_placement=config.dp.noise_placement,
       client_statistics=client_statistic_columns(config), pseudo_clients=config.data.iid,
-      adaptive_clipping=config.dp.adaptive_clipping)
+      adaptive_clipping=config.dp.adaptive_clipping,
+      central_data=_central_data_description(config))
+
+
+def _central_data_description(config: config_lib.FederatedConfig) -> str:
+  mixed = config.mixed
+  if not mixed.enabled:
+    return ''
+  source = mixed.central_corpus_dir or config.data.corpus_dir
+  return (f'split {mixed.central_split!r} ({mixed.central_speakers} speakers) of {source!r}, '
+          f'--mixed={mixed.mixed}, w_c = {mixed.central_weight:g}')
 
 
 @dataclasses.dataclass
@@ -230,11 +262,18 @@ class FederatedRun:
   train_data: pipeline.SpeechClientData
   output_dir: str
   model_fn: Callable[[], tff.learning.models.VariableModel]
-  process: tff.learning.templates.LearningProcess
+  process: tff.templates.IterativeProcess
   schedule: Callable[[int], float]
   noise: config_lib.NoiseLevel
   ledger: privacy_ledger.PrivacyLedger
   initial_state: Any
+  central: Optional[central_batches.CentralBatches] = None
+
+  def next(self, state, client_datasets, secret: int, round_num: int):
+    """One round of the process; a mixed FL round also takes the server's central batches."""
+    if self.central is None:
+      return self.process.next(state, client_datasets)
+    return self.process.next(state, client_datasets, self.central.for_round(secret, round_num))
 
   def train(self, *, eval_data: Optional[pipeline.SpeechClientData] = None,
             show_progress: bool = True, log=print) -> FederatedResult:
@@ -247,12 +286,23 @@ def build_run(config: config_lib.FederatedConfig,
               vocabulary: text_lib.Vocabulary,
               output_dir: str,
               *,
-              initial_weights: Optional[tff.learning.models.ModelWeights] = None
+              initial_weights: Optional[tff.learning.models.ModelWeights] = None,
+              central_data: Optional[pipeline.SpeechClientData] = None
               ) -> FederatedRun:
   """Builds the run of `config` on `train_data`: every library builder checks its arguments
   here (a `ValueError` names the configuration field), before anything is trained or written
   except `config.json`. Arguments as in `train`."""
   client_ids = train_data.client_ids
+  central = None
+  if config.mixed.enabled:
+    if central_data is None:
+      raise ValueError(f'`mixed`={config.mixed.mixed} needs the central data '
+                       '(`central_split`).')
+    central_batches.check_central_data(central_data, client_ids, vocabulary)
+    central = central_batches.CentralBatches(central_data,
+                                             config.mixed.central_batch_count(config.client))
+  elif central_data is not None:
+    raise ValueError('Central data was given without `mixed`.')
   noise = config.noise_level(len(client_ids))
   # Checks the cohorts against the population now; the run's z is read back from the
   # aggregator once the process exists.
@@ -268,18 +318,26 @@ def build_run(config: config_lib.FederatedConfig,
   schedule = config.server.schedule()
   aggregator = config.dp.aggregator(noise.noise_multiplier, config.run.cohort_size,
                                     tensor_names, config.client_diagnostics)
-  process = config.client.fed_avg_process(
-      model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
-      model_aggregator=aggregator)
+  if config.mixed.enabled:
+    process = config.mixed.process(
+        config.client, model_fn, server_optimizer=config.server.optimizer(),
+        server_lr_schedule=schedule, model_aggregator=aggregator,
+        gradient_dissimilarity=config.mixed.gradient_dissimilarity)
+  else:
+    process = config.client.fed_avg_process(
+        model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
+        model_aggregator=aggregator)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))
-  _check_or_write_fingerprint(output_dir, _fingerprint(config, client_ids, initial_weights))
+  _check_or_write_fingerprint(output_dir, _fingerprint(
+      config, client_ids, initial_weights,
+      central_data.client_ids if central_data is not None else None))
   if initial_weights is None:
     initial_weights = _initial_weights(model_fn, config.run.seed_or_zero)
   state = process.set_model_weights(state, initial_weights)
   return FederatedRun(config, train_data, output_dir, model_fn, process, schedule, noise, ledger,
-                      state)
+                      state, central)
 
 
 def train(config: config_lib.FederatedConfig,
@@ -289,6 +347,7 @@ def train(config: config_lib.FederatedConfig,
           *,
           eval_data: Optional[pipeline.SpeechClientData] = None,
           initial_weights: Optional[tff.learning.models.ModelWeights] = None,
+          central_data: Optional[pipeline.SpeechClientData] = None,
           show_progress: bool = True,
           log=print) -> FederatedResult:
   """Runs (or resumes) the federated training of `config`; see the module docstring.
@@ -301,10 +360,13 @@ def train(config: config_lib.FederatedConfig,
     eval_data: held-out speakers scored every `eval_every` rounds; None skips evaluation.
     initial_weights: the seed model (`model_io.load_weights`); None starts from a seeded random
       initialisation (`seed`, or 0).
+    central_data: the server's central data of a mixed FL run (`config.mixed`); its speakers
+      must not be training clients.
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
   """
-  run = build_run(config, train_data, vocabulary, output_dir, initial_weights=initial_weights)
+  run = build_run(config, train_data, vocabulary, output_dir, initial_weights=initial_weights,
+                  central_data=central_data)
   return run.train(eval_data=eval_data, show_progress=show_progress, log=log)
 
 
@@ -395,7 +457,7 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
               c, seed=cohorts.client_seed(secret, round_num, c), max_batches=max_batches)
           for c in cohort
       ]
-      output = process.next(state, datasets)
+      output = run.next(state, datasets, secret, round_num)
       state = output.state
       ledger.check_round(state.aggregator)
       new_weights = process.get_model_weights(state)

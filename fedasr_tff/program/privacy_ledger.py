@@ -85,6 +85,7 @@ class Disclosures:
       (the `--release_client_diagnostics` opt-in); empty when none are released.
     pseudo_clients: clients are `--iid` pseudo-speakers, not people.
     adaptive_clipping: the clips are the noised adaptive state.
+    central_data: mixed FL's server-side central data (a description), '' for none.
   """
   sampling: str = 'poisson'
   sampling_seed_known: bool = False
@@ -93,6 +94,7 @@ class Disclosures:
   client_statistics: Tuple[str, ...] = ()
   pseudo_clients: bool = False
   adaptive_clipping: bool = False
+  central_data: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +273,12 @@ class PrivacyLedger:
     if disclosures.adaptive_clipping:
       lines.append('- Adaptive clipping: the clips are updated from noised clipped counts, paid '
                    'for within the same z (the released clips are covered).')
+    if disclosures.central_data:
+      lines.append('- Mixed federated learning: the server also trained on its own central data '
+                   f'({disclosures.central_data}). That data is covered by **no** guarantee. '
+                   'The clients\' guarantee above is unchanged: the central branch reads only '
+                   'the global model and server data, and everything derived from client '
+                   'updates is computed from the noised aggregate (post-processing).')
     if disclosures.client_statistics:
       lines.append('- **Outside the guarantee (opt-in `--release_client_diagnostics`)**: these '
                    'released columns are computed from client data without noise: '
