@@ -154,16 +154,17 @@ def run_label_skew(rounds=150, *, seed=0, cohort=10, batch_size=8, local_steps=2
   features, hidden = eval_x.shape[1], 16
   model_fn = _model_fn(features, hidden,
                        lambda: tf.keras.losses.BinaryCrossentropy(from_logits=True), seed=seed)
-  keras_model = _keras_model(features, hidden, seed)
   central_size = cohort * batch_size   # The paper's rubric |B_c| = S·|B_i| (C.2).
 
   def evaluate(weights):
-    for variable, value in zip(keras_model.trainable_variables, weights, strict=True):
-      variable.assign(value)
-    scores = keras_model(eval_x).numpy()
+    # The model's forward pass in NumPy: a Keras model made eagerly here would be invalidated
+    # by the next TFF process built (which constructs models in graph mode).
+    kernel_1, bias_1, kernel_2, bias_2 = (np.asarray(w) for w in weights)
+    scores = np.maximum(eval_x @ kernel_1 + bias_1, 0.0) @ kernel_2 + bias_2
     predicted = scores > 0
     half = len(eval_pos[0])
-    return {'auc': _auc(scores, eval_y), 'eval_loss': float(loss(eval_y, scores)),
+    eval_loss = float(loss(eval_y, scores.astype(np.float32)))
+    return {'auc': _auc(scores, eval_y), 'eval_loss': eval_loss,
             'accuracy_label_1': float(np.mean(predicted[:half])),
             'accuracy_label_0': float(np.mean(~predicted[half:]))}
 
@@ -174,14 +175,13 @@ def run_label_skew(rounds=150, *, seed=0, cohort=10, batch_size=8, local_steps=2
 
   union = (np.vstack([c[0] for c in client_sets] + [server_set[0]]),
            np.vstack([c[1] for c in client_sets] + [server_set[1]]))
-  curves, dissimilarity = {}, {}
+  curves, dissimilarity, initial = {}, {}, None
   for name in (FL_ALONE,) + mixed_fl.ALGORITHMS + (ORACLE,):
     if name == ORACLE:
       oracle = algorithms.build_central_work(
           model_fn, optimizer=optimizers.build('sgd', learning_rate), steps=local_steps)
       optimizer_state = oracle.initialize()
-      weights = tff.learning.models.ModelWeights(
-          [v.numpy() for v in _keras_model(features, hidden, seed).trainable_variables], [])
+      weights = initial   # The mixed processes' initial model (same seed).
     else:
       process = algorithms.build_mixed_fl_process(
           model_fn, algorithm=mixed_fl.PARALLEL if name == FL_ALONE else name,
@@ -190,6 +190,7 @@ def run_label_skew(rounds=150, *, seed=0, cohort=10, batch_size=8, local_steps=2
           server_optimizer=optimizers.build('sgd', 1.0),
           gradient_dissimilarity=name != FL_ALONE)
       state = process.initialize()
+      initial = state.global_model_weights
     curve, g2, b2 = [], [], []
     for round_num in range(1, rounds + 1):
       round_rng = np.random.default_rng([seed, round_num])

@@ -10,15 +10,20 @@ model's own loss, `model_loss`), or a data-free term (`data_free`: `loss_fn(mode
 regulariser on the weights), times the weight w (w_c of the mixed loss).
 
 * `steps(optimizer_state, x, batches[, augmenting_gradient])`: from x, K = `steps` steps
-  x_{k+1} = CentralOpt(x_k, ∇ w·f_c(x_k; B_k) + g_aug) over the batches (cycled when there are
+  x_{k+1} = CentralOpt(x_k, clip(∇ w·f_c(x_k; B_k)) + g_aug) over the batches (cycled when there are
   fewer than K; the step k is folded into a batch's `seed` as on clients,
   `local_training.with_step_seed`). Returns the optimizer state, the delta x − x_K (old minus
-  new, the sign of client deltas), the mean of the K stochastic gradients ∇ w·f_c(x_k; B_k)
+  new, the sign of client deltas), the mean of the K (clipped) stochastic gradients
   (g_aug excluded: the 2-way transfer's g̃_c, exact for any CentralOpt) and the mean unweighted
   loss f_c(x_k; B_k). Zero batches take zero steps.
-* `gradient(x, batches)`: the mean over the batches of ∇ w·f_c(x; B) at x (the 1-way
+* `gradient(x, batches)`: the mean over the batches of clip(∇ w·f_c(x; B)) at x (the 1-way
   transfer's central gradient, one gradient on a batch of their union) and the mean unweighted
   loss.
+
+clip(g) = g·min(1, C/||g||) with C = `clip_norm` (global L2 norm; None: no clip), the clients'
+local clip (`local_training`): the central branch steps like one more client, so plain SGD at the
+clients' learning rate is as stable on the server as on the clients (the CTC loss's raw
+gradients are far larger than the clip).
 
 Privacy: nothing here reads client data. What it computes is a function of the global model
 (already a DP release in a DP run) and the server's data, which no client-level guarantee covers.
@@ -69,6 +74,7 @@ def build_central_work(
     loss_fn: Callable = model_loss,
     data_free: bool = False,
     augmented: bool = False,
+    clip_norm: Optional[float] = None,
 ) -> CentralWork:
   """Builds the central component.
 
@@ -81,9 +87,12 @@ def build_central_work(
     loss_fn: (model, batch) -> scalar loss; `batch` is None when `data_free`.
     data_free: the loss needs no server data.
     augmented: `steps` takes an augmenting gradient added to every step's gradient.
+    clip_norm: C > 0 of the global-norm clip of every data gradient, or None.
   """
   validation.check_positive_integer('central_steps', steps)
   validation.check_non_negative('central_weight', loss_weight)
+  if clip_norm is not None:
+    validation.check_positive('local_clip_norm', clip_norm)
   if optimizer is not None and not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise ValueError('`central_optimizer` must be a tff.learning.optimizers.Optimizer, got '
                      f'{optimizer!r}.')
@@ -97,6 +106,11 @@ def build_central_work(
   def step_batch(batch, step):
     # A data-free loss sees None, not the placeholder `_batches_or_none` iterates.
     return None if data_free else local_training.with_step_seed(batch, step)
+
+  def clipped(grads):
+    if clip_norm is None:
+      return grads
+    return tf.clip_by_global_norm(grads, clip_norm)[0]
 
   def weighted_loss(model, batch):
     loss = tf.cast(loss_fn(model, batch), tf.float32)
@@ -123,7 +137,8 @@ def build_central_work(
       for batch in iter(_batches_or_none(batches, 1)):
         with tf.GradientTape() as tape:
           loss, weighted = weighted_loss(model, step_batch(batch, 0))
-        grads = local_training.dense_gradients(tape.gradient(weighted, trainable), trainable)
+        grads = clipped(local_training.dense_gradients(tape.gradient(weighted, trainable),
+                                                       trainable))
         total = [t + g for t, g in zip(total, grads, strict=True)]
         loss_sum, count = loss_sum + loss, count + 1.0
       mean = [t / tf.maximum(count, 1.0) for t in total]
@@ -159,7 +174,8 @@ def build_central_work(
       for batch in iter(_batches_or_none(batches, steps, cycle=True)):
         with tf.GradientTape() as tape:
           loss, weighted = weighted_loss(model, step_batch(batch, count))
-        grads = local_training.dense_gradients(tape.gradient(weighted, trainable), trainable)
+        grads = clipped(local_training.dense_gradients(tape.gradient(weighted, trainable),
+                                                       trainable))
         total = [t + g for t, g in zip(total, grads, strict=True)]
         if flat_augmenting is not None:
           grads = [g + a for g, a in zip(grads, flat_augmenting, strict=True)]

@@ -177,7 +177,8 @@ def build_mixed_fl_process(
     algorithm: "parallel", "one_way" or "two_way" (`ALGORITHMS`).
     central_weight: w_c in [0, 1]; clients train on (1 − w_c)·loss.
     client_learning_rate, local_steps, local_epochs, local_clip_norm, fedprox_mu: the client
-      work (`local_training`); the gradient transfers need `local_steps`.
+      work (`local_training`); the gradient transfers need `local_steps`. The central branch
+      clips its data gradients at `local_clip_norm` too (`central_work`).
     server_optimizer, server_lr_schedule, model_aggregator: the federated branch, as in
       `fed_avg.build_fed_avg_process`.
     central_optimizer: CentralOpt of PT and 2-w GT; default SGD at `client_learning_rate` (the
@@ -226,10 +227,15 @@ def build_mixed_fl_process(
       model_fn, client_learning_rate=client_learning_rate, local_steps=local_steps,
       local_epochs=local_epochs, local_clip_norm=local_clip_norm, fedprox_mu=fedprox_mu,
       loss_weight=federated_weight, augmented=transfers, start_gradient=gradient_dissimilarity)
+  central_kwargs = dict(loss_weight=central_weight, loss_fn=central_loss_fn,
+                        data_free=central_data_free)
   central = central_work_lib.build_central_work(
       model_fn, optimizer=central_optimizer if central_steps_run else None,
-      steps=central_steps or 1, loss_weight=central_weight, loss_fn=central_loss_fn,
-      data_free=central_data_free, augmented=algorithm == TWO_WAY)
+      steps=central_steps or 1, augmented=algorithm == TWO_WAY, clip_norm=local_clip_norm,
+      **central_kwargs)
+  # G̃² and B̃² compare raw gradients: the clients' is unclipped, so the server's is too.
+  raw_central_gradient = central_work_lib.build_central_work(
+      model_fn, optimizer=None, steps=1, **central_kwargs).gradient
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
@@ -317,8 +323,7 @@ def build_mixed_fl_process(
             tf_ops.federated_gradient, (aggregated.result, client_lr))
     client_measurements = client_output.measurements
     if gradient_dissimilarity:
-      central_at_x = (augmenting if algorithm == ONE_WAY
-                      else tff.federated_map(central.gradient, central_args)[0])
+      central_at_x = tff.federated_map(raw_central_gradient, central_args)[0]
       client_measurements = tff.federated_zip(collections.OrderedDict(
           train=client_measurements.train,
           gradient_dissimilarity=tff.federated_map(

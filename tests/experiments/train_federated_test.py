@@ -37,6 +37,11 @@ def _run(*args, timeout=600):
                         cwd=_ROOT, timeout=timeout, check=False)
 
 
+# Mixed FL, the server training on the seed part of the split, the clients the rest.
+_MIXED = ('--speakers=federated', '--mixed=two_way', '--central_split=train',
+          '--central_speakers=seed', '--central_weight=0.3')
+
+
 class TrainFederatedTest(absltest.TestCase):
 
   @classmethod
@@ -99,10 +104,10 @@ class TrainFederatedTest(absltest.TestCase):
     self.assertIn('--seed_model', result.stderr)
     self.assertIn('shape', result.stderr)
 
-  def _start(self, output_dir, model):
+  def _start(self, output_dir, model, *extra):
     # SIGINT at its default disposition in the run, as under a terminal: a test runner started
     # as a background job of a non-interactive shell ignores SIGINT, and its children inherit that.
-    return subprocess.Popen(_command(*self._flags(output_dir, model=model)),
+    return subprocess.Popen(_command(*self._flags(output_dir, *extra, model=model)),
                             stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -139,9 +144,11 @@ class TrainFederatedTest(absltest.TestCase):
 
   def test_killed_run_resumes_to_the_same_final_state(self):
     # The `small` model trains with dropout and layer drop: every draw of client work must be a
-    # function of (run secret, round, client) for a replayed round to be bit-identical.
+    # function of (run secret, round, client) for a replayed round to be bit-identical. The run
+    # is mixed FL's 2-way gradient transfer (the server trains on the seed speaker): its central
+    # batches, central optimizer and augmenting gradients must replay too.
     reference = os.path.join(self.tmp, 'reference')
-    result = _run(*self._flags(reference, model='small'))
+    result = _run(*self._flags(reference, *_MIXED, model='small'))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('epsilon spent', result.stdout)
     # Both seeds were fixed: the statement says what that costs.
@@ -154,17 +161,18 @@ class TrainFederatedTest(absltest.TestCase):
     # worker before the process exits; then SIGKILL after round 3's, which nothing in the run
     # can catch, so the watchdog stops the orphaned worker (within its 5 s grace and a margin).
     resumed = os.path.join(self.tmp, 'resumed')
-    workers = self._kill_after_checkpoint(self._start(resumed, 'small'), resumed, 1,
+    workers = self._kill_after_checkpoint(self._start(resumed, 'small', *_MIXED), resumed, 1,
                                           signal.SIGINT)
     self._assert_stopped(workers, timeout=0)
-    proc = self._start(resumed, 'small')
+    proc = self._start(resumed, 'small', *_MIXED)
     workers = self._kill_after_checkpoint(proc, resumed, 3, signal.SIGKILL)
     self.assertEqual(proc.returncode, -signal.SIGKILL)
     self._assert_stopped(workers, timeout=30)
 
-    result = _run(*self._flags(resumed, model='small'))
+    result = _run(*self._flags(resumed, *_MIXED, model='small'))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('Resuming from the checkpoint of round', result.stdout)
+    self.assertIn('Mixed federated learning', result.stdout)
     model = models.build_ctc_transformer('small', 29)
     want = model_io.load_weights(os.path.join(reference, 'model.npz'), model)
     got = model_io.load_weights(os.path.join(resumed, 'model.npz'), model)
