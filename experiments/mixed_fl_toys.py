@@ -4,23 +4,23 @@ Augenstein et al., "Mixed Federated Learning: Joint Decentralized and Centralize
 arXiv:2205.13655, has no toy experiments; these are the analogs of its claims
 (`fedasr_tff.algorithms.mixed_fl` runs them):
 
-* `--task=quadratic` (its Sec. 4 and App. B): linear regression with the squared error, so every
+* `--toy=quadratic` (its Sec. 4 and App. B): linear regression with the squared error, so every
   loss is a deterministic quadratic; every client holds the same data (IID clients, full-batch
   steps) and the server data of another curvature. With K > 1 local steps, parallel training's
   fixed point is biased away from argmin f = w_f·f_fed + w_c·f_central, while both gradient
   transfers reach it. Prints ||x_T − x*|| and f(x_T) − f(x*) for each algorithm.
-* `--task=label_skew` (its smile experiment, Sec. 5.1, in miniature): binary classification of
+* `--toy=label_skew` (its smile experiment, Sec. 5.1, in miniature): binary classification of
   two Gaussian classes; federated clients hold only label 1 ("smiling"), the server only label
   0; evaluation on a balanced mixture. Runs FL alone, PT, 1-w GT, 2-w GT and the oracle
   (central training on the union, `algorithms.build_central_work`), and prints AUC, eval loss and
-  accuracy on each label (mean ± std over `--seeds`) and the gradient dissimilarity G̃², B̃²
+  accuracy on each label (mean ± std over `--toy_seeds`) and the gradient dissimilarity G̃², B̃²
   (eq. 7, max over rounds 10..T).
 
-  python -m experiments.mixed_fl_toys --task=quadratic
-  python -m experiments.mixed_fl_toys --task=label_skew --seeds=3 --rounds=150 \
-      --output_dir=/tmp/mixed_toys
+  python -m experiments.mixed_fl_toys --toy=quadratic
+  python -m experiments.mixed_fl_toys --toy=label_skew --toy_seeds=3 --toy_rounds=150 \
+      --results_dir=/tmp/mixed_toys
 
-With --output_dir, the curves and the table are written to `mixed_fl_<task>.json`.
+With --results_dir, the curves and the table are written to `mixed_fl_<toy>.json`.
 """
 
 import json
@@ -38,12 +38,12 @@ from fedasr_tff import optimizers
 from fedasr_tff.algorithms import mixed_fl
 
 TASKS = ('quadratic', 'label_skew')
-_TASK = flags.DEFINE_enum('task', 'label_skew', TASKS, 'Which synthetic task.')
-_SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds (label_skew).', lower_bound=1)
-_ROUNDS = flags.DEFINE_integer('rounds', None, 'Rounds (default: 300 quadratic, 150 label_skew).',
-                               lower_bound=1)
+_TASK = flags.DEFINE_enum('toy', 'label_skew', TASKS, 'Which synthetic task.')
+_SEEDS = flags.DEFINE_integer('toy_seeds', 3, 'Seeds (label_skew).', lower_bound=1)
+_ROUNDS = flags.DEFINE_integer('toy_rounds', None, 'Rounds (default: 300 quadratic, 150 '
+                               'label_skew).', lower_bound=1)
 _RESULTS_DIR = flags.DEFINE_string('results_dir', None,
-                                   'Where to write mixed_fl_<task>.json (default: --output_dir).')
+                                   'Where to write mixed_fl_<toy>.json (default: --output_dir).')
 
 FL_ALONE, ORACLE = 'fl_alone', 'oracle'
 

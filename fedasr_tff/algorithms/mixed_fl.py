@@ -233,9 +233,11 @@ def build_mixed_fl_process(
       model_fn, optimizer=central_optimizer if central_steps_run else None,
       steps=central_steps or 1, augmented=algorithm == TWO_WAY, clip_norm=local_clip_norm,
       **central_kwargs)
-  # G̃² and B̃² compare raw gradients: the clients' is unclipped, so the server's is too.
-  raw_central_gradient = central_work_lib.build_central_work(
-      model_fn, optimizer=None, steps=1, **central_kwargs).gradient
+  raw_central_gradient = None
+  if gradient_dissimilarity:
+    # G̃² and B̃² compare raw gradients: the clients' is unclipped, so the server's is too.
+    raw_central_gradient = central_work_lib.build_central_work(
+        model_fn, optimizer=None, steps=1, **central_kwargs).gradient
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
