@@ -154,7 +154,6 @@ def run_label_skew(rounds=150, *, seed=0, cohort=10, batch_size=8, local_steps=2
   features, hidden = eval_x.shape[1], 16
   model_fn = _model_fn(features, hidden,
                        lambda: tf.keras.losses.BinaryCrossentropy(from_logits=True), seed=seed)
-  central_size = cohort * batch_size   # The paper's rubric |B_c| = S·|B_i| (C.2).
 
   def evaluate(weights):
     # The model's forward pass in NumPy: a Keras model made eagerly here would be invalidated
@@ -169,9 +168,12 @@ def run_label_skew(rounds=150, *, seed=0, cohort=10, batch_size=8, local_steps=2
             'accuracy_label_0': float(np.mean(~predicted[half:]))}
 
   def central_batches(round_rng, pool):
+    # K batches of the paper's |B_c| = S·|B_i| (App. C.2): PT and 2-w GT step on each, 1-w GT
+    # takes its one gradient on all of them, its rubric's K·S·|B_i|.
+    size = mixed_fl.central_batch_size(mixed_fl.PARALLEL, cohort, batch_size, local_steps)
     x, y = pool
-    index = round_rng.choice(len(x), size=local_steps * central_size)
-    return _dataset(x[index], y[index], central_size)
+    index = round_rng.choice(len(x), size=local_steps * size)
+    return _dataset(x[index], y[index], size)
 
   union = (np.vstack([c[0] for c in client_sets] + [server_set[0]]),
            np.vstack([c[1] for c in client_sets] + [server_set[1]]))

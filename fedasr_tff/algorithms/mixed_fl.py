@@ -150,6 +150,20 @@ def gradient_dissimilarity(federated_gradient, central_gradient, federated_weigh
   return collections.OrderedDict(G2=weighted - s2, B2=tf.math.divide_no_nan(weighted, s2))
 
 
+def central_batch_size(algorithm: str, cohort_size: int, client_batch_size: int,
+                       local_steps: int) -> int:
+  """The paper's central batch rubric (Augenstein et al. 2022, App. C.2): |B_c| = S·|B_i| for
+  PT and 2-w GT (the server's step matches the cohort's), K·S·|B_i| for 1-w GT (its one central
+  gradient stands for K steps, so its variance is K times more costly, Table 1)."""
+  if algorithm not in ALGORITHMS:
+    raise ValueError(f'`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.')
+  for name, value in (('cohort_size', cohort_size), ('client_batch_size', client_batch_size),
+                      ('local_steps', local_steps)):
+    validation.check_positive_integer(name, value)
+  size = cohort_size * client_batch_size
+  return size * local_steps if algorithm == ONE_WAY else size
+
+
 def build_mixed_fl_process(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,

@@ -112,7 +112,7 @@ class DataConfig:
   def vocabulary(self) -> data.Vocabulary:
     return data.Vocabulary(self.language)
 
-  def with_defaultfeature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
+  def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
     """This configuration, its feature cache under `output_dir` if it names none."""
     if self.feature_cache_dir is not None or not output_dir:
       return self

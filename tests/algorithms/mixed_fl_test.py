@@ -225,6 +225,32 @@ class MixedFLTest(parameterized.TestCase):
     for a, b in zip(_trainable(states['parallel']), _trainable(states['two_way']), strict=True):
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
+  def test_two_way_step_is_about_twice_parallel_trainings(self):
+    # Far from the optimum at K = 1 with steps too small to change the gradient much, once the
+    # augmenting gradients are set (round 1), each 2-w GT branch moves along the whole gradient
+    # of f and the merge sums them.
+    steps = {}
+    for algorithm in ('parallel', 'two_way'):
+      process = mixed_fl.build_mixed_fl_process(
+          _model_fn, algorithm=algorithm, central_weight=0.5, client_learning_rate=1e-3,
+          local_steps=1, local_clip_norm=None, server_optimizer=_sgd(1.0))
+      state = process.initialize()
+      for _ in range(2):
+        client_batches, central_batches = self._data(20, steps=1, central_steps=1, shift=4.0)
+        before = _trainable(state)
+        state = process.next(state, [_dataset(b) for b in client_batches],
+                             _dataset(central_batches)).state
+      steps[algorithm] = np.sqrt(sum(np.sum((a - b) ** 2)
+                                     for a, b in zip(_trainable(state), before, strict=True)))
+    self.assertBetween(steps['two_way'] / steps['parallel'], 1.7, 2.1)
+
+  def test_central_batch_rubric(self):
+    self.assertEqual(mixed_fl.central_batch_size('parallel', 100, 5, 2), 500)
+    self.assertEqual(mixed_fl.central_batch_size('two_way', 100, 5, 2), 500)
+    self.assertEqual(mixed_fl.central_batch_size('one_way', 100, 5, 2), 1000)
+    with self.assertRaisesRegex(ValueError, 'cohort_size'):
+      mixed_fl.central_batch_size('parallel', 0, 5, 2)
+
   def test_central_weight_one_is_central_training(self):
     # w_f = 0: the clients' deltas vanish and PT is K CentralOpt steps from x.
     client_batches, central_batches = self._data(5)
@@ -295,10 +321,11 @@ class MixedFLTest(parameterized.TestCase):
     for a, b in zip(*results, strict=True):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
-  @parameterized.parameters(*mixed_fl.ALGORITHMS)
-  def test_dp_mechanism_is_fed_avgs(self, algorithm):
+  def test_dp_mechanism_is_fed_avgs(self):
     # The ledger reads z from the aggregator's state: the same for FedAvg and mixed FL, so the
-    # same ε at the same (q, z, T); and the noised round still runs.
+    # same ε at the same (q, z, T); and a noised 2-w GT round runs. (The runner's ledgers are
+    # compared in tests/program/mixed_training_test.py.)
+    algorithm = 'two_way'
     def aggregator():
       return aggregators.PerLayerDPFactory.gaussian_fixed(
           noise_multiplier=1.3, clients_per_round=3, clip=0.1, allocation='dim', noise_seed=1)
