@@ -32,9 +32,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import common
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
+from fedasr_tff import runtime
 from fedasr_tff.algorithms import mixed_fl
 
 TASKS = ('quadratic', 'label_skew')
@@ -42,8 +42,8 @@ _TASK = flags.DEFINE_enum('toy', 'label_skew', TASKS, 'Which synthetic task.')
 _SEEDS = flags.DEFINE_integer('toy_seeds', 3, 'Seeds (label_skew).', lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('toy_rounds', None, 'Rounds (default: 300 quadratic, 150 '
                                'label_skew).', lower_bound=1)
-_RESULTS_DIR = flags.DEFINE_string('results_dir', None,
-                                   'Where to write mixed_fl_<toy>.json (default: --output_dir).')
+# Its own flags only (no experiments.common): tests import this module beside other binaries.
+_RESULTS_DIR = flags.DEFINE_string('results_dir', None, 'Where to write mixed_fl_<toy>.json.')
 
 FL_ALONE, ORACLE = 'fl_alone', 'oracle'
 
@@ -244,8 +244,8 @@ def _label_skew_table(runs):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
-  results_dir = _RESULTS_DIR.value or common.OUTPUT_DIR.value
+  runtime.set_local_cpp_execution_context()
+  results_dir = _RESULTS_DIR.value
   if _TASK.value == 'quadratic':
     results = run_quadratic(_ROUNDS.value or 300)
     print('| algorithm | ||x_T - x*|| | f(x_T) - f(x*) |\n|---|---|---|')
