@@ -1,7 +1,9 @@
-"""TFF aggregation factories for user-level DP with global and per-layer clipping."""
+"""TFF aggregation factories for user-level DP with global and per-layer clipping, and a DP
+weighted mean with bounded weights."""
 
 from fedasr_tff.aggregators.allocation import ALLOCATIONS
 from fedasr_tff.aggregators.allocation import group_clips
+from fedasr_tff.aggregators.bounded_weight_dp import BoundedWeightDPFactory
 from fedasr_tff.aggregators.per_layer_dp import GLOBAL_GROUP
 from fedasr_tff.aggregators.per_layer_dp import PerLayerDPFactory
 from fedasr_tff.aggregators.per_layer_query import NOISE_DRAWS

@@ -213,8 +213,25 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       return leaf_names
     return [f'group_{h}' for h in range(num_groups)]
 
+  @property
+  def clients_per_round(self) -> float:
+    return self._clients_per_round
+
+  @property
+  def noise_placement(self) -> str:
+    return self._noise_placement
+
+  @property
+  def diagnostics(self) -> bool:
+    return self._diagnostics
+
   def build_query(self, value_type) -> tfp.DPQuery:
     """The normalized DPQuery this factory runs for `value_type`."""
+    return tfp.NormalizedQuery(self.build_sum_query(value_type),
+                               denominator=self._clients_per_round)
+
+  def build_sum_query(self, value_type) -> per_layer_query.PerLayerClipGaussianSumQuery:
+    """The clipped, noised sum query for `value_type`, before division by the cohort."""
     specs = tff.types.type_to_tf_tensor_specs(value_type)
     leaves = tf.nest.flatten(specs)
     if not leaves:
@@ -234,7 +251,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     else:
       value_noise_multiplier = per_layer_query.adaptive_value_noise_multiplier(
           self._noise_multiplier, self._clipped_count_stddev, len(clips))
-    query = per_layer_query.PerLayerClipGaussianSumQuery(
+    return per_layer_query.PerLayerClipGaussianSumQuery(
         group_ids,
         clips,
         value_noise_multiplier,
@@ -247,7 +264,6 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         diagnostics=self._diagnostics,
         noise_seed=self._noise_seed,
         group_names=group_names)
-    return tfp.NormalizedQuery(query, denominator=self._clients_per_round)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     return tff.aggregators.DifferentiallyPrivateFactory(self.build_query(value_type)).create(

@@ -327,6 +327,15 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
   def adaptive(self) -> bool:
     return self._target_quantile is not None
 
+  @property
+  def noise_multiplier(self) -> float:
+    """z of the round's one Gaussian mechanism (value and clipped counts), as reported."""
+    return self._total_noise_multiplier
+
+  @property
+  def noise_placement(self) -> str:
+    return self._noise_placement
+
   def _zero_diagnostics(self):
     if not self._diagnostics:
       return ()

@@ -65,6 +65,39 @@ class CentralWork:
   data_type: Optional[tff.SequenceType]
 
 
+class ServerDataProcess(tff.templates.IterativeProcess):
+  """A learning process whose rounds also take server data: `next(state, client_data,
+  central_data)`, or `next(state, client_data)` when the server's loss is data-free; returns
+  `tff.learning.templates.LearningProcessOutput`, with the model-weight accessors of a
+  `LearningProcess`.
+
+  The central batches are a SERVER-placed sequence argument, not data read inside the
+  computation, so a round is a pure function of its inputs (the runner draws them from its
+  secret and the round, and a replayed round is bit-identical). Mixed FL (`mixed_fl`) and DGA's
+  server rehearsal (`dga`) are such processes.
+  """
+
+  def __init__(self, initialize_fn, next_fn, get_model_weights, set_model_weights,
+               central_data_type):
+    super().__init__(initialize_fn, next_fn)
+    self._get_model_weights = get_model_weights
+    self._set_model_weights = set_model_weights
+    self._central_data_type = central_data_type
+
+  @property
+  def get_model_weights(self) -> tff.Computation:
+    return self._get_model_weights
+
+  @property
+  def set_model_weights(self) -> tff.Computation:
+    return self._set_model_weights
+
+  @property
+  def central_data_type(self) -> Optional[tff.SequenceType]:
+    """The type of `next`'s central batches; None when the server takes no data."""
+    return self._central_data_type
+
+
 def build_central_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,

@@ -97,21 +97,27 @@ def build_server_components(
     *,
     server_optimizer: tff.learning.optimizers.Optimizer,
     server_lr_schedule: Optional[Callable] = None,
-    model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    model_aggregator=None,
 ) -> Tuple[tff.templates.AggregationProcess, tff.learning.templates.FinalizerProcess]:
   """The aggregation process of the client deltas and the server optimizer's finalizer; the
-  server side of `compose_process` and of the mixed FL processes (`mixed_fl`)."""
+  server side of `compose_process`, of the mixed FL processes (`mixed_fl`) and of DGA (`dga`).
+
+  `model_aggregator` is an unweighted factory (which ignores the clients' weights) or a
+  weighted one (DGA's weights); default TFF's unweighted mean.
+  """
   if not isinstance(server_optimizer, tff.learning.optimizers.Optimizer):
     raise ValueError('`server_optimizer` must be a tff.learning.optimizers.Optimizer, got '
                      f'{server_optimizer!r}.')
   if model_aggregator is None:
     model_aggregator = tff.aggregators.UnweightedMeanFactory()
-  if not isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
-    raise ValueError('`model_aggregator` must be a tff.aggregators.UnweightedAggregationFactory'
-                     f', got {model_aggregator!r}.')
-  # Client weights are all 1 (DP needs uniform weights); the unweighted factory ignores them.
-  aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator).create(
-      model_weights_type.trainable, tff.TensorType(np.float32))
+  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+    # FedAvg's client weights are all 1 (DP needs uniform weights): an unweighted factory
+    # ignores them.
+    model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
+  if not isinstance(model_aggregator, tff.aggregators.WeightedAggregationFactory):
+    raise ValueError('`model_aggregator` must be a TFF aggregation factory, got '
+                     f'{model_aggregator!r}.')
+  aggregator = model_aggregator.create(model_weights_type.trainable, tff.TensorType(np.float32))
   if server_lr_schedule is not None:
     server_optimizer = tff.learning.optimizers.schedule_learning_rate(server_optimizer,
                                                                       server_lr_schedule)

@@ -41,6 +41,11 @@ same noise would differ by a noise-free difference of client updates, which canc
 Batches of other structures (tuples of generic models) pass unchanged; such models must then draw
 nothing at random in training for the guarantee to hold.
 
+Dynamic gradient aggregation (`dga`) weights a client's delta by a function of its training loss:
+with `report_loss`, the `ClientResult`'s `update_weight` is the client's mean training loss over
+its local steps (the loss `train/loss` averages), which the DGA process turns into the aggregation
+weight in a federated computation of its own; otherwise it is 1.
+
 Measurements (`train`): `loss`, the mean over clients of each client's mean loss over its local
 steps; `examples` and `steps` (summed over clients); `clients`, the number of clients;
 `delta_norm`, the mean over clients of the L2 norm of the delta; and the largest gradient norm
@@ -172,6 +177,7 @@ def build_local_training_client_work(
     loss_weight: float = 1.0,
     augmented: bool = False,
     start_gradient: bool = False,
+    report_loss: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the `ClientWorkProcess` of the module docstring.
 
@@ -187,6 +193,7 @@ def build_local_training_client_work(
       augmenting gradient outside the clip; needs `local_steps` (the server adds back
       η_loc·local_steps·g_aug, so every client's step count must be public).
     start_gradient: also measure `start_gradient` (module docstring).
+    report_loss: the update weight is the client's mean training loss (module docstring).
   """
   validation.check_positive('client_learning_rate', client_learning_rate)
   check_local_work(local_steps, local_epochs)
@@ -219,7 +226,7 @@ def build_local_training_client_work(
   def client_update(state_hparams, broadcast, dataset):
     client_update_fn = _build_client_update(model_fn(), local_steps, local_epochs,
                                             local_clip_norm, fedprox_mu, loss_weight,
-                                            start_gradient, augmented)
+                                            start_gradient, augmented, report_loss)
     learning_rate = state_hparams[hparams.LEARNING_RATE_KEY]
     if augmented:
       return client_update_fn(learning_rate, broadcast[_MODEL_WEIGHTS], dataset,
@@ -259,7 +266,7 @@ def build_local_training_client_work(
 
 
 def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedprox_mu,
-                         loss_weight, start_gradient, augmented=False):
+                         loss_weight, start_gradient, augmented=False, report_loss=False):
   """The local training of one client, as one `tf.function` (so ops run in program order)."""
 
   # Traced inline when the model's forward pass is itself a `tf.function`: differentiating a
@@ -337,14 +344,16 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
       # The private part only: what the augmenting gradients moved is public.
       delta = tf.nest.pack_sequence_as(initial_weights.trainable,
                                        [p.read_value() for p in private])
+    mean_loss = loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0)
     sums = collections.OrderedDict(
-        loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),
+        loss=mean_loss,
         examples=examples,
         steps=steps,
         clients=tf.constant(1, tf.int64),
         delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)))
     maxima = tf.stack([max_norm, max_clipped_norm])
-    result = tff.learning.templates.ClientResult(update=delta, update_weight=tf.constant(1.0))
+    result = tff.learning.templates.ClientResult(
+        update=delta, update_weight=mean_loss if report_loss else tf.constant(1.0))
     if start is not None:
       return result, sums, maxima, tf.nest.pack_sequence_as(initial_weights.trainable, start)
     return result, sums, maxima

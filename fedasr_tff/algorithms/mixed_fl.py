@@ -60,7 +60,7 @@ added outside it (`local_training` says why); user-level sensitivity comes from 
 aggregator's clip of the private part.
 
 **TFF shape.** `next(state, client_data, central_data)`: the round's central batches are a
-SERVER-placed sequence argument of a process of our own (`MixedProcess`, a
+SERVER-placed sequence argument of a process of our own (`central_work.ServerDataProcess`, a
 `tff.templates.IterativeProcess`; a `LearningProcess.next` takes only (state, client data)).
 An argument, not data read inside the computation, so a round is a pure function of its inputs:
 the runner draws the batches from its seed like the cohorts, a replayed round is bit-identical,
@@ -103,33 +103,6 @@ class MixedState(NamedTuple):
   aggregator: Any
   finalizer: Any
   central: Any
-
-
-class MixedProcess(tff.templates.IterativeProcess):
-  """An iterative process whose `next` takes (state, client_data, central_data), or
-  (state, client_data) for a data-free central loss, and returns
-  `tff.learning.templates.LearningProcessOutput`; with the model-weight accessors of a
-  `LearningProcess`."""
-
-  def __init__(self, initialize_fn, next_fn, get_model_weights, set_model_weights,
-               central_data_type):
-    super().__init__(initialize_fn, next_fn)
-    self._get_model_weights = get_model_weights
-    self._set_model_weights = set_model_weights
-    self._central_data_type = central_data_type
-
-  @property
-  def get_model_weights(self) -> tff.Computation:
-    return self._get_model_weights
-
-  @property
-  def set_model_weights(self) -> tff.Computation:
-    return self._set_model_weights
-
-  @property
-  def central_data_type(self) -> Optional[tff.SequenceType]:
-    """The type of `next`'s central batches; None when the central loss is data-free."""
-    return self._central_data_type
 
 
 def gradient_dissimilarity(federated_gradient, central_gradient, federated_weight: float,
@@ -183,7 +156,7 @@ def build_mixed_fl_process(
     central_loss_fn: Callable = central_work_lib.model_loss,
     central_data_free: bool = False,
     gradient_dissimilarity: bool = False,  # pylint: disable=redefined-outer-name
-) -> MixedProcess:
+) -> central_work_lib.ServerDataProcess:
   """Builds the mixed FL process of `algorithm` (module docstring).
 
   Args:
@@ -376,7 +349,8 @@ def build_mixed_fl_process(
                       client_work=state.client_work, aggregator=state.aggregator,
                       finalizer=state.finalizer, central=state.central)
 
-  return MixedProcess(init_fn, next_fn, get_model_weights, set_model_weights, central_data_type)
+  return central_work_lib.ServerDataProcess(init_fn, next_fn, get_model_weights,
+                                           set_model_weights, central_data_type)
 
 
 class _TensorflowOps:

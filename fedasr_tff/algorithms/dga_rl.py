@@ -1,0 +1,253 @@
+"""DGA-RL: aggregation weights from a small network trained with rewards.
+
+D. Dimitriadis, K. Kumatani, R. Gmyr, Y. Gaur, S. E. Eskimez, "Federated Transfer Learning with
+Dynamic Gradient Aggregation", arXiv:2008.02452, Sec. 3.2 and Algorithm 2. Each round, after
+the clients report (`dga.DGAProcess.client_round`):
+
+    x = standardised features of the N clients, concat_j [L_j, mean|Δ_j|, var|Δ_j|]   (3N)
+    a = RL(x)                       N weights (the network's softmax, sampled for exploration)
+    b = DGA softmax weights         (`dga.SoftmaxWeighting`, as the process computes them)
+    candidates A, B = one server step with a, with b, both from the *same* state (the process's
+                      own aggregator and server optimizer, `DGAProcess.server_step`)
+    e_A, e_B = validation errors of the candidates (lower is better; the paper's CER)
+    reward:  e_B − e_A > θ -> keep A, r = +R;  |e_A − e_B| <= θ -> keep A, r = +0.1 R;
+             otherwise keep B, r = −R
+    commit the kept candidate's model *and* optimizer state; push (x, sample, r) to a replay
+    buffer of 1,000; train the network on a minibatch of 32.
+
+Read literally, the paper's pseudocode rewards the RL weights when they are worse
+(CER_A − CER_B > θ gives +R); its prose says +1 when the inferred weights give a better CER,
+−1 when worse and +0.1 when similar, which `reward` follows. The paper says "active RL" and no
+more about the training rule; ours is a contextual-bandit REINFORCE: the network gives logits
+μ = f(x), the action is u = μ + s·ε with ε ~ N(0, I) and exploration s (annealed), a = softmax(u);
+the loss of a minibatch is mean_b r_b ||u_b − f(x_b)||² / (2 s²) (the negative log-likelihood of
+u under N(f(x), s² I), times the reward), minimised with Adam at 1e-3.
+
+The network (`build_weight_network`): 5 dense layers with ReLU, the 4th (second to last) a
+bottleneck: 3N-512-512-512-64-N (the paper gives only "5 layers, bottleneck, input 3N, output
+N"). Its inputs are fixed slots, so N must be the same every round (a fixed-size cohort, with
+or without replacement) and it is not permutation-equivariant. Features are z-scored per type
+across the round's N clients (the paper does not say how it scales them).
+
+Privacy. The features are un-noised client statistics and every round chooses between two
+models by their error on validation data: DGA-RL has no DP argument, and runs with DP noise
+refuse it (`program.config`).
+"""
+
+import collections
+import dataclasses
+from typing import Any
+from typing import Callable
+from typing import List
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from fedasr_tff import validation
+
+BUFFER_CAPACITY, BATCH_SIZE = 1000, 32
+HIDDEN_UNITS = (512, 512, 512, 64)
+# The reward of "about equal", as a fraction of R.
+TIE_REWARD = 0.1
+
+
+def reward(error_a: float, error_b: float, theta: float,
+           reward_scale: float = 1.0) -> Tuple[bool, float]:
+  """(keep the RL candidate A, reward) from the candidates' validation errors (module
+  docstring): A clearly better, +R; within θ, A and +0.1 R; B better, B and −R."""
+  if error_b - error_a > theta:
+    return True, reward_scale
+  if abs(error_a - error_b) <= theta:
+    return True, TIE_REWARD * reward_scale
+  return False, -reward_scale
+
+
+class ReplayBuffer:
+  """FIFO memory of (features, action, reward); minibatches drawn without replacement."""
+
+  def __init__(self, capacity: int = BUFFER_CAPACITY):
+    validation.check_positive_integer('capacity', capacity)
+    self._entries = collections.deque(maxlen=capacity)
+
+  def __len__(self) -> int:
+    return len(self._entries)
+
+  @property
+  def capacity(self) -> int:
+    return self._entries.maxlen
+
+  @property
+  def entries(self) -> List[Any]:
+    """The entries, oldest first."""
+    return list(self._entries)
+
+  def push(self, entry) -> None:
+    """Adds `entry`, dropping the oldest when full."""
+    self._entries.append(entry)
+
+  def sample(self, rng: np.random.Generator, batch_size: int = BATCH_SIZE) -> List[Any]:
+    """min(`batch_size`, len) distinct entries, uniformly."""
+    validation.check_positive_integer('batch_size', batch_size)
+    picks = rng.choice(len(self._entries), size=min(batch_size, len(self._entries)),
+                       replace=False)
+    return [self._entries[i] for i in picks]
+
+
+def build_weight_network(num_clients: int, hidden_units=HIDDEN_UNITS,
+                         seed: int = 0) -> tf.keras.Sequential:
+  """The weight network: 3N inputs, ReLU hidden layers `hidden_units`, N logits (module
+  docstring; `WeightPolicy.weights` applies the softmax)."""
+  validation.check_positive_integer('num_clients', num_clients)
+  layers = [tf.keras.layers.InputLayer(input_shape=(3 * num_clients,))]
+  for i, units in enumerate(hidden_units):
+    layers.append(tf.keras.layers.Dense(
+        units, activation='relu',
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed + i)))
+  layers.append(tf.keras.layers.Dense(
+      num_clients, kernel_initializer=tf.keras.initializers.GlorotUniform(
+          seed=seed + len(hidden_units))))
+  return tf.keras.Sequential(layers)
+
+
+def standardized_features(features) -> np.ndarray:
+  """The network's input from the clients' [N, 3] features: each column z-scored across the
+  clients (a constant column becomes 0), flattened client by client: [L_1, m_1, v_1, L_2, ...]."""
+  features = np.asarray(features, np.float64)
+  if features.ndim != 2 or features.shape[1] != 3:
+    raise ValueError(f'`features` must have shape [N, 3], got {features.shape}.')
+  std = features.std(axis=0)
+  centred = features - features.mean(axis=0)
+  scaled = np.divide(centred, std, out=np.zeros_like(centred), where=std > 0)
+  return scaled.reshape([-1]).astype(np.float32)
+
+
+class WeightPolicy:
+  """The weight network, its exploration and its REINFORCE training (module docstring)."""
+
+  def __init__(self, num_clients: int, *, exploration: float = 0.1,
+               exploration_decay: float = 0.995, min_exploration: float = 0.01,
+               learning_rate: float = 1e-3, hidden_units=HIDDEN_UNITS, seed: int = 0):
+    validation.check_positive('exploration', exploration)
+    validation.check_sampling_rate('exploration_decay', exploration_decay)
+    validation.check_positive('min_exploration', min_exploration)
+    validation.check_positive('learning_rate', learning_rate)
+    self.num_clients = num_clients
+    self.network = build_weight_network(num_clients, hidden_units, seed)
+    self.optimizer = tf.keras.optimizers.Adam(learning_rate)
+    self.exploration = float(exploration)
+    self._decay = float(exploration_decay)
+    self._min_exploration = float(min_exploration)
+
+  def logits(self, features) -> tf.Tensor:
+    return self.network(tf.reshape(tf.cast(features, tf.float32), [-1, 3 * self.num_clients]))
+
+  def weights(self, features) -> np.ndarray:
+    """The greedy weights softmax(f(x)) of one feature vector."""
+    return tf.nn.softmax(self.logits(features))[0].numpy()
+
+  def act(self, features, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+    """(weights a = softmax(u), action u = f(x) + s·ε) for one feature vector."""
+    mu = self.logits(features)[0].numpy()
+    u = (mu + self.exploration * rng.standard_normal(mu.shape)).astype(np.float32)
+    return tf.nn.softmax(u).numpy(), u
+
+  def update(self, batch) -> float:
+    """One Adam step on mean_b r_b ||u_b − f(x_b)||² / (2 s²); then anneals s. Returns the
+    loss."""
+    features = tf.constant(np.stack([entry[0] for entry in batch]), tf.float32)
+    actions = tf.constant(np.stack([entry[1] for entry in batch]), tf.float32)
+    rewards = tf.constant([entry[2] for entry in batch], tf.float32)
+    with tf.GradientTape() as tape:
+      squared = tf.reduce_sum(tf.square(actions - self.network(features)), axis=1)
+      loss = tf.reduce_mean(rewards * squared) / (2.0 * self.exploration**2)
+    grads = tape.gradient(loss, self.network.trainable_variables)
+    self.optimizer.apply_gradients(zip(grads, self.network.trainable_variables, strict=True))
+    self.exploration = max(self._min_exploration, self.exploration * self._decay)
+    return float(loss)
+
+
+@dataclasses.dataclass(frozen=True)
+class RLRound:
+  """What one DGA-RL round decided.
+
+  Attributes:
+    state: the committed process state (after rehearsal, if any).
+    measurements: the round's measurements (`client_work`, `aggregator`, `finalizer`, and
+      `rehearsal`) as the kept candidate's `next` would have reported them.
+    rl_weights, softmax_weights: the normalised weights a and b, in cohort order.
+    errors: (e_A, e_B), the candidates' validation errors.
+    kept_rl: whether A (the RL weights) was kept.
+    reward: the reward.
+  """
+  state: Any
+  measurements: Any
+  rl_weights: np.ndarray
+  softmax_weights: np.ndarray
+  errors: Tuple[float, float]
+  kept_rl: bool
+  reward: float
+
+
+class DGARL:
+  """Runs DGA-RL rounds of a `dga.DGAProcess` (module docstring).
+
+  Args:
+    process: the DGA process (its `weighting` gives the softmax weights b).
+    num_clients: N, the fixed cohort size.
+    validation_error: model weights -> validation error (lower is better).
+    theta: θ >= 0 of the reward.
+    reward_scale: R > 0.
+    batch_size: the minibatch of each network update.
+    buffer_capacity: the replay buffer's size.
+    seed: seed of the network's initialisation and of the exploration.
+    **policy_kwargs: `WeightPolicy`'s exploration and learning rate.
+  """
+
+  def __init__(self, process, num_clients: int,
+               validation_error: Callable[[Any], float], *, theta: float = 0.001,
+               reward_scale: float = 1.0, batch_size: int = BATCH_SIZE,
+               buffer_capacity: int = BUFFER_CAPACITY, seed: int = 0, **policy_kwargs):
+    validation.check_non_negative('theta', theta)
+    validation.check_positive('reward_scale', reward_scale)
+    validation.check_positive_integer('batch_size', batch_size)
+    self._process = process
+    self._validation_error = validation_error
+    self._theta = float(theta)
+    self._reward_scale = float(reward_scale)
+    self._batch_size = batch_size
+    self.policy = WeightPolicy(num_clients, seed=seed, **policy_kwargs)
+    self.buffer = ReplayBuffer(buffer_capacity)
+    self._rng = np.random.default_rng(seed)
+
+  def round(self, state, client_data, rehearsal_data=None) -> RLRound:
+    """One round from `state` on the cohort's datasets (and the rehearsal batches)."""
+    if len(client_data) != self.policy.num_clients:
+      raise ValueError(f'DGA-RL needs exactly {self.policy.num_clients} clients a round (its '
+                       f'network has fixed slots), got {len(client_data)}.')
+    updates, _, weights, features, client_measurements = self._process.client_round(
+        state, client_data)
+    x = standardized_features(np.stack([np.asarray(f) for f in features]))
+    rl_weights, action = self.policy.act(x, self._rng)
+    softmax_weights = np.asarray(weights, np.float64) / np.sum(weights)
+    # Weights <= 1 with the ratios of a (bounded-weight aggregators clip to [w_min, 1]).
+    candidate_a = self._process.server_step(state, updates,
+                                            list(rl_weights / rl_weights.max()))
+    candidate_b = self._process.server_step(state, updates, list(weights))
+    errors = tuple(float(self._validation_error(self._process.get_model_weights(c.state)))
+                   for c in (candidate_a, candidate_b))
+    kept_rl, r = reward(errors[0], errors[1], self._theta, self._reward_scale)
+    kept = candidate_a if kept_rl else candidate_b
+    self.buffer.push((x, action, r))
+    self.policy.update(self.buffer.sample(self._rng, self._batch_size))
+    new_state = kept.state
+    measurements = collections.OrderedDict(client_work=client_measurements,
+                                           **kept.metrics)
+    if self._process.rehearse is not None:
+      args = (new_state,) if self._process.central_data_type is None else (new_state,
+                                                                           rehearsal_data)
+      rehearsed = self._process.rehearse(*args)
+      new_state = rehearsed.state
+      measurements.update(rehearsed.metrics)
+    return RLRound(new_state, measurements, rl_weights, softmax_weights, errors, kept_rl, r)
+
