@@ -156,7 +156,7 @@ def main(argv):
       result = federated_training.train(
           config, client_data, vocab, os.path.join(output_dir, name),
           initial_weights=seed_weights, show_progress=common.PROGRESS.value,
-          central_data=server_data if config.mixed.enabled else None)
+          central_data=server_data if config.uses_central_data else None)
       epsilons = None
       if sigma_dp:
         epsilons = (result.ledger.epsilon(_ROUNDS.value, declared=True),

@@ -23,6 +23,15 @@ seed speakers while the clients fine-tune with DP:
   python -m experiments.train_federated ... --mixed=parallel --central_weight=0.3 \
       --central_split=train --central_speakers=seed
 
+With --aggregation=dga_softmax|dga_rl the client deltas are weighted by how well the model fits
+each client's data, and with --rehearsal_steps the server rehearses on its own data after every
+step (dynamic gradient aggregation, Dimitriadis et al. 2020, arXiv:2008.02452); the paper pairs
+it with server Adam:
+
+  python -m experiments.train_federated ... --aggregation=dga_softmax --dga_beta=0.1 \
+      --dga_loss_clip=80 --server_optimizer=adam --rehearsal_steps=2 --central_split=train \
+      --central_speakers=seed
+
 Every flag that configures the run is a field of `fedasr_tff.program.config.FederatedConfig`
 (same name, default and help); the configuration and the library check the values.
 """
@@ -43,7 +52,9 @@ config_flags.define_flags(config_lib.ModelConfig, ['seed_model'])
 config_flags.define_flags(config_lib.ClientConfig)
 config_flags.define_flags(config_lib.ServerConfig)
 config_flags.define_flags(config_lib.DPConfig)
+config_flags.define_flags(config_lib.CentralDataConfig)
 config_flags.define_flags(config_lib.MixedConfig)
+config_flags.define_flags(config_lib.DGAConfig)
 config_flags.define_flags(config_lib.RunConfig, [
     name for name in config_lib.config_fields(config_lib.RunConfig) if name != 'seed'])
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
@@ -73,11 +84,14 @@ def main(argv):
       except ValueError as e:
         raise ValueError(f'{e} (--model_config={config.model.model_config})') from e
     eval_data = config.data.load_eval_data(vocab)
-    central_data = (config.mixed.load_central_data(config.data, vocab) if config.mixed.enabled
+    central_data = (config.central.load(config.data, vocab) if config.uses_central_data
                     else None)
+    validation_data = (config.central.load(config.data, vocab, spec_augment=False)
+                       if config.dga.rl else None)
     run = federated_training.build_run(config, train_data, vocab, common.OUTPUT_DIR.value,
                                        initial_weights=initial_weights,
-                                       central_data=central_data)
+                                       central_data=central_data,
+                                       validation_data=validation_data)
   result = run.train(eval_data=eval_data, show_progress=common.PROGRESS.value)
   # Which files of the sampled clients were unusable is itself a client statistic.
   if train_data.report.problems and config.client_diagnostics:

@@ -39,6 +39,7 @@ import dataclasses
 from typing import Any
 from typing import Callable
 from typing import List
+from typing import Optional
 from typing import Tuple
 
 import numpy as np
@@ -135,9 +136,14 @@ class WeightPolicy:
     self.num_clients = num_clients
     self.network = build_weight_network(num_clients, hidden_units, seed)
     self.optimizer = tf.keras.optimizers.Adam(learning_rate)
+    # Built now, so its variables exist (and can be restored) before the first update.
+    self.optimizer.build(self.network.trainable_variables)
     self.exploration = float(exploration)
     self._decay = float(exploration_decay)
     self._min_exploration = float(min_exploration)
+
+  def optimizer_variables(self) -> List[tf.Variable]:
+    return list(self.optimizer.variables)
 
   def logits(self, features) -> tf.Tensor:
     return self.network(tf.reshape(tf.cast(features, tf.float32), [-1, 3 * self.num_clients]))
@@ -218,17 +224,56 @@ class DGARL:
     self._batch_size = batch_size
     self.policy = WeightPolicy(num_clients, seed=seed, **policy_kwargs)
     self.buffer = ReplayBuffer(buffer_capacity)
-    self._rng = np.random.default_rng(seed)
+    self._seed = seed
+    self._rounds = 0
 
-  def round(self, state, client_data, rehearsal_data=None) -> RLRound:
-    """One round from `state` on the cohort's datasets (and the rehearsal batches)."""
+  def state(self) -> List[np.ndarray]:
+    """The learner's state as arrays, for a checkpoint: the network's weights, the optimizer's
+    variables, the exploration, and the replay buffer padded to its capacity with its fill.
+    Exploration noise and minibatches are drawn from (seed, round), so no RNG state is kept."""
+    n, capacity = self.policy.num_clients, self.buffer.capacity
+    features = np.zeros([capacity, 3 * n], np.float32)
+    actions = np.zeros([capacity, n], np.float32)
+    rewards = np.zeros([capacity], np.float32)
+    for i, (x, u, r) in enumerate(self.buffer.entries):
+      features[i], actions[i], rewards[i] = x, u, r
+    return ([np.asarray(w) for w in self.policy.network.get_weights()] +
+            [np.asarray(v.numpy()) for v in self.policy.optimizer_variables()] +
+            [np.float64(self.policy.exploration), features, actions, rewards,
+             np.int64(len(self.buffer))])
+
+  def set_state(self, arrays: List[np.ndarray]) -> None:
+    """Restores what `state` returned."""
+    arrays = list(arrays)
+    network = self.policy.network
+    count = len(network.get_weights())
+    network.set_weights(arrays[:count])
+    variables = self.policy.optimizer_variables()
+    for variable, value in zip(variables, arrays[count:count + len(variables)], strict=True):
+      variable.assign(value)
+    exploration, features, actions, rewards, fill = arrays[count + len(variables):]
+    self.policy.exploration = float(exploration)
+    self.buffer = ReplayBuffer(self.buffer.capacity)
+    for i in range(int(fill)):
+      self.buffer.push((np.asarray(features[i]), np.asarray(actions[i]), float(rewards[i])))
+
+  def round(self, state, client_data, rehearsal_data=None,
+            round_num: Optional[int] = None) -> RLRound:
+    """One round from `state` on the cohort's datasets (and the rehearsal batches).
+
+    `round_num` seeds the round's exploration and minibatch (default: rounds run so far), so a
+    resumed run that restored `state()` draws what an uninterrupted one would.
+    """
+    round_num = self._rounds if round_num is None else round_num
+    self._rounds = round_num + 1
+    rng = np.random.default_rng([self._seed, round_num])
     if len(client_data) != self.policy.num_clients:
       raise ValueError(f'DGA-RL needs exactly {self.policy.num_clients} clients a round (its '
                        f'network has fixed slots), got {len(client_data)}.')
     updates, _, weights, features, client_measurements = self._process.client_round(
         state, client_data)
     x = standardized_features(np.stack([np.asarray(f) for f in features]))
-    rl_weights, action = self.policy.act(x, self._rng)
+    rl_weights, action = self.policy.act(x, rng)
     softmax_weights = np.asarray(weights, np.float64) / np.sum(weights)
     # Weights <= 1 with the ratios of a (bounded-weight aggregators clip to [w_min, 1]).
     candidate_a = self._process.server_step(state, updates,
@@ -239,7 +284,7 @@ class DGARL:
     kept_rl, r = reward(errors[0], errors[1], self._theta, self._reward_scale)
     kept = candidate_a if kept_rl else candidate_b
     self.buffer.push((x, action, r))
-    self.policy.update(self.buffer.sample(self._rng, self._batch_size))
+    self.policy.update(self.buffer.sample(rng, self._batch_size))
     new_state = kept.state
     measurements = collections.OrderedDict(client_work=client_measurements,
                                            **kept.metrics)

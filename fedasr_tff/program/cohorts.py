@@ -14,7 +14,7 @@ secret is 126 bits of OS entropy by default (`new_run_secret`), kept only in the
 checkpoints. A seed the user fixes for a reproducible simulation is a known secret: anyone can
 recompute every cohort, and the amplification the accountant assumes no longer holds.
 
-Two samplings (`SAMPLINGS`):
+Three samplings (`SAMPLINGS`):
 
 * "poisson": every client joins a round independently with probability q = S/K, so the cohort's
   size varies (it may be 0). This is the mechanism the accountant analyses (McMahan et al. 2018,
@@ -23,6 +23,12 @@ Two samplings (`SAMPLINGS`):
 * "fixed": S distinct clients drawn uniformly without replacement, as in the paper's released
   code; accounted exactly only by the replace-one analysis
   (`privacy.compute_epsilon_without_replacement`).
+* "with_replacement": S draws uniformly *with* replacement (Dimitriadis et al., "Federated
+  Transfer Learning with Dynamic Gradient Aggregation", arXiv:2008.02452, Sec. 2): a client
+  drawn m times appears m times in the cohort, with the same seed, so it does the same work m
+  times and contributes m times. A user drawn m times moves the sum by m·C and dp-accounting has
+  no event for this sampling, so runs with DP noise refuse it (`config.FederatedConfig`, and
+  `privacy_ledger.PrivacyLedger`).
 """
 
 import secrets
@@ -34,7 +40,8 @@ import numpy as np
 
 from fedasr_tff import validation
 
-SAMPLINGS = ('poisson', 'fixed')
+POISSON, FIXED, WITH_REPLACEMENT = 'poisson', 'fixed', 'with_replacement'
+SAMPLINGS = (POISSON, FIXED, WITH_REPLACEMENT)
 
 # A run secret is two 63-bit words, so it fits a checkpoint as an int64 vector.
 _SECRET_WORDS = 2
@@ -66,11 +73,13 @@ def _rng(secret: int, round_num: int) -> np.random.Generator:
 
 def sample_cohort(client_ids: Sequence[str], cohort_size: int, secret: int, round_num: int,
                   sampling: str = 'fixed') -> List[str]:
-  """The clients of round `round_num` (module docstring), in sorted id order for "poisson".
+  """The clients of round `round_num` (module docstring), in sorted id order for "poisson";
+  "with_replacement" may repeat a client.
 
   Args:
     client_ids: the population, K clients.
-    cohort_size: S, the cohort ("fixed") or the expected cohort ("poisson"), 1 <= S <= K.
+    cohort_size: S, the cohort ("fixed", "with_replacement") or the expected cohort
+      ("poisson"), 1 <= S <= K.
     secret: the run secret (an integer >= 0).
     round_num: the round (>= 0).
     sampling: one of `SAMPLINGS`.
@@ -86,6 +95,8 @@ def sample_cohort(client_ids: Sequence[str], cohort_size: int, secret: int, roun
   if sampling == 'poisson':
     joins = rng.random(len(ids)) < cohort_size / len(ids)
     return [client for client, joined in zip(ids, joins, strict=True) if joined]
+  if sampling == WITH_REPLACEMENT:
+    return [ids[i] for i in rng.integers(0, len(ids), size=cohort_size)]
   order = rng.permutation(len(ids))
   return [ids[i] for i in order[:cohort_size]]
 

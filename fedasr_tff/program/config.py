@@ -38,7 +38,9 @@ from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff import privacy
 from fedasr_tff import validation
+from fedasr_tff.aggregators import bounded_weight_dp
 from fedasr_tff.aggregators import per_layer_query
+from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
@@ -221,6 +223,50 @@ class ServerConfig:
           self.server_lr_transition_rounds, self.server_lr_start_round)
 
 
+@dataclasses.dataclass(frozen=True)
+class CentralDataConfig:
+  """Data the server holds: mixed FL's central data and DGA's rehearsal data.
+
+  Read like the training data (any `layout`), by default from the same corpus; it must not
+  share a speaker with the clients (`program.central_batches`).
+  """
+  central_corpus_dir: Optional[str] = field(
+      None, "Corpus of the server's central data (default: --corpus_dir).", fingerprint=False)
+  central_layout: Optional[str] = field(None, 'Layout of --central_corpus_dir (default: '
+                                         '--layout).', corpus.LAYOUTS)
+  central_split: Optional[str] = field(
+      None, "Split of the server's data: required with --mixed, rehearsal and dga_rl (for "
+      'example the training split with --central_speakers=seed: the server keeps training on '
+      'its seed speakers).')
+  central_speakers: str = field(
+      'all', 'Speakers of --central_split the server trains on (seed / federated part of the '
+      "seeded speaker split, or all); never the federated clients' own.", corpus.SPEAKER_PARTS)
+  central_batch_seconds: Optional[float] = field(
+      None, 'Audio per central batch, in seconds (default: --max_batch_seconds).')
+
+  def __post_init__(self):
+    if self.central_batch_seconds is not None:
+      validation.check_positive('central_batch_seconds', self.central_batch_seconds)
+
+  @property
+  def given(self) -> bool:
+    return bool(self.central_split)
+
+  def load(self, data_config: DataConfig, vocabulary: data.Vocabulary, *,
+           spec_augment: bool = True) -> data.SpeechClientData:
+    """The server's data (SpecAugment on, as training data, unless `spec_augment` is off)."""
+    with naming_fields({'corpus_dir': 'central_corpus_dir', 'layout': 'central_layout',
+                        'speakers': 'central_speakers',
+                        'max_batch_seconds': 'central_batch_seconds'}):
+      return corpus.load_client_data(
+          self.central_corpus_dir or data_config.corpus_dir,
+          self.central_layout or data_config.layout, self.central_split, vocabulary,
+          speakers=self.central_speakers, seed_fraction=data_config.seed_fraction,
+          split_seed=data_config.split_seed, spec_augment=spec_augment,
+          max_batch_seconds=self.central_batch_seconds or data_config.max_batch_seconds,
+          feature_cache_dir=data_config.feature_cache())
+
+
 MIXED_NONE = 'none'
 MIXED_ALGORITHMS = (MIXED_NONE,) + mixed_fl.ALGORITHMS
 
@@ -230,9 +276,7 @@ class MixedConfig:
   """Mixed federated learning: the server trains on its own data inside every round.
 
   Augenstein et al., "Mixed Federated Learning: Joint Decentralized and Centralized Learning",
-  arXiv:2205.13655 (`algorithms.mixed_fl`). The central data is read like the training data
-  (any `layout`), by default from the same corpus and split; it must not share a speaker with
-  the clients (`program.central_batches`).
+  arXiv:2205.13655 (`algorithms.mixed_fl`). The central data is `CentralDataConfig`'s.
   """
   mixed: str = field(
       MIXED_NONE, 'Mixed FL algorithm (Augenstein et al. 2022, Algorithm 1): parallel training, '
@@ -240,18 +284,6 @@ class MixedConfig:
   central_weight: float = field(
       0.5, 'w_c of the mixed loss w_f*f_fed + w_c*f_central, w_f = 1 - w_c (clients train on '
       'w_f*loss, the server on w_c*loss).')
-  central_corpus_dir: Optional[str] = field(
-      None, "Corpus of the server's central data (default: --corpus_dir).", fingerprint=False)
-  central_layout: Optional[str] = field(None, 'Layout of --central_corpus_dir (default: '
-                                         '--layout).', corpus.LAYOUTS)
-  central_split: Optional[str] = field(
-      None, 'Split of the central data; required with --mixed (for example the training split '
-      'with --central_speakers=seed: the server keeps training on its seed speakers).')
-  central_speakers: str = field(
-      'all', 'Speakers of --central_split the server trains on (seed / federated part of the '
-      "seeded speaker split, or all); never the federated clients' own.", corpus.SPEAKER_PARTS)
-  central_batch_seconds: Optional[float] = field(
-      None, 'Audio per central batch, in seconds (default: --max_batch_seconds).')
   central_steps: Optional[int] = field(
       None, "Central batches per round (default: the clients' local steps, the paper's "
       'choice): parallel and two_way take one central step per batch; one_way averages its '
@@ -277,11 +309,6 @@ class MixedConfig:
       if given:
         raise ValueError(f'{", ".join(given)} configure mixed FL: give `mixed` too.')
       return
-    if not self.central_split:
-      raise ValueError(f'`mixed`={self.mixed} needs central data: give `central_split` (with '
-                       '`central_corpus_dir` for another corpus than `corpus_dir`).')
-    if self.central_batch_seconds is not None:
-      validation.check_positive('central_batch_seconds', self.central_batch_seconds)
     if self.mixed == mixed_fl.ONE_WAY:
       changed = [f'`{name}`' for name in ('central_optimizer', 'central_lr', 'merge_optimizer',
                                           'merge_lr')
@@ -293,20 +320,6 @@ class MixedConfig:
   @property
   def enabled(self) -> bool:
     return self.mixed != MIXED_NONE
-
-  def load_central_data(self, data_config: DataConfig,
-                        vocabulary: data.Vocabulary) -> data.SpeechClientData:
-    """The server's central data (SpecAugment on, as training data)."""
-    with naming_fields({'corpus_dir': 'central_corpus_dir', 'layout': 'central_layout',
-                        'speakers': 'central_speakers',
-                        'max_batch_seconds': 'central_batch_seconds'}):
-      return corpus.load_client_data(
-          self.central_corpus_dir or data_config.corpus_dir,
-          self.central_layout or data_config.layout, self.central_split, vocabulary,
-          speakers=self.central_speakers, seed_fraction=data_config.seed_fraction,
-          split_seed=data_config.split_seed, spec_augment=True,
-          max_batch_seconds=self.central_batch_seconds or data_config.max_batch_seconds,
-          feature_cache_dir=data_config.feature_cache())
 
   def central_batch_count(self, client: 'ClientConfig') -> int:
     """Central batches a round: `central_steps`, or the clients' local steps."""
@@ -339,6 +352,100 @@ class MixedConfig:
           fedprox_mu=client.fedprox_mu, server_optimizer=server_optimizer,
           server_lr_schedule=server_lr_schedule, model_aggregator=model_aggregator,
           gradient_dissimilarity=gradient_dissimilarity, **central)
+
+
+AGGREGATIONS = ('uniform', 'dga_softmax', 'dga_rl')
+
+
+@dataclasses.dataclass(frozen=True)
+class DGAConfig:
+  """Dynamic gradient aggregation and server rehearsal.
+
+  Dimitriadis et al., "Federated Transfer Learning with Dynamic Gradient Aggregation",
+  arXiv:2008.02452 (`algorithms.dga`, `algorithms.dga_rl`). Rehearsal and DGA-RL's validation
+  use the server's data (`CentralDataConfig`).
+  """
+  aggregation: str = field(
+      'uniform', 'Weights of the client deltas: uniform; dga_softmax, softmax(-beta * loss) of '
+      "each client's training loss (Dimitriadis et al. 2020, eq. 6; with DP noise through "
+      'bounded weights and a noised weight sum); dga_rl, learned by a small network from '
+      'validation rewards (ibid. Algorithm 2; not with DP noise).', AGGREGATIONS)
+  dga_beta: float = field(1.0, 'beta of the DGA softmax (an inverse temperature).')
+  dga_loss_clip: Optional[float] = field(
+      None, 'Upper end L_max of the public loss range of the DGA weights (required with dga_*):'
+      ' losses are clipped to [--dga_loss_floor, L_max], weights lie in [exp(-beta (L_max - '
+      'floor)), 1]. The CTC loss is per utterance: set it a little above the clients\' typical '
+      'training loss.')
+  dga_loss_floor: float = field(0.0, 'Lower end of the public loss range (weight 1 at or below).')
+  dga_weight_budget: float = field(
+      bounded_weight_dp.DEFAULT_WEIGHT_BUDGET, 'With DP noise and dga_softmax: the fraction '
+      'of the round\'s privacy budget (in 1/z^2) spent on the noised sum of the weights.')
+  dga_rl_theta: float = field(0.001, 'theta of the DGA-RL reward: CER differences within it '
+                              'count as equal.')
+  dga_rl_exploration: float = field(0.1, 'Initial exploration std of the DGA-RL policy.')
+  rehearsal_steps: int = field(
+      0, 'Server rehearsal SGD steps after every server step, on the server\'s data '
+      '(--central_split; Dimitriadis et al. 2020, eq. 5); 0 disables.')
+  rehearsal_lr: Optional[float] = field(
+      None, 'Learning rate of the rehearsal SGD (default: --client_lr); 0 disables.')
+
+  def __post_init__(self):
+    _check_choice('aggregation', self.aggregation, AGGREGATIONS)
+    validation.check_non_negative_integer('rehearsal_steps', self.rehearsal_steps)
+    if self.rehearsal_lr is not None:
+      validation.check_non_negative('rehearsal_lr', self.rehearsal_lr)
+    if self.aggregation == 'uniform':
+      given = [f'`{f.name}`' for f in dataclasses.fields(self)
+               if f.name.startswith('dga_') and getattr(self, f.name) != f.default]
+      if given:
+        raise ValueError(f'{", ".join(given)} configure DGA weights: give `aggregation`.')
+    else:
+      self.weighting()
+
+  @property
+  def weighted(self) -> bool:
+    return self.aggregation != 'uniform'
+
+  @property
+  def rl(self) -> bool:
+    return self.aggregation == 'dga_rl'
+
+  @property
+  def rehearses(self) -> bool:
+    return self.rehearsal_steps > 0 and self.rehearsal_lr != 0
+
+  @property
+  def enabled(self) -> bool:
+    """Whether the run is a DGA process rather than FedAvg."""
+    return self.weighted or self.rehearses
+
+  def weighting(self) -> Optional[dga.SoftmaxWeighting]:
+    """The softmax weighting (also DGA-RL's reference weights), or None for uniform."""
+    if not self.weighted:
+      return None
+    if self.dga_loss_clip is None:
+      raise ValueError(f'`aggregation`={self.aggregation} needs the public loss range of its '
+                       'weights: give `dga_loss_clip`.')
+    with naming_fields({'beta': 'dga_beta', 'loss_clip': 'dga_loss_clip',
+                        'loss_floor': 'dga_loss_floor'}):
+      return dga.SoftmaxWeighting(self.dga_beta, self.dga_loss_clip, self.dga_loss_floor)
+
+  def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
+              model_aggregator):
+    """`algorithms.build_dga_process` of this configuration and `client`'s work."""
+    local_steps, local_epochs = client.local_work()
+    rehearsal = {}
+    if self.rehearses:
+      rehearsal = dict(rehearsal_steps=self.rehearsal_steps,
+                       rehearsal_learning_rate=self.rehearsal_lr or client.client_lr)
+    with naming_fields({'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip',
+                        'rehearsal_learning_rate': 'rehearsal_lr'}):
+      return algorithms.build_dga_process(
+          model_fn, weighting=self.weighting(), client_learning_rate=client.client_lr,
+          local_steps=local_steps, local_epochs=local_epochs,
+          local_clip_norm=client.local_clip or None, fedprox_mu=client.fedprox_mu,
+          server_optimizer=server_optimizer, server_lr_schedule=server_lr_schedule,
+          model_aggregator=model_aggregator, **rehearsal)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,8 +527,10 @@ class DPConfig:
             or any(v not in (None, 0) for v in (self.sigma_dp, self.noise_multiplier)))
 
   def aggregator(self, noise_multiplier: float, cohort_size: int, leaf_names: Sequence[str],
-                 diagnostics: bool):
-    """The delta aggregator: None (TFF's plain mean) or `aggregators.PerLayerDPFactory`.
+                 diagnostics: bool, *, min_weight: Optional[float] = None,
+                 weight_budget: float = bounded_weight_dp.DEFAULT_WEIGHT_BUDGET):
+    """The delta aggregator: None (TFF's plain mean), `aggregators.PerLayerDPFactory`, or for
+    weighted deltas (`min_weight` given: DGA) `aggregators.BoundedWeightDPFactory`.
 
     `leaf_names` are the model's tensor names, which name the clipping groups in the
     measurements; the "weighted" allocation gives the MLP weights `mlp_weight`.
@@ -437,7 +546,16 @@ class DPConfig:
                   diagnostics=diagnostics, leaf_names=list(leaf_names))
     with naming_fields({'initial_clip': 'clip', 'learning_rate': 'clip_learning_rate',
                          'allocation': 'clipping', 'layer_weights': 'mlp_weight',
-                         'clients_per_round': 'cohort_size'}):
+                         'clients_per_round': 'cohort_size', 'weight_budget': 'dga_weight_budget'}):
+      if min_weight is not None:
+        del common['noise_placement']  # Checked by `FederatedConfig`: server only.
+        weighted = dict(min_weight=min_weight, weight_budget=weight_budget, **common)
+        if self.adaptive_clipping:
+          return aggregators.BoundedWeightDPFactory.gaussian_adaptive(
+              noise_multiplier, cohort_size, self.clip, target_quantile=self.target_quantile,
+              learning_rate=self.clip_learning_rate, **weighted)
+        return aggregators.BoundedWeightDPFactory.gaussian_fixed(
+            noise_multiplier, cohort_size, self.clip, normalize=self.normalize, **weighted)
       if self.adaptive_clipping:
         return aggregators.PerLayerDPFactory.gaussian_adaptive(
             noise_multiplier, cohort_size, self.clip, target_quantile=self.target_quantile,
@@ -488,9 +606,13 @@ class FederatedConfig:
   server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
   dp: DPConfig = dataclasses.field(default_factory=DPConfig)
   run: RunConfig = dataclasses.field(default_factory=RunConfig)
+  central: CentralDataConfig = dataclasses.field(default_factory=CentralDataConfig)
   mixed: MixedConfig = dataclasses.field(default_factory=MixedConfig)
+  dga: DGAConfig = dataclasses.field(default_factory=DGAConfig)
 
   def __post_init__(self):
+    self._check_server_data()
+    self._check_dga()
     if self.mixed.gradient_dissimilarity and not self.client_diagnostics:
       raise ValueError('`gradient_dissimilarity` is an un-noised client statistic: in a run with '
                        'DP noise it needs `release_client_diagnostics`.')
@@ -504,6 +626,47 @@ class FederatedConfig:
             f'--noise_placement=client cannot be combined with {", ".join(conflicts)}: client '
             'noise is calibrated for exactly S clients (give --sampling=fixed), adaptive clips '
             'and client statistics would leave the clients un-noised.')
+
+  @property
+  def uses_central_data(self) -> bool:
+    """Whether the server reads data of its own (`central`)."""
+    return self.mixed.enabled or self.dga.rehearses or self.dga.rl
+
+  def _check_server_data(self) -> None:
+    if self.mixed.enabled and self.dga.enabled:
+      raise ValueError('`mixed` cannot be combined with DGA (`aggregation`, '
+                       '`rehearsal_steps`): choose one server-side algorithm.')
+    uses = [name for name, used in (('`mixed`', self.mixed.enabled),
+                                    ('`rehearsal_steps`', self.dga.rehearses),
+                                    ('`aggregation`=dga_rl', self.dga.rl)) if used]
+    if uses and not self.central.given:
+      raise ValueError(f'{", ".join(uses)} need(s) the server\'s data: give `central_split` '
+                       '(with `central_corpus_dir` for another corpus than `corpus_dir`).')
+    if not uses:
+      given = [f'`{f.name}`' for f in dataclasses.fields(self.central)
+               if getattr(self.central, f.name) != f.default]
+      if given:
+        raise ValueError(f'{", ".join(given)} configure the server\'s data, which only '
+                         '`mixed`, `rehearsal_steps` and `aggregation`=dga_rl use.')
+
+  def _check_dga(self) -> None:
+    dga_config = self.dga
+    if self.effective_sampling == cohorts.WITH_REPLACEMENT and self.dp.adds_noise:
+      raise ValueError('`sampling`=with_replacement cannot be combined with DP noise '
+                       '(`sigma_dp`, `noise_multiplier` or `target_epsilon`): a user drawn m '
+                       'times contributes m times the clip, and no accountant covers it.')
+    if dga_config.rl:
+      if self.dp.adds_noise:
+        raise ValueError('`aggregation`=dga_rl cannot be combined with DP noise: its features '
+                         'are un-noised client statistics and it picks models by validation '
+                         'error. Use `aggregation`=dga_softmax for DP runs.')
+      if self.effective_sampling == cohorts.POISSON:
+        raise ValueError('`aggregation`=dga_rl needs the same number of clients every round '
+                         '(its network has fixed slots): give `sampling`=fixed or '
+                         'with_replacement.')
+    if dga_config.weighted and self.dp.adds_noise and self.dp.noise_placement == 'client':
+      raise ValueError('DGA weights (`aggregation`) need `noise_placement`=server: client noise '
+                       'would be scaled by the weight.')
 
   @property
   def declared_cohort_size(self) -> int:

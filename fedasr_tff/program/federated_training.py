@@ -81,6 +81,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff import models
 from fedasr_tff import private_files
+from fedasr_tff.algorithms import dga_rl
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import central_batches
@@ -120,21 +121,26 @@ def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, up
       'server': {'learning_rate': float(learning_rate), 'update_norm': float(update_norm)},
       'time': {'round_seconds': float(seconds)},
   }
-  if 'mixed' in output.metrics:
-    # Public: server data and quantities derived from the noised aggregate (`mixed_fl`).
-    values['mixed'] = {k: float(v) for k, v in output.metrics['mixed'].items()}
+  # Public: server data and quantities derived from the noised aggregate (`mixed_fl`, DGA's
+  # rehearsal); DGA-RL's choice runs only without noise (`config.FederatedConfig`).
+  for group in ('mixed', 'rehearsal', 'dga_rl'):
+    if group in output.metrics:
+      values[group] = {k: float(v) for k, v in output.metrics[group].items()}
   client = {}
   if config.client_diagnostics:
     client_work = output.metrics['client_work']
     client['train'] = {k: float(v) for k, v in client_work['train'].items()}
-    if 'gradient_dissimilarity' in client_work:
-      client['gradient_dissimilarity'] = {
-          k: float(v) for k, v in client_work['gradient_dissimilarity'].items()}
+    for group in ('gradient_dissimilarity', 'weights'):
+      if group in client_work:
+        client[group] = {k: float(v) for k, v in client_work[group].items()}
   dp = output.metrics['aggregator'].get('dp_query_metrics')
   if dp is not None:
     # Public: the clips of this round are constants or the noised adaptive state, and the
     # noise std on the averaged update follows from them.
     values['dp'] = {'noise_stddev': float(dp['noise_stddev']), 'clip': float(dp['clip'])}
+    for name in ('weight_sum', 'weight_denominator'):
+      if name in dp:  # DGA weights: the noised weight sum (`aggregators.bounded_weight_dp`).
+        values['dp'][name] = float(dp[name])
     if config.dp.adaptive_clipping and len(dp['per_group']) > 1:
       values['per_layer'] = {name: {'clip': float(group['clip'])}
                              for name, group in dp['per_group'].items()}
@@ -142,6 +148,8 @@ def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, up
       statistics = dp['client_statistics']
       client['dp'] = {'clipped_fraction': float(statistics['clipped_fraction']),
                       'nonfinite_clients': float(statistics['nonfinite_clients'])}
+      if 'weight_sum' in statistics:
+        client['dp']['weight_sum'] = float(statistics['weight_sum'])
       client['per_layer'] = {name: {k: float(v) for k, v in group.items()}
                              for name, group in statistics['per_group'].items()}
   if client:
@@ -156,6 +164,9 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
     return ()
   columns = [f'{CLIENT_PREFIX}/train/* (loss, examples, steps, clients, delta and gradient '
              'norms)']
+  if config.dga.enabled:
+    columns.append(f'{CLIENT_PREFIX}/weights/* (sum and effective number of the clients\' '
+                   'aggregation weights)')
   if config.mixed.gradient_dissimilarity:
     columns.append(f'{CLIENT_PREFIX}/gradient_dissimilarity/* (G2, B2 from un-noised client '
                    'gradients)')
@@ -243,16 +254,41 @@ def _disclosures(config: config_lib.FederatedConfig) -> privacy_ledger.Disclosur
       noise_placement=config.dp.noise_placement,
       client_statistics=client_statistic_columns(config), pseudo_clients=config.data.iid,
       adaptive_clipping=config.dp.adaptive_clipping,
-      central_data=_central_data_description(config))
+      central_data=_central_data_description(config), weighting=_weighting_description(config))
 
 
 def _central_data_description(config: config_lib.FederatedConfig) -> str:
-  mixed = config.mixed
-  if not mixed.enabled:
+  if not config.uses_central_data:
     return ''
-  source = mixed.central_corpus_dir or config.data.corpus_dir
-  return (f'split {mixed.central_split!r} ({mixed.central_speakers} speakers) of {source!r}, '
-          f'--mixed={mixed.mixed}, w_c = {mixed.central_weight:g}')
+  central = config.central
+  source = central.central_corpus_dir or config.data.corpus_dir
+  data_text = (f'split {central.central_split!r} ({central.central_speakers} speakers) of '
+               f'{source!r}')
+  if config.mixed.enabled:
+    return (f'mixed federated learning on {data_text}, --mixed={config.mixed.mixed}, '
+            f'w_c = {config.mixed.central_weight:g}')
+  uses = []
+  if config.dga.rehearses:
+    uses.append(f'server rehearsal (--rehearsal_steps={config.dga.rehearsal_steps})')
+  if config.dga.rl:
+    uses.append('the validation CER of DGA-RL')
+  return f'{" and ".join(uses)} on {data_text}'
+
+
+def _weighting_description(config: config_lib.FederatedConfig) -> str:
+  weighting = config.dga.weighting()
+  if weighting is None:
+    return ''
+  text = (f'--aggregation={config.dga.aggregation}: each client\'s delta weighs '
+          f'exp(-{weighting.beta:g} (L - {weighting.loss_floor:g})) of its own training loss L '
+          f'clipped to [{weighting.loss_floor:g}, {weighting.loss_clip:g}], a weight in '
+          f'[{weighting.min_weight:.3g}, 1].')
+  if config.dp.adds_noise:
+    text += (' The weighted clipped deltas and the sum of the weights are both noised and '
+             'accounted as one Gaussian mechanism at the z above '
+             f'({100 * config.dga.dga_weight_budget:g}% of its budget on the weight sum); the '
+             'update is their ratio with a public floor on the denominator (post-processing).')
+  return text
 
 
 @dataclasses.dataclass
@@ -268,12 +304,33 @@ class FederatedRun:
   ledger: privacy_ledger.PrivacyLedger
   initial_state: Any
   central: Optional[central_batches.CentralBatches] = None
+  rl: Optional[dga_rl.DGARL] = None
 
   def next(self, state, client_datasets, secret: int, round_num: int):
-    """One round of the process; a mixed FL round also takes the server's central batches."""
-    if self.central is None:
+    """One round of the process; a mixed FL or rehearsing round also takes the server's
+    batches, and a DGA-RL round is orchestrated by `rl`."""
+    batches = None if self.central is None else self.central.for_round(secret, round_num)
+    if self.rl is not None:
+      result = self.rl.round(state, client_datasets, batches, round_num=round_num)
+      metrics = dict(result.measurements)
+      metrics['dga_rl'] = {'validation_cer_rl': result.errors[0],
+                           'validation_cer_softmax': result.errors[1],
+                           'kept_rl': float(result.kept_rl), 'reward': result.reward}
+      return tff.learning.templates.LearningProcessOutput(result.state, metrics)
+    if batches is None:
       return self.process.next(state, client_datasets)
-    return self.process.next(state, client_datasets, self.central.for_round(secret, round_num))
+    return self.process.next(state, client_datasets, batches)
+
+  def program_state(self, state, secret: int):
+    """What a checkpoint holds: the process state, the run secret and DGA-RL's learner."""
+    saved = (state, cohorts.secret_to_words(secret))
+    return saved if self.rl is None else saved + (self.rl.state(),)
+
+  def restore(self, saved) -> Tuple[Any, int]:
+    """(process state, secret) from a checkpoint, restoring DGA-RL's learner too."""
+    if self.rl is not None:
+      self.rl.set_state(saved[2])
+    return saved[0], cohorts.secret_from_words(saved[1])
 
   def train(self, *, eval_data: Optional[pipeline.SpeechClientData] = None,
             show_progress: bool = True, log=print) -> FederatedResult:
@@ -287,22 +344,32 @@ def build_run(config: config_lib.FederatedConfig,
               output_dir: str,
               *,
               initial_weights: Optional[tff.learning.models.ModelWeights] = None,
-              central_data: Optional[pipeline.SpeechClientData] = None
+              central_data: Optional[pipeline.SpeechClientData] = None,
+              validation_data: Optional[pipeline.SpeechClientData] = None
               ) -> FederatedRun:
   """Builds the run of `config` on `train_data`: every library builder checks its arguments
   here (a `ValueError` names the configuration field), before anything is trained or written
   except `config.json`. Arguments as in `train`."""
   client_ids = train_data.client_ids
   central = None
-  if config.mixed.enabled:
+  if config.uses_central_data:
     if central_data is None:
-      raise ValueError(f'`mixed`={config.mixed.mixed} needs the central data '
-                       '(`central_split`).')
+      raise ValueError('The run needs the server\'s data (`central_split`).')
     central_batches.check_central_data(central_data, client_ids, vocabulary)
-    central = central_batches.CentralBatches(central_data,
-                                             config.mixed.central_batch_count(config.client))
+    count = (config.mixed.central_batch_count(config.client) if config.mixed.enabled
+             else config.dga.rehearsal_steps if config.dga.rehearses else 0)
+    if count:
+      central = central_batches.CentralBatches(central_data, count)
   elif central_data is not None:
-    raise ValueError('Central data was given without `mixed`.')
+    raise ValueError('Central data was given, but neither `mixed`, `rehearsal_steps` nor '
+                     '`aggregation`=dga_rl uses it.')
+  if config.dga.rl:
+    if validation_data is None:
+      raise ValueError('`aggregation`=dga_rl needs validation data (the server\'s data, '
+                       '`central_split`, without SpecAugment).')
+    central_batches.check_central_data(validation_data, client_ids, vocabulary)
+  elif validation_data is not None:
+    raise ValueError('Validation data is only used by `aggregation`=dga_rl.')
   noise = config.noise_level(len(client_ids))
   # Checks the cohorts against the population now; the run's z is read back from the
   # aggregator once the process exists.
@@ -316,13 +383,20 @@ def build_run(config: config_lib.FederatedConfig,
   model_fn = models.build_tff_model_fn(config.model.model_config, vocabulary.tokens)
   tensor_names, _ = model_io.tensor_names(model_fn().keras_model)
   schedule = config.server.schedule()
-  aggregator = config.dp.aggregator(noise.noise_multiplier, config.run.cohort_size,
-                                    tensor_names, config.client_diagnostics)
+  weighting = config.dga.weighting()
+  aggregator = config.dp.aggregator(
+      noise.noise_multiplier, config.run.cohort_size, tensor_names, config.client_diagnostics,
+      min_weight=None if weighting is None else weighting.min_weight,
+      weight_budget=config.dga.dga_weight_budget)
   if config.mixed.enabled:
     process = config.mixed.process(
         config.client, model_fn, server_optimizer=config.server.optimizer(),
         server_lr_schedule=schedule, model_aggregator=aggregator,
         gradient_dissimilarity=config.mixed.gradient_dissimilarity)
+  elif config.dga.enabled:
+    process = config.dga.process(config.client, model_fn,
+                                 server_optimizer=config.server.optimizer(),
+                                 server_lr_schedule=schedule, model_aggregator=aggregator)
   else:
     process = config.client.fed_avg_process(
         model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
@@ -336,8 +410,18 @@ def build_run(config: config_lib.FederatedConfig,
   if initial_weights is None:
     initial_weights = _initial_weights(model_fn, config.run.seed_or_zero)
   state = process.set_model_weights(state, initial_weights)
+  rl = None
+  if config.dga.rl:
+    # Made after the process (building it invalidates Keras models made before).
+    validation_model = model_fn()
+    rl = dga_rl.DGARL(
+        process, config.run.cohort_size,
+        lambda weights: evaluation.evaluate(validation_model, validation_data,
+                                            weights).overall.cer,
+        theta=config.dga.dga_rl_theta, exploration=config.dga.dga_rl_exploration,
+        seed=config.run.seed_or_zero)
   return FederatedRun(config, train_data, output_dir, model_fn, process, schedule, noise, ledger,
-                      state, central)
+                      state, central, rl)
 
 
 def train(config: config_lib.FederatedConfig,
@@ -348,6 +432,7 @@ def train(config: config_lib.FederatedConfig,
           eval_data: Optional[pipeline.SpeechClientData] = None,
           initial_weights: Optional[tff.learning.models.ModelWeights] = None,
           central_data: Optional[pipeline.SpeechClientData] = None,
+          validation_data: Optional[pipeline.SpeechClientData] = None,
           show_progress: bool = True,
           log=print) -> FederatedResult:
   """Runs (or resumes) the federated training of `config`; see the module docstring.
@@ -360,13 +445,14 @@ def train(config: config_lib.FederatedConfig,
     eval_data: held-out speakers scored every `eval_every` rounds; None skips evaluation.
     initial_weights: the seed model (`model_io.load_weights`); None starts from a seeded random
       initialisation (`seed`, or 0).
-    central_data: the server's central data of a mixed FL run (`config.mixed`); its speakers
-      must not be training clients.
+    central_data: the server's data (`config.central`) of a mixed FL run, or of DGA's
+      rehearsal; its speakers must not be training clients.
+    validation_data: DGA-RL's validation data (the server's, without SpecAugment).
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
   """
   run = build_run(config, train_data, vocabulary, output_dir, initial_weights=initial_weights,
-                  central_data=central_data)
+                  central_data=central_data, validation_data=validation_data)
   return run.train(eval_data=eval_data, show_progress=show_progress, log=log)
 
 
@@ -388,7 +474,7 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
                                                       keep_first=True)
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
   restored, start_round = asyncio.run(
-      state_manager.load_latest((state, cohorts.secret_to_words(secret))))
+      state_manager.load_latest(run.program_state(state, secret)))
 
   csv_manager = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
   managers = [csv_manager,
@@ -407,14 +493,13 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
   def checkpoint_and_release(round_num) -> None:
     # Held outputs reach the disk first, then the state that covers them, then the sinks.
     journal.write(round_num)
-    asyncio.run(state_manager.save((state, cohorts.secret_to_words(secret)), round_num))
+    asyncio.run(state_manager.save(run.program_state(state, secret), round_num))
     private_files.fsync_tree(os.path.join(checkpoint_dir, f'program_state_{round_num}'))
     release_held(journal.held)
     journal.clear()
 
   if restored is not None:
-    state, secret_words = restored
-    secret = cohorts.secret_from_words(secret_words)
+    state, secret = run.restore(restored)
     progress.write(f'Resuming from the checkpoint of round {start_round} in {output_dir}.', log)
     # A run killed between a checkpoint and its release: release those (identical) values.
     release_held(journal.pending(start_round))

@@ -41,6 +41,7 @@ import tensorflow_federated as tff
 from fedasr_tff import privacy
 from fedasr_tff import validation
 from fedasr_tff.program.cohorts import SAMPLINGS
+from fedasr_tff.program.cohorts import WITH_REPLACEMENT
 
 ACCOUNTANTS = privacy.ACCOUNTANTS
 # With fixed-size cohorts, also dp-accounting's without-replacement RDP (replace-one adjacency).
@@ -85,7 +86,9 @@ class Disclosures:
       (the `--release_client_diagnostics` opt-in); empty when none are released.
     pseudo_clients: clients are `--iid` pseudo-speakers, not people.
     adaptive_clipping: the clips are the noised adaptive state.
-    central_data: mixed FL's server-side central data (a description), '' for none.
+    central_data: the server's own data and what it was used for (mixed FL, DGA rehearsal or
+      validation; a description), '' for none.
+    weighting: how data-dependent aggregation weights were released (DGA), '' for uniform.
   """
   sampling: str = 'poisson'
   sampling_seed_known: bool = False
@@ -95,6 +98,7 @@ class Disclosures:
   pseudo_clients: bool = False
   adaptive_clipping: bool = False
   central_data: str = ''
+  weighting: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +136,9 @@ class PrivacyLedger:
                        f'({self.declared_population}).')
     if self.sampling not in SAMPLINGS:
       raise ValueError(f'`sampling` must be one of {SAMPLINGS}, got {self.sampling!r}.')
+    if self.sampling == WITH_REPLACEMENT and self.noise_multiplier > 0:
+      raise ValueError('`sampling`=with_replacement has no DP accounting (a user drawn m times '
+                       'contributes m·C): it is for runs without noise.')
 
   @property
   def sigma_dp(self) -> float:
@@ -274,11 +281,13 @@ class PrivacyLedger:
       lines.append('- Adaptive clipping: the clips are updated from noised clipped counts, paid '
                    'for within the same z (the released clips are covered).')
     if disclosures.central_data:
-      lines.append('- Mixed federated learning: the server also trained on its own central data '
-                   f'({disclosures.central_data}). That data is covered by **no** guarantee. '
-                   'The clients\' guarantee above is unchanged: the central branch reads only '
-                   'the global model and server data, and everything derived from client '
+      lines.append('- The server also used data of its own: '
+                   f'{disclosures.central_data}. That data is covered by **no** guarantee. '
+                   'The clients\' guarantee above is unchanged: the server\'s training reads '
+                   'only the global model and server data, and everything derived from client '
                    'updates is computed from the noised aggregate (post-processing).')
+    if disclosures.weighting:
+      lines.append(f'- Aggregation weights: {disclosures.weighting}')
     if disclosures.client_statistics:
       lines.append('- **Outside the guarantee (opt-in `--release_client_diagnostics`)**: these '
                    'released columns are computed from client data without noise: '

@@ -158,6 +158,29 @@ class RoundTest(absltest.TestCase):
     self.assertIn('rehearsal', result.measurements)
     self.assertIn('client_work', result.measurements)
 
+  def test_restored_state_continues_exactly(self):
+    process = dga.build_dga_process(
+        _model_fn, weighting=dga.SoftmaxWeighting(0.3, loss_clip=40.0),
+        client_learning_rate=0.05, local_steps=1, server_optimizer=optimizers.build('sgd', 1.0))
+    rng = np.random.default_rng(1)
+    data = [_dataset(rng, n) for n in (0.1, 2.0)]
+
+    def error(weights):
+      return float(np.sum(np.square(np.asarray(weights.trainable[0]))))
+
+    original = dga_rl.DGARL(process, 2, error, seed=4, hidden_units=(8, 8, 8, 4))
+    state = process.initialize()
+    state = original.round(state, data, round_num=1).state
+    saved = original.state()
+    restored = dga_rl.DGARL(process, 2, error, seed=4, hidden_units=(8, 8, 8, 4))
+    restored.set_state(saved)
+    a = original.round(state, data, round_num=2)
+    b = restored.round(state, data, round_num=2)
+    np.testing.assert_array_equal(a.rl_weights, b.rl_weights)
+    for x, y in zip(original.state(), restored.state(), strict=True):
+      np.testing.assert_array_equal(x, y)
+    self.assertLen(restored.buffer, 2)
+
   def test_cohort_size_must_match_the_network(self):
     process = dga.build_dga_process(_model_fn, weighting=None, client_learning_rate=0.05,
                                     local_steps=1, server_optimizer=optimizers.build('sgd', 1.0))

@@ -16,7 +16,7 @@ _CENTRAL_OWN = [name for name in config_lib.config_fields(central_training.Centr
 
 def _flag_values(*argv):
   flag_values = flags.FlagValues()
-  for group in ('data', 'model', 'client', 'server', 'dp', 'run', 'mixed'):
+  for group in ('data', 'model', 'client', 'server', 'dp', 'run', 'central', 'mixed', 'dga'):
     cls = config_lib.FederatedConfig.__dataclass_fields__[group].type
     config_flags.define_flags(cls, flag_values=flag_values)
   config_flags.define_flags(central_training.CentralConfig, _CENTRAL_OWN, flag_values)

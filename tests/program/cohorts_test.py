@@ -48,6 +48,22 @@ class CohortsTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'sampling'):
       cohorts.sample_cohort(ids, 5, secret, 1, 'shuffle')
 
+  def test_sampling_with_replacement_draws_uniformly_and_repeats_clients(self):
+    ids = [str(i) for i in range(10)]
+    counts = np.zeros(10)
+    repeats = 0
+    for r in range(3000):
+      cohort = cohorts.sample_cohort(ids, 6, 5, r, 'with_replacement')
+      self.assertLen(cohort, 6)
+      self.assertEqual(cohort, cohorts.sample_cohort(ids, 6, 5, r, 'with_replacement'))
+      repeats += len(cohort) > len(set(cohort))
+      for c in cohort:
+        counts[int(c)] += 1
+    # Each draw is uniform: 6 draws of 1/10 each, 0.6 a round per client.
+    np.testing.assert_allclose(counts / 3000, 0.6, atol=0.05)
+    # P(some client twice among 6 draws of 10) = 1 - 10!/(4! 10^6) = 0.8488.
+    self.assertAlmostEqual(repeats / 3000, 0.8488, delta=0.03)
+
   def test_run_secret_is_fresh_and_survives_a_checkpoint(self):
     secrets = {cohorts.new_run_secret() for _ in range(20)}
     self.assertLen(secrets, 20)

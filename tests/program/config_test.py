@@ -12,7 +12,7 @@ from fedasr_tff.program import config as config_lib
 
 _SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
                 config_lib.ServerConfig, config_lib.DPConfig, config_lib.RunConfig,
-                config_lib.MixedConfig)
+                config_lib.CentralDataConfig, config_lib.MixedConfig, config_lib.DGAConfig)
 
 
 class ConfigTest(absltest.TestCase):

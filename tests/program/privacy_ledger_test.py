@@ -66,6 +66,15 @@ class PrivacyLedgerTest(absltest.TestCase):
     self.assertIn('without replacement, replace-one', statement)
     self.assertIn('not comparable', statement)
 
+  def test_sampling_with_replacement_is_refused_with_noise(self):
+    kwargs = dict(cohort_size=8, population=54, declared_noise_multiplier=0.0,
+                  declared_cohort_size=8, declared_population=54, planned_rounds=10,
+                  delta=1e-9, sampling='with_replacement')
+    with self.assertRaisesRegex(ValueError, 'with_replacement'):
+      privacy_ledger.PrivacyLedger(noise_multiplier=0.5, **kwargs)
+    ledger = privacy_ledger.PrivacyLedger(noise_multiplier=0.0, **kwargs)
+    self.assertIn('not** differentially private', ledger.statement(10))
+
   def test_statement_names_what_lies_outside_the_guarantee(self):
     ledger = self._ledger(0.05)
     plain = ledger.statement(10)
