@@ -151,3 +151,23 @@ def make_corpus(output_dir: str,
       for client, clip, sentence in cv_rows:
         f.write(f'{client}\t{clip}\t{sentence}\t2\t0\n')
   return voices
+
+
+def corrupt_transcripts(split_dir: str, speakers: Sequence[str], seed: int,
+                        words: Optional[Sequence[str]] = None) -> None:
+  """Replaces every transcript of `speakers` in a LibriSpeech split folder by as many words
+  drawn uniformly from `words` (default `DEFAULT_WORDS["en"]`): clients whose labels are noise,
+  for experiments on robust aggregation. The audio is left as it is."""
+  words = list(words or DEFAULT_WORDS['en'])
+  rng = np.random.default_rng(seed)
+  for speaker in speakers:
+    speaker_dir = os.path.join(split_dir, speaker)
+    if not os.path.isdir(speaker_dir):
+      raise ValueError(f'No speaker {speaker!r} in {split_dir!r}.')
+    for chapter in sorted(os.listdir(speaker_dir)):
+      path = os.path.join(speaker_dir, chapter, f'{speaker}-{chapter}.trans.txt')
+      with open(path, encoding='utf-8') as f:
+        lines = [line.split() for line in f if line.strip()]
+      with open(path, 'w', encoding='utf-8') as f:
+        for utterance_id, *said in lines:
+          f.write(f'{utterance_id} {" ".join(rng.choice(words, size=len(said))).upper()}\n')

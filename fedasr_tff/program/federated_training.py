@@ -11,6 +11,11 @@ of the deltas with `aggregators.PerLayerDPFactory`, Gaussian noise, the server o
 With `--mixed` (`config.MixedConfig`) the process is mixed federated learning
 (`algorithms.build_mixed_fl_process`): the server also trains on its own central data inside
 every round (`central_batches` draws the round's batches from the run secret and the round).
+With `config.DGAConfig` (`--aggregation`, `--rehearsal_steps`) it is dynamic gradient aggregation
+(`algorithms.build_dga_process`): client deltas weighted by their training loss (with DP noise
+through `aggregators.BoundedWeightDPFactory`), DGA-RL's learned weights orchestrated here
+(`algorithms.dga_rl`, its learner saved in the checkpoints), and server rehearsal on the
+server's data.
 Every `eval_every` rounds the global model is scored on held-out speakers and the privacy spent
 so far is accounted (`privacy_ledger`).
 

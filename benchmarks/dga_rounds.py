@@ -1,0 +1,160 @@
+r"""Round time of DGA weighting against FedAvg's uniform mean on the tiny ASR model.
+
+Dynamic gradient aggregation (`fedasr_tff.algorithms.build_dga_process`; Dimitriadis et al.,
+arXiv:2008.02452) adds one scalar per client to a round: the client's loss, mapped to its weight
+at the client, and a weighted mean instead of a plain one. This prints, at one cohort, the median
+[min, max] time of a round of
+
+* `fed_avg`: the FedAvg process (the baseline);
+* `uniform`: the DGA process with uniform weights (the same round through DGA's computation);
+* `softmax`: DGA softmax weights (TFF's weighted `MeanFactory`);
+* `softmax_dp` and `fed_avg_dp`: the same two with DP (per-layer "dim" clipping and noise:
+  `BoundedWeightDPFactory` against `PerLayerDPFactory`);
+* `rl`: a DGA-RL round (`algorithms.dga_rl`): the clients, two candidate server steps, a
+  validation CER of each on `--validation_speakers` speakers, the policy update;
+
+and each one's ratio to FedAvg's (to FedAvg-with-DP's for `softmax_dp`). Everything runs as the
+runner runs it: the `tiny` CTC transformer, clients the speakers of a synthetic espeak-ng corpus,
+datasets built as the runner builds them (feature cache filled first), TFF's local C++ execution
+context. After `--warmup_rounds` untimed rounds of each, the `--rounds` timed rounds are
+interleaved across the variants, rotating their order, so machine noise hits all alike.
+
+  python -m benchmarks.dga_rounds --cohort=32 --rounds=7
+"""
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+from fedasr_tff import aggregators
+from fedasr_tff import algorithms
+from fedasr_tff import data
+from fedasr_tff import models
+from fedasr_tff import optimizers
+from fedasr_tff.algorithms import dga
+from fedasr_tff.algorithms import dga_rl
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import cohorts
+from fedasr_tff.program import evaluation
+from fedasr_tff.runtime import execution_context
+
+_COHORT = flags.DEFINE_integer('cohort', 32, 'Clients per round.', lower_bound=1)
+_ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each variant.', lower_bound=1)
+_WARMUP_ROUNDS = flags.DEFINE_integer('warmup_rounds', 1, 'Untimed rounds of each first.',
+                                      lower_bound=1)
+_LOCAL_STEPS = flags.DEFINE_integer('local_steps', 2, 'Local steps of every client.',
+                                    lower_bound=1)
+_SPEAKERS = flags.DEFINE_integer('speakers', 10, 'Client speakers of the corpus.', lower_bound=1)
+_VALIDATION_SPEAKERS = flags.DEFINE_integer('validation_speakers', 2,
+                                            "DGA-RL's validation speakers.", lower_bound=1)
+_CORPUS_DIR = flags.DEFINE_string('corpus_dir', None,
+                                  'Folder for the synthetic corpus (default: a temporary one).')
+
+FED_AVG, FED_AVG_DP = 'fed_avg', 'fed_avg_dp'
+_SECRET = 0
+_WEIGHTING = dga.SoftmaxWeighting(0.05, loss_clip=400.0)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  execution_context.set_local_cpp_execution_context()
+  root = _CORPUS_DIR.value or tempfile.mkdtemp()
+  try:
+    ls_dir = os.path.join(root, 'librispeech')
+    validation_count = _VALIDATION_SPEAKERS.value
+    if not os.path.isdir(os.path.join(ls_dir, 'train')):
+      synthetic.make_corpus(root, num_speakers=_SPEAKERS.value + validation_count,
+                            mean_utterances=6, skew=0.0, seed=0)
+    utterances = data.read_librispeech(ls_dir, 'train', strict=True)
+    speakers = sorted({u.speaker for u in utterances})
+    vocab = data.Vocabulary('en')
+    cache = os.path.join(root, 'feature_cache')
+    client_data = data.SpeechClientData(
+        [u for u in utterances if u.speaker in speakers[validation_count:]], vocab,
+        spec_augment=True, feature_cache_dir=cache)
+    validation_data = data.SpeechClientData(
+        [u for u in utterances if u.speaker in speakers[:validation_count]], vocab,
+        feature_cache_dir=cache)
+    for source in (client_data, validation_data):
+      for speaker in source.client_ids:
+        source.create_tf_dataset_for_client(speaker, seed=0)   # Fills the feature cache.
+    model_fn = models.build_tff_model_fn('tiny', vocab.tokens)
+    cohort, local_steps = _COHORT.value, _LOCAL_STEPS.value
+
+    def dp_uniform():
+      return aggregators.PerLayerDPFactory.gaussian_fixed(1.0, cohort, 1.0, 'dim',
+                                                          diagnostics=False)
+
+    def dp_weighted():
+      return aggregators.BoundedWeightDPFactory.gaussian_fixed(
+          1.0, cohort, 1.0, _WEIGHTING.min_weight, allocation='dim', diagnostics=False)
+
+    def server():
+      return optimizers.build('sgd', 1.0)
+
+    common = dict(client_learning_rate=0.2, local_steps=local_steps)
+    processes = {
+        FED_AVG: algorithms.build_fed_avg_process(model_fn, server_optimizer=server(), **common),
+        'uniform': dga.build_dga_process(model_fn, server_optimizer=server(), **common),
+        'softmax': dga.build_dga_process(model_fn, weighting=_WEIGHTING,
+                                         server_optimizer=server(), **common),
+        FED_AVG_DP: algorithms.build_fed_avg_process(model_fn, server_optimizer=server(),
+                                                     model_aggregator=dp_uniform(), **common),
+        'softmax_dp': dga.build_dga_process(model_fn, weighting=_WEIGHTING,
+                                            server_optimizer=server(),
+                                            model_aggregator=dp_weighted(), **common),
+    }
+    rl_process = processes['softmax']
+    validation_model = model_fn()
+    rl = dga_rl.DGARL(rl_process, cohort, lambda weights: evaluation.evaluate(
+        validation_model, validation_data, weights).overall.cer)
+    states = {name: process.initialize() for name, process in processes.items()}
+    states['rl'] = rl_process.initialize()
+    round_num = 0
+
+    def round_of(name):
+      nonlocal round_num
+      round_num += 1
+      ids = client_data.client_ids
+      datasets = [client_data.create_tf_dataset_for_client(
+          ids[i % len(ids)], seed=cohorts.client_seed(_SECRET, round_num, f'entry{i}'),
+          max_batches=local_steps) for i in range(cohort)]
+      started = time.perf_counter()
+      if name == 'rl':
+        states[name] = rl.round(states[name], datasets).state
+      else:
+        states[name] = processes[name].next(states[name], datasets).state
+      return time.perf_counter() - started
+
+    names = list(processes) + ['rl']
+    for name in names:
+      for _ in range(_WARMUP_ROUNDS.value):
+        round_of(name)
+    times = {name: [] for name in names}
+    for r in range(_ROUNDS.value):
+      for name in names[r % len(names):] + names[:r % len(names)]:
+        times[name].append(round_of(name))
+
+    print(f'cohort {cohort}, {local_steps} local steps, tiny model, {validation_count} '
+          f'validation speakers for DGA-RL; {_ROUNDS.value} timed rounds each '
+          '(medians [min, max]):')
+    print('| round | seconds | / baseline | baseline |\n|---|---|---|---|')
+    for name in names:
+      baseline = FED_AVG_DP if name.endswith('_dp') else FED_AVG
+      base = statistics.median(times[baseline])
+      median = statistics.median(times[name])
+      print(f'| {name} | {median:.3f} [{min(times[name]):.3f}, {max(times[name]):.3f}] | '
+            f'{median / base:.3f} | {baseline} |')
+  finally:
+    if not _CORPUS_DIR.value:
+      shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
