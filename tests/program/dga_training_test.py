@@ -73,15 +73,6 @@ class DGATrainingTest(absltest.TestCase):
     # The ledger accounts the total z: the value and the weight sum together.
     self.assertAlmostEqual(result.ledger.noise_multiplier, 0.05 * 2, places=5)
 
-  def test_without_noise_client_weight_statistics_are_released_under_client(self):
-    output_dir = os.path.join(self.root, 'plain')
-    config = self._config(aggregation='dga_softmax', clipping='none')
-    federated_training.train(config, self.train_data, self.vocab, output_dir,
-                             show_progress=False, log=lambda line: None)
-    columns = _columns(output_dir)
-    self.assertIn('client/weights/weight_sum', columns)
-    self.assertIn('client/weights/effective_clients', columns)
-
   def test_dga_rl_run_resumes_its_learner_exactly(self):
     config = self._config(aggregation='dga_rl', clipping='none', central_split='train',
                           sampling='with_replacement', rehearsal_steps=1, seed=3)
@@ -91,8 +82,10 @@ class DGATrainingTest(absltest.TestCase):
                                      os.path.join(self.root, 'rl_whole'),
                                      log=lambda line: None, **kwargs)
     columns = _columns(os.path.join(self.root, 'rl_whole'))
+    # Without noise the weights' statistics are released too, under client/.
     for column in ('dga_rl/validation_cer_rl', 'dga_rl/validation_cer_softmax',
-                   'dga_rl/kept_rl', 'dga_rl/reward', 'rehearsal/loss'):
+                   'dga_rl/kept_rl', 'dga_rl/reward', 'rehearsal/loss',
+                   'client/weights/weight_sum', 'client/weights/effective_clients'):
       self.assertIn(column, columns)
 
     def interrupt_after_round_one(line):
