@@ -14,13 +14,13 @@ uniformly random labels). Four runs from one initial model, `--dga_seeds` seeds 
 * dga_softmax: softmax(−β L_j) weights, server Adam;
 * dga_rl: DGA-RL weights (`algorithms.dga_rl`) scored on a validation set, server Adam.
 
-Printed (and with --results_dir written to `dga_toys.json` / `.md`): the rounds until the
+Printed (and with --dga_results_dir written to `dga_toys.json` / `.md`): the rounds until the
 validation error first reaches `--dga_target_error` (mean over seeds; runs that never reach it
 count as the round budget and are flagged), the final validation error (mean ± std), and, as a
 simulation diagnostic from ground truth the server never has, the mean normalised weight N·α_j of
 the noisy and of the clean clients (1 = uniform). Clients train with local SGD; no DP here.
 
-  python -m experiments.dga_toys --dga_seeds=3 --dga_rounds=150 --results_dir=/tmp/dga_toys
+  python -m experiments.dga_toys --dga_seeds=3 --dga_rounds=150 --dga_results_dir=/tmp/dga_toys
 """
 
 import collections
@@ -54,7 +54,7 @@ _TARGET = flags.DEFINE_float('dga_target_error', 0.32, 'Target validation error.
 _BETA = flags.DEFINE_float('dga_toy_beta', 2.0, 'beta of the DGA softmax.')
 _SERVER_LR = flags.DEFINE_float('dga_server_lr', 0.03, 'Server Adam learning rate.')
 _RUNS = flags.DEFINE_list('dga_runs', None, 'Runs (default: all).')
-_RESULTS_DIR = flags.DEFINE_string('results_dir', None, 'Where to write dga_toys.json / .md.')
+_RESULTS_DIR = flags.DEFINE_string('dga_results_dir', None, 'Where to write dga_toys.json / .md.')
 
 RUNS = ('fedavg', 'uniform_adam', 'dga_softmax', 'dga_rl')
 _FEATURES, _EXAMPLES, _BATCH, _LOCAL_STEPS, _CLIENT_LR = 20, 40, 10, 5, 0.1
