@@ -270,7 +270,7 @@ def _central_data_description(config: config_lib.FederatedConfig) -> str:
   data_text = (f'split {central.central_split!r} ({central.central_speakers} speakers) of '
                f'{source!r}')
   if config.mixed.enabled:
-    return (f'mixed federated learning on {data_text}, --mixed={config.mixed.mixed}, '
+    return (f'Mixed federated learning on {data_text}, --mixed={config.mixed.mixed}, '
             f'w_c = {config.mixed.central_weight:g}')
   uses = []
   if config.dga.rehearses:
