@@ -98,6 +98,21 @@ class ServerDataProcess(tff.templates.IterativeProcess):
     return self._central_data_type
 
 
+def model_weight_accessors(state_type: tff.Type, model_weights_type: tff.Type):
+  """(get_model_weights, set_model_weights) TFF computations of a process whose server state is
+  a NamedTuple with a `global_model_weights` field (mixed FL's and DGA's states)."""
+
+  @tff.tensorflow.computation(state_type.member)
+  def get_model_weights(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(state_type.member, model_weights_type)
+  def set_model_weights(state, model_weights):
+    return state._replace(global_model_weights=model_weights)
+
+  return get_model_weights, set_model_weights
+
+
 def build_central_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,

@@ -362,15 +362,8 @@ def build_dga_process(
       rehearse = tff.federated_computation(rehearse_fn, state_type,
                                            tff.FederatedType(central_data_type, tff.SERVER))
 
-  @tff.tensorflow.computation(state_type.member)
-  def get_model_weights(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(state_type.member, model_weights_type)
-  def set_model_weights(state, model_weights):
-    return DGAState(global_model_weights=model_weights, distributor=state.distributor,
-                    client_work=state.client_work, aggregator=state.aggregator,
-                    finalizer=state.finalizer, rehearsal=state.rehearsal)
+  get_model_weights, set_model_weights = central_work_lib.model_weight_accessors(
+      state_type, model_weights_type)
 
   return DGAProcess(init_fn, next_fn, get_model_weights, set_model_weights, central_data_type,
                     client_round=client_round, server_step=server_step, rehearse=rehearse)

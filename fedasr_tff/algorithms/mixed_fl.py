@@ -339,15 +339,8 @@ def build_mixed_fl_process(
     next_fn = tff.federated_computation(round_fn, state_type, client_data_type,
                                         tff.FederatedType(central_data_type, tff.SERVER))
 
-  @tff.tensorflow.computation(state_type.member)
-  def get_model_weights(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(state_type.member, model_weights_type)
-  def set_model_weights(state, model_weights):
-    return MixedState(global_model_weights=model_weights, distributor=state.distributor,
-                      client_work=state.client_work, aggregator=state.aggregator,
-                      finalizer=state.finalizer, central=state.central)
+  get_model_weights, set_model_weights = central_work_lib.model_weight_accessors(
+      state_type, model_weights_type)
 
   return central_work_lib.ServerDataProcess(init_fn, next_fn, get_model_weights,
                                            set_model_weights, central_data_type)
