@@ -1,8 +1,60 @@
-"""pytest set-up for the whole repository."""
+"""pytest set-up for the whole repository.
 
+`--skip-bazel-tests` (what `make test` passes, tools/test.sh) leaves out the test modules that
+`bazel test //... --test_tag_filters=-e2e` runs right after (every `py_test` in a `tests/**/BUILD`
+not tagged "e2e"), so each test runs once in CI. A test module without a `py_test` target is an
+error then: it would silently run under neither.
+"""
+
+import pathlib
+import re
 import sys
 
 import pytest
+
+_ROOT = pathlib.Path(__file__).resolve().parent
+_PY_TEST = re.compile(r'^py_test\((.*?)^\)', re.MULTILINE | re.DOTALL)
+_SRCS = re.compile(r'srcs\s*=\s*\["([^"]+)"\]')
+_E2E = re.compile(r'tags\s*=\s*\[[^\]]*"e2e"')
+
+
+def pytest_addoption(parser):
+  parser.addoption('--skip-bazel-tests', action='store_true', default=False,
+                   help='Skip the test modules Bazel runs (py_test targets not tagged e2e).')
+
+
+def bazel_test_modules(root: pathlib.Path = _ROOT) -> dict:
+  """{test module path: whether its py_test is tagged e2e}, from every tests/**/BUILD."""
+  modules = {}
+  for build in sorted((root / 'tests').rglob('BUILD')):
+    for target in _PY_TEST.finditer(build.read_text()):
+      srcs = _SRCS.search(target.group(1))
+      if srcs is None:
+        raise pytest.UsageError(f'{build}: a py_test without a single `srcs` file.')
+      modules[(build.parent / srcs.group(1)).resolve()] = bool(_E2E.search(target.group(1)))
+  return modules
+
+
+def pytest_configure(config):
+  if not config.getoption('--skip-bazel-tests'):
+    return
+  modules = bazel_test_modules()
+  missing = [str(p.relative_to(_ROOT)) for p in sorted((_ROOT / 'tests').rglob('*_test.py'))
+             if p.resolve() not in modules]
+  if missing:
+    raise pytest.UsageError('--skip-bazel-tests: no py_test target in a BUILD file runs '
+                            f'{", ".join(missing)}; add one (tag it "e2e" to run it here).')
+  config.stash[_BAZEL_RUN] = {path for path, e2e in modules.items() if not e2e}
+
+
+_BAZEL_RUN = pytest.StashKey[set]()
+
+
+def pytest_ignore_collect(collection_path, config):
+  bazel_run = config.stash.get(_BAZEL_RUN, None)
+  if bazel_run and pathlib.Path(collection_path).resolve() in bazel_run:
+    return True
+  return None
 
 
 @pytest.fixture(scope='session', autouse=True)

@@ -110,7 +110,9 @@ def main(argv):
                                             server_optimizer=server(),
                                             model_aggregator=dp_weighted(), **common),
     }
-    rl_process = processes['softmax']
+    rl_process = dga.build_dga_process(model_fn, weighting=_WEIGHTING,
+                                       server_optimizer=server(), with_client_round=True,
+                                       **common)
     validation_model = model_fn()
     rl = dga_rl.DGARL(rl_process, cohort, lambda weights: evaluation.evaluate(
         validation_model, validation_data, weights).overall.cer)

@@ -61,6 +61,9 @@ _LOCAL_STEPS = flags.DEFINE_integer('fl_local_steps', 4, 'Local steps a round.',
 _BETA = flags.DEFINE_float('fl_dga_beta', 0.05, 'beta of the DGA softmax.')
 _LOSS_CLIP = flags.DEFINE_float('fl_dga_loss_clip', 150.0, 'Loss clip of the DGA weights (the '
                                 'CTC loss is per utterance).')
+_LOSS_FLOOR = flags.DEFINE_float('fl_dga_loss_floor', 0.0, 'Loss floor L_lo of the DGA '
+                                  'weights: a client at or below it weighs 1. With DP, weights '
+                                  'far below 1 shrink the signal against noise sized for 1.')
 _REHEARSAL = flags.DEFINE_integer('fl_rehearsal_steps', 2, 'Rehearsal steps a round.',
                                   lower_bound=0)
 _SIGMA_DP = flags.DEFINE_float('fl_sigma_dp', 3e-4, 'DP noise of the dp runs (units of the '
@@ -94,7 +97,8 @@ def _corpus(root, seed):
 def _federated_config(data_config, aggregation, sigma_dp):
   dga = {}
   if aggregation != 'uniform':
-    dga = dict(aggregation=aggregation, dga_beta=_BETA.value, dga_loss_clip=_LOSS_CLIP.value)
+    dga = dict(aggregation=aggregation, dga_beta=_BETA.value, dga_loss_clip=_LOSS_CLIP.value,
+               dga_loss_floor=_LOSS_FLOOR.value)
   return config_lib.from_flat(config_lib.FederatedConfig, {
       **config_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
       'local_steps': _LOCAL_STEPS.value, 'client_lr': 0.2, 'server_optimizer': 'adam',
@@ -109,9 +113,10 @@ def client_weights(config, model_fn, client_data, weights, noisy, seed):
   """Mean N·α of the noisy and the clean speakers: one DGA softmax round over every client at
   `weights` (the ground-truth diagnostic of the module docstring)."""
   softmax = config_lib.DGAConfig(aggregation='dga_softmax', dga_beta=_BETA.value,
-                                 dga_loss_clip=_LOSS_CLIP.value)
+                                 dga_loss_clip=_LOSS_CLIP.value, dga_loss_floor=_LOSS_FLOOR.value)
   process = softmax.process(config.client, model_fn, server_optimizer=config.server.optimizer(),
-                            server_lr_schedule=None, model_aggregator=None)
+                            server_lr_schedule=None, model_aggregator=None,
+                            with_client_round=True)
   state = process.set_model_weights(process.initialize(), weights)
   ids = client_data.client_ids
   datasets = [client_data.create_tf_dataset_for_client(

@@ -122,7 +122,7 @@ def run(name: str, seed: int, *, rounds: int, clients: int, cohort: int, classes
             else optimizers.build('adam', server_lr))
   process = dga.build_dga_process(_model_fn(classes), weighting=weighting,
                                   client_learning_rate=_CLIENT_LR, local_steps=_LOCAL_STEPS,
-                                  server_optimizer=server)
+                                  server_optimizer=server, with_client_round=True)
   rl = None
   if name == 'dga_rl':
     rl = dga_rl.DGARL(process, cohort, lambda w: validation_error(w, validation), theta=0.002,

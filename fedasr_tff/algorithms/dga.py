@@ -17,11 +17,12 @@ Weightings (`weighting`):
 * uniform (None): α_j = 1/N, the paper's "hierarchical optimization" baseline.
 * DGA softmax (`SoftmaxWeighting`, eq. 6): α_j = exp(−β L_j) / Σ_i exp(−β L_i): a client the
   model fits badly weighs less. The weights are computed inside the round's federated
-  computation: the client work reports its mean training loss over its local steps
-  (`local_training`, `report_loss`), every client maps it to an unnormalised weight
-  w_j = exp(−β (clip(L_j, L_lo, L_max) − L_lo)) ∈ [w_min, 1], w_min = exp(−β (L_max − L_lo)),
-  and the weighted mean Σ w_j Δ_j / Σ w_j (TFF's `MeanFactory`, or
-  `aggregators.BoundedWeightDPFactory` with DP) is the softmax aggregate. Shifting by the fixed,
+  computation: every client maps its mean training loss over its local steps to an
+  unnormalised weight w_j = exp(−β (clip(L_j, L_lo, L_max) − L_lo)) ∈ [w_min, 1],
+  w_min = exp(−β (L_max − L_lo)), inside its local training (`local_training`,
+  `update_weight_fn`, so the weight costs the round no step of its own), and the weighted mean
+  Σ w_j Δ_j / Σ w_j (TFF's `MeanFactory`, or `aggregators.BoundedWeightDPFactory` with DP) is
+  the softmax aggregate. Shifting by the fixed,
   public L_lo instead of the cohort's min L (the usual log-sum-exp shift) leaves the softmax
   unchanged (it is shift-invariant) and keeps the round one aggregation of client values, which
   TFF's mergeable multi-worker form needs; the public loss range keeps every exponent in
@@ -34,7 +35,9 @@ Weightings (`weighting`):
 Stages. Besides `next`, the process has three federated computations that together make `next`,
 for orchestration in Python (DGA-RL's two candidate server steps from one state):
 `client_round(state, client_data)` -> (updates, losses, weights, features) placed at the
-clients (a list in simulation, in cohort order) and the client work's measurements;
+clients (a list in simulation, in cohort order) and the client work's measurements (only with
+`with_client_round`: its client work reports the loss itself, a second trace of local
+training, which a softmax or uniform run does not need);
 `server_step(state, updates, weights)` -> the round's aggregator and server optimizer step
 (the process's own aggregator and finalizer) as a `LearningProcessOutput`; and
 `rehearse(state, batches)` -> the rehearsal steps. Local training and the broadcast are
@@ -84,6 +87,13 @@ MAX_LOG_WEIGHT_RANGE = 80.0
 @dataclasses.dataclass(frozen=True)
 class SoftmaxWeighting:
   """DGA softmax weights over a public loss range (module docstring).
+
+  The range matters with DP noise (`aggregators.BoundedWeightDPFactory`): the noise is sized
+  for the largest weight, 1, so the noised mean Σ w_j Δ_j / Σ w_j carries noise S / Σ w_j times
+  that of uniform weights over S clients. With L_lo = 0 and per-utterance CTC losses of ~40,
+  every weight is far below 1 and the noise grows by that factor; put L_lo near the loss a
+  well-fitted client reaches (public knowledge, such as the model's loss on the server's data),
+  so well-fitted clients weigh ~1 and only the badly fitted ones are scaled down.
 
   Attributes:
     beta: β >= 0, the softmax's inverse temperature (0: uniform weights).
@@ -215,6 +225,7 @@ def build_dga_process(
     rehearsal_learning_rate: float = 0.0,
     rehearsal_loss_fn: Callable = central_work_lib.model_loss,
     rehearsal_data_free: bool = False,
+    with_client_round: bool = False,
 ) -> DGAProcess:
   """Builds the DGA process (module docstring).
 
@@ -231,6 +242,7 @@ def build_dga_process(
     rehearsal_learning_rate: η_w >= 0 of the rehearsal's SGD.
     rehearsal_loss_fn: (model, batch) -> scalar loss of the rehearsal; default the model's.
     rehearsal_data_free: the rehearsal loss needs no server data.
+    with_client_round: also build the `client_round` stage (DGA-RL needs it; otherwise None).
   """
   if weighting is not None and not isinstance(weighting, SoftmaxWeighting):
     raise ValueError(f'`weighting` must be None (uniform) or a SoftmaxWeighting, got '
@@ -240,10 +252,12 @@ def build_dga_process(
   rehearses = rehearsal_steps > 0 and rehearsal_learning_rate > 0
   model_aggregator = _weighted_aggregator(model_aggregator, weighting)
 
+  local_work = dict(client_learning_rate=client_learning_rate, local_steps=local_steps,
+                    local_epochs=local_epochs, local_clip_norm=local_clip_norm,
+                    fedprox_mu=fedprox_mu)
+  weight_fn = _uniform_weight if weighting is None else weighting.client_weight
   client_work = local_training.build_local_training_client_work(
-      model_fn, client_learning_rate=client_learning_rate, local_steps=local_steps,
-      local_epochs=local_epochs, local_clip_norm=local_clip_norm, fedprox_mu=fedprox_mu,
-      report_loss=True)
+      model_fn, update_weight_fn=weight_fn, **local_work)
   rehearsal = None
   if rehearses:
     rehearsal = central_work_lib.build_central_work(
@@ -282,14 +296,7 @@ def build_dga_process(
   def train_clients(state, client_data):
     distributed = distributor.next(state.distributor, state.global_model_weights)
     output = client_work.next(state.client_work, distributed.result, client_data)
-    losses = output.result.update_weight
-    weights = tff.federated_map(ops.client_weight, losses)
-    statistics = tff.federated_map(ops.weight_statistics,
-                                   tff.federated_sum(tff.federated_map(ops.weight_powers,
-                                                                       weights)))
-    measurements = tff.federated_zip(collections.OrderedDict(
-        train=output.measurements.train, weights=statistics))
-    return output.result.update, losses, weights, measurements
+    return output.result.update, output.result.update_weight, output.measurements
 
   def step_server(state, updates, weights):
     aggregated = aggregator.next(state.aggregator, updates, weights)
@@ -315,7 +322,7 @@ def build_dga_process(
     return new_state, measurements
 
   def round_fn(state, client_data, batches):
-    updates, _, weights, client_measurements = train_clients(state, client_data)
+    updates, weights, client_measurements = train_clients(state, client_data)
     new_state, aggregator_measurements, finalizer_measurements = step_server(state, updates,
                                                                              weights)
     measurements = collections.OrderedDict(
@@ -336,11 +343,26 @@ def build_dga_process(
     next_fn = tff.federated_computation(round_fn, state_type, client_data_type,
                                         tff.FederatedType(central_data_type, tff.SERVER))
 
-  @tff.federated_computation(state_type, client_data_type)
-  def client_round(state, client_data):
-    updates, losses, weights, measurements = train_clients(state, client_data)
-    features = tff.federated_map(ops.features, (updates, losses))
-    return updates, losses, weights, features, measurements
+  def build_client_round():
+    # Built with the process, not on first use: tracing a model invalidates Keras models made
+    # before it (a DGA-RL runner's validation model).
+    loss_work = local_training.build_local_training_client_work(
+        model_fn, update_weight_fn=tf.identity, **local_work)
+
+    @tff.federated_computation(state_type, client_data_type)
+    def client_round(state, client_data):
+      distributed = distributor.next(state.distributor, state.global_model_weights)
+      output = loss_work.next(state.client_work, distributed.result, client_data)
+      updates, losses = output.result.update, output.result.update_weight
+      weights = tff.federated_map(ops.client_weight, losses)
+      statistics = tff.federated_map(ops.weight_statistics,
+                                     tff.federated_sum(tff.federated_map(ops.weight_powers,
+                                                                         weights)))
+      features = tff.federated_map(ops.features, (updates, losses))
+      return updates, losses, weights, features, tff.federated_zip(collections.OrderedDict(
+          train=output.measurements.train, weights=statistics))
+
+    return client_round
 
   @tff.federated_computation(state_type, client_values_type, client_weights_type)
   def server_step(state, updates, weights):
@@ -366,7 +388,8 @@ def build_dga_process(
       state_type, model_weights_type)
 
   return DGAProcess(init_fn, next_fn, get_model_weights, set_model_weights, central_data_type,
-                    client_round=client_round, server_step=server_step, rehearse=rehearse)
+                    client_round=build_client_round() if with_client_round else None,
+                    server_step=server_step, rehearse=rehearse)
 
 
 def _uniform_weight(loss) -> tf.Tensor:

@@ -217,6 +217,9 @@ class DGARL:
     validation.check_non_negative('theta', theta)
     validation.check_positive('reward_scale', reward_scale)
     validation.check_positive_integer('batch_size', batch_size)
+    if getattr(process, 'client_round', None) is None:
+      raise ValueError('DGA-RL needs the `client_round` stage of its `process`: build it with '
+                       '`build_dga_process(..., with_client_round=True)`.')
     self._process = process
     self._validation_error = validation_error
     self._theta = float(theta)

@@ -42,9 +42,11 @@ Batches of other structures (tuples of generic models) pass unchanged; such mode
 nothing at random in training for the guarantee to hold.
 
 Dynamic gradient aggregation (`dga`) weights a client's delta by a function of its training loss:
-with `report_loss`, the `ClientResult`'s `update_weight` is the client's mean training loss over
-its local steps (the loss `train/loss` averages), which the DGA process turns into the aggregation
-weight in a federated computation of its own; otherwise it is 1.
+with `update_weight_fn`, the `ClientResult`'s `update_weight` is `update_weight_fn(L)` of the
+client's mean training loss L over its local steps (the loss `train/loss` averages), computed in
+the client's own TF computation so that the weight costs the round no step of its own; otherwise
+it is 1. The measurements then gain `weights`: `weight_sum` Σ_j w_j and `effective_clients`
+(Σ_j w_j)² / Σ_j w_j², summed with the other statistics (no extra aggregation).
 
 Measurements (`train`): `loss`, the mean over clients of each client's mean loss over its local
 steps; `examples` and `steps` (summed over clients); `clients`, the number of clients;
@@ -122,7 +124,13 @@ def _finalize_measurements(sums, maxima):
       clients=sums['clients'],
       delta_norm=tf.math.divide_no_nan(sums['delta_norm'], clients))
   train.update((name, maxima[i]) for i, name in enumerate(_MAXIMA))
-  return collections.OrderedDict(train=train)
+  measurements = collections.OrderedDict(train=train)
+  if 'weight_sum' in sums:
+    measurements['weights'] = collections.OrderedDict(
+        weight_sum=sums['weight_sum'],
+        effective_clients=tf.math.divide_no_nan(tf.square(sums['weight_sum']),
+                                                sums['weight_square_sum']))
+  return measurements
 
 
 _MODEL_WEIGHTS, _AUGMENTING_GRADIENT = 'model_weights', 'augmenting_gradient'
@@ -177,7 +185,7 @@ def build_local_training_client_work(
     loss_weight: float = 1.0,
     augmented: bool = False,
     start_gradient: bool = False,
-    report_loss: bool = False,
+    update_weight_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the `ClientWorkProcess` of the module docstring.
 
@@ -193,7 +201,8 @@ def build_local_training_client_work(
       augmenting gradient outside the clip; needs `local_steps` (the server adds back
       η_loc·local_steps·g_aug, so every client's step count must be public).
     start_gradient: also measure `start_gradient` (module docstring).
-    report_loss: the update weight is the client's mean training loss (module docstring).
+    update_weight_fn: maps the client's mean training loss (a float32 scalar) to its update
+      weight, inside the client's computation (module docstring); None: weight 1.
   """
   validation.check_positive('client_learning_rate', client_learning_rate)
   check_local_work(local_steps, local_epochs)
@@ -226,7 +235,8 @@ def build_local_training_client_work(
   def client_update(state_hparams, broadcast, dataset):
     client_update_fn = _build_client_update(model_fn(), local_steps, local_epochs,
                                             local_clip_norm, fedprox_mu, loss_weight,
-                                            start_gradient, augmented, report_loss)
+                                            start_gradient, augmented,
+                                            update_weight_fn)
     learning_rate = state_hparams[hparams.LEARNING_RATE_KEY]
     if augmented:
       return client_update_fn(learning_rate, broadcast[_MODEL_WEIGHTS], dataset,
@@ -248,8 +258,11 @@ def build_local_training_client_work(
     measurements = tff.federated_map(finalize_measurements,
                                      (tff.federated_sum(outputs[1]), _federated_max(outputs[2])))
     if start_gradient:
-      measurements = tff.federated_zip(collections.OrderedDict(
-          train=measurements.train, start_gradient=tff.federated_mean(outputs[3])))
+      groups = collections.OrderedDict((name, getattr(measurements, name))
+                                       for name in ('train', 'weights')
+                                       if hasattr(measurements, name))
+      groups['start_gradient'] = tff.federated_mean(outputs[3])
+      measurements = tff.federated_zip(groups)
     return tff.templates.MeasuredProcessOutput(state, outputs[0], measurements)
 
   @tff.tensorflow.computation(state_type)
@@ -266,7 +279,8 @@ def build_local_training_client_work(
 
 
 def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedprox_mu,
-                         loss_weight, start_gradient, augmented=False, report_loss=False):
+                         loss_weight, start_gradient, augmented=False,
+                         update_weight_fn=None):
   """The local training of one client, as one `tf.function` (so ops run in program order)."""
 
   # Traced inline when the model's forward pass is itself a `tf.function`: differentiating a
@@ -351,9 +365,12 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
         steps=steps,
         clients=tf.constant(1, tf.int64),
         delta_norm=tf.linalg.global_norm(tf.nest.flatten(delta)))
+    update_weight = tf.constant(1.0)
+    if update_weight_fn is not None:
+      update_weight = tf.cast(update_weight_fn(mean_loss), tf.float32)
+      sums.update(weight_sum=update_weight, weight_square_sum=tf.square(update_weight))
     maxima = tf.stack([max_norm, max_clipped_norm])
-    result = tff.learning.templates.ClientResult(
-        update=delta, update_weight=mean_loss if report_loss else tf.constant(1.0))
+    result = tff.learning.templates.ClientResult(update=delta, update_weight=update_weight)
     if start is not None:
       return result, sums, maxima, tf.nest.pack_sequence_as(initial_weights.trainable, start)
     return result, sums, maxima

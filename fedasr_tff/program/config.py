@@ -431,8 +431,9 @@ class DGAConfig:
       return dga.SoftmaxWeighting(self.dga_beta, self.dga_loss_clip, self.dga_loss_floor)
 
   def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
-              model_aggregator):
-    """`algorithms.build_dga_process` of this configuration and `client`'s work."""
+              model_aggregator, with_client_round: bool = False):
+    """`algorithms.build_dga_process` of this configuration and `client`'s work (with its
+    `client_round` stage for DGA-RL, or when asked)."""
     local_steps, local_epochs = client.local_work()
     rehearsal = {}
     if self.rehearses:
@@ -445,7 +446,8 @@ class DGAConfig:
           local_steps=local_steps, local_epochs=local_epochs,
           local_clip_norm=client.local_clip or None, fedprox_mu=client.fedprox_mu,
           server_optimizer=server_optimizer, server_lr_schedule=server_lr_schedule,
-          model_aggregator=model_aggregator, **rehearsal)
+          model_aggregator=model_aggregator, with_client_round=with_client_round or self.rl,
+          **rehearsal)
 
 
 @dataclasses.dataclass(frozen=True)

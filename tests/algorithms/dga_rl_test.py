@@ -127,7 +127,7 @@ class RoundTest(absltest.TestCase):
         _model_fn, weighting=dga.SoftmaxWeighting(0.3, loss_clip=40.0),
         client_learning_rate=0.05, local_steps=2,
         server_optimizer=optimizers.build('adam', 0.01), rehearsal_steps=1,
-        rehearsal_learning_rate=0.01)
+        rehearsal_learning_rate=0.01, with_client_round=True)
     rng = np.random.default_rng(0)
     data = [_dataset(rng, n) for n in (0.1, 1.0, 3.0)]
     held_out = _dataset(rng, 0.0)
@@ -161,7 +161,8 @@ class RoundTest(absltest.TestCase):
   def test_restored_state_continues_exactly(self):
     process = dga.build_dga_process(
         _model_fn, weighting=dga.SoftmaxWeighting(0.3, loss_clip=40.0),
-        client_learning_rate=0.05, local_steps=1, server_optimizer=optimizers.build('sgd', 1.0))
+        client_learning_rate=0.05, local_steps=1, server_optimizer=optimizers.build('sgd', 1.0),
+        with_client_round=True)
     rng = np.random.default_rng(1)
     data = [_dataset(rng, n) for n in (0.1, 2.0)]
 
@@ -183,11 +184,19 @@ class RoundTest(absltest.TestCase):
 
   def test_cohort_size_must_match_the_network(self):
     process = dga.build_dga_process(_model_fn, weighting=None, client_learning_rate=0.05,
-                                    local_steps=1, server_optimizer=optimizers.build('sgd', 1.0))
+                                    local_steps=1, server_optimizer=optimizers.build('sgd', 1.0),
+                                    with_client_round=True)
     runner = dga_rl.DGARL(process, 3, lambda weights: 0.0)
     rng = np.random.default_rng(0)
     with self.assertRaisesRegex(ValueError, 'exactly 3 clients'):
       runner.round(process.initialize(), [_dataset(rng, 0.1)] * 2)
+
+  def test_a_process_without_its_client_round_stage_is_refused(self):
+    process = dga.build_dga_process(_model_fn, weighting=None, client_learning_rate=0.05,
+                                    local_steps=1, server_optimizer=optimizers.build('sgd', 1.0))
+    self.assertIsNone(process.client_round)
+    with self.assertRaisesRegex(ValueError, 'with_client_round=True'):
+      dga_rl.DGARL(process, 3, lambda weights: 0.0)
 
 
 if __name__ == '__main__':

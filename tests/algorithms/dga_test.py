@@ -54,6 +54,7 @@ _WEIGHTING = dga.SoftmaxWeighting(beta=0.3, loss_clip=40.0)
 
 def _process(weighting=_WEIGHTING, server_optimizer=None, **kwargs):
   kwargs.setdefault('local_steps', 2)
+  kwargs.setdefault('with_client_round', True)
   return dga.build_dga_process(
       _model_fn, weighting=weighting, client_learning_rate=0.05,
       server_optimizer=server_optimizer or _sgd(1.0), **kwargs)

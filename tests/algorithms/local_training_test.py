@@ -140,6 +140,28 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
       self.assertTrue(np.isfinite(value), msg=name)
       self.assertEqual(value, 0, msg=name)
 
+  def test_update_weight_fn_maps_each_clients_mean_loss_and_measures_the_weights(self):
+    client_work = local_training.build_local_training_client_work(
+        _SeededModel, client_learning_rate=_LEARNING_RATE, local_steps=2,
+        local_clip_norm=None, update_weight_fn=lambda loss: tf.exp(-loss),
+        start_gradient=True)
+    weights = tff.learning.models.ModelWeights(
+        trainable=[np.float32(_INITIAL_WEIGHT)], non_trainable=[])
+    output = client_work.next(client_work.initialize(), [weights, weights],
+                              [_dataset([[1, 0]]), _dataset([[2, 0]])])
+    want = np.exp(-np.array([_expected_client([[s, 0]] * 2)[1] for s in (1, 2)], np.float32))
+    np.testing.assert_allclose([r.update_weight for r in output.result], want, rtol=1e-6)
+    measured = output.measurements['weights']
+    self.assertAlmostEqual(measured['weight_sum'], want.sum(), places=5)
+    self.assertAlmostEqual(measured['effective_clients'],
+                           want.sum() ** 2 / np.sum(want ** 2), places=4)
+    self.assertIn('start_gradient', output.measurements)   # Both extras are kept.
+    plain = local_training.build_local_training_client_work(
+        _SeededModel, client_learning_rate=_LEARNING_RATE, local_steps=2, local_clip_norm=None)
+    output = plain.next(plain.initialize(), [weights], [_dataset([[1, 0]])])
+    self.assertEqual(output.result[0].update_weight, 1.0)
+    self.assertNotIn('weights', output.measurements)
+
 
 if __name__ == '__main__':
   # Under pytest, conftest.py sets the context; bazel runs the module directly.
