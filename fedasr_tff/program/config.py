@@ -376,7 +376,10 @@ class DGAConfig:
       ' losses are clipped to [--dga_loss_floor, L_max], weights lie in [exp(-beta (L_max - '
       'floor)), 1]. The CTC loss is per utterance: set it a little above the clients\' typical '
       'training loss.')
-  dga_loss_floor: float = field(0.0, 'Lower end of the public loss range (weight 1 at or below).')
+  dga_loss_floor: float = field(
+      0.0, 'Lower end of the public loss range (weight 1 at or below). With DP noise, set it '
+      'near the loss of a well-fitted client (for example the model\'s loss on the server\'s '
+      'data): the noise is sized for weight 1, so weights far below 1 drown in it.')
   dga_weight_budget: float = field(
       bounded_weight_dp.DEFAULT_WEIGHT_BUDGET, 'With DP noise and dga_softmax: the fraction '
       'of the round\'s privacy budget (in 1/z^2) spent on the noised sum of the weights.')
