@@ -1,0 +1,18 @@
+"""Frozen pretrained text encoders in Keras, loaded from Hugging Face checkpoints.
+
+The backbone of the soft-embedding adapter and classifier-as-retriever of Fofonjka, Zehtabi,
+Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions: The Case of
+Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a frozen language model whose
+token embeddings (`embed`) pass through a trainable adapter before its transformer (`encode`),
+pooled (`pool`) into one vector per text.
+"""
+
+from fedasr_tff.text_models.bert import ACTIVATIONS
+from fedasr_tff.text_models.bert import BertConfig
+from fedasr_tff.text_models.bert import BertEncoder
+from fedasr_tff.text_models.bert import build_bert_encoder
+from fedasr_tff.text_models.checkpoints import load_tensors
+from fedasr_tff.text_models.checkpoints import read_config
+from fedasr_tff.text_models.checkpoints import sha256_of_file
+from fedasr_tff.text_models.pooling import POOLINGS
+from fedasr_tff.text_models.pooling import pool
