@@ -14,5 +14,8 @@ from fedasr_tff.text_models.bert import build_bert_encoder
 from fedasr_tff.text_models.checkpoints import load_tensors
 from fedasr_tff.text_models.checkpoints import read_config
 from fedasr_tff.text_models.checkpoints import sha256_of_file
+from fedasr_tff.text_models.minilm import load_minilm
 from fedasr_tff.text_models.pooling import POOLINGS
 from fedasr_tff.text_models.pooling import pool
+from fedasr_tff.text_models.tokenizer import WordPieceTokenizer
+from fedasr_tff.text_models.tokenizer import build_wordpiece_tokenizer
