@@ -6,6 +6,10 @@ whose `weight_map` maps each tensor name to the shard file holding it. The safet
 (https://github.com/huggingface/safetensors) is a JSON header of names, dtypes, shapes and
 offsets followed by raw little-endian buffers; `safetensors.numpy.load_file` reads it into NumPy.
 
+NumPy has no bfloat16, the dtype TinyLlama and Llama 3 are published in, so `safetensors.numpy`
+cannot read those tensors; `read_weight_file` widens them to float32 itself, exactly (a bfloat16
+is the upper 16 bits of a float32), from the offsets in the file's header.
+
 A checkpoint can be pinned to the SHA-256 of its weights file, so that a tampered or corrupted
 copy is refused before any of it is used.
 """
@@ -18,13 +22,15 @@ from typing import Optional
 from typing import Sequence
 
 import numpy as np
-from safetensors import numpy as safetensors_numpy
+import safetensors
 
 CONFIG_FILE = 'config.json'
 WEIGHTS_FILE = 'model.safetensors'
 WEIGHTS_INDEX_FILE = 'model.safetensors.index.json'
 
 _HASH_CHUNK_BYTES = 1 << 20
+# A safetensors file starts with the byte length of its JSON header, a little-endian uint64.
+_HEADER_LENGTH_BYTES = 8
 
 
 def sha256_of_file(path: str) -> str:
@@ -69,6 +75,34 @@ def weight_files(model_dir: str) -> list:
   return shards
 
 
+def _bfloat16_as_float32(path: str, names: Sequence[str]) -> dict:
+  """{name: float32 array} of the bfloat16 tensors `names` of the safetensors file `path`."""
+  with open(path, 'rb') as f:
+    header_length = int.from_bytes(f.read(_HEADER_LENGTH_BYTES), 'little')
+    header = json.loads(f.read(header_length))
+  data = np.memmap(path, np.uint8, 'r', offset=_HEADER_LENGTH_BYTES + header_length)
+  arrays = {}
+  for name in names:
+    begin, end = header[name]['data_offsets']
+    bits = np.frombuffer(data[begin:end], '<u2').astype(np.uint32) << 16
+    arrays[name] = bits.view(np.float32).reshape(header[name]['shape'])
+  return arrays
+
+
+def read_weight_file(path: str) -> dict:
+  """{tensor name: np.ndarray} of one safetensors file; bfloat16 tensors come as float32."""
+  tensors, bfloat16 = {}, []
+  with safetensors.safe_open(path, framework='numpy') as f:
+    for name in f.keys():
+      if f.get_slice(name).get_dtype() == 'BF16':
+        bfloat16.append(name)
+      else:
+        tensors[name] = f.get_tensor(name)
+  if bfloat16:
+    tensors.update(_bfloat16_as_float32(path, bfloat16))
+  return tensors
+
+
 def load_tensors(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = None) -> dict:
   """Every tensor of the checkpoint in `model_dir`, {name: np.ndarray}.
 
@@ -94,7 +128,7 @@ def load_tensors(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = 
                          f'{actual}. The file is not the pinned checkpoint; refusing to load it.')
   tensors = {}
   for path in files:
-    for name, array in safetensors_numpy.load_file(path).items():
+    for name, array in read_weight_file(path).items():
       if name in tensors:
         raise ValueError(f'Tensor {name!r} appears in more than one shard of {model_dir}.')
       tensors[name] = array

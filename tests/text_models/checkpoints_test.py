@@ -8,6 +8,7 @@ import tempfile
 
 from absl.testing import absltest
 import numpy as np
+import safetensors
 
 from fedasr_tff.text_models import checkpoints
 from tests.text_models import tiny_bert
@@ -70,6 +71,25 @@ class CheckpointsTest(absltest.TestCase):
       checkpoints.load_tensors(directory, {shard: digest})
     with self.assertRaisesRegex(FileNotFoundError, 'names model.safetensors'):
       checkpoints.load_tensors(directory, {'model.safetensors': digest})
+
+  def test_bfloat16_tensors_are_widened_to_float32_exactly(self):
+    directory = self.enterContext(tempfile.TemporaryDirectory())
+    # Exact in bfloat16: the upper 16 bits of their float32 are the whole value.
+    values = np.array([[1.5, -2.25, 3.0], [0.0, -0.0, 2.0**-130], [np.inf, 2.0**127, -7.8125e-3]],
+                      np.float32)
+    others = np.arange(6, dtype=np.float16).reshape(2, 3)
+    path = os.path.join(directory, 'model.safetensors')
+    tiny_bert.save_file({'a.weight': values, 'c.weight': values[0]}, path, bfloat16=True)
+    with safetensors.safe_open(path, framework='numpy') as f:
+      self.assertEqual(f.get_slice('a.weight').get_dtype(), 'BF16')
+    tiny_bert.write_checkpoint(directory, {}, {'a.weight': values, 'b.bias': others,
+                                               'c.weight': values[0]}, bfloat16=True)
+    tensors = checkpoints.load_tensors(directory)
+    self.assertEqual(tensors['a.weight'].dtype, np.float32)
+    np.testing.assert_array_equal(tensors['a.weight'], values)
+    np.testing.assert_array_equal(tensors['c.weight'], values[0])
+    np.testing.assert_array_equal(tensors['b.bias'], others)   # Only floats are rounded...
+    self.assertEqual(tensors['b.bias'].dtype, np.float16)       # ...and only float32 ones.
 
   def test_missing_files_are_named(self):
     directory = self.enterContext(tempfile.TemporaryDirectory())
