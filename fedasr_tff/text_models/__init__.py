@@ -7,6 +7,7 @@ token embeddings (`embed`) pass through a trainable adapter before its transform
 pooled (`pool`) into one vector per text.
 """
 
+from fedasr_tff.text_models.backbone import Backbone
 from fedasr_tff.text_models.bert import ACTIVATIONS
 from fedasr_tff.text_models.bert import BertConfig
 from fedasr_tff.text_models.bert import BertEncoder

@@ -39,8 +39,8 @@ from typing import Optional
 import tensorflow as tf
 
 from fedasr_tff import validation
+from fedasr_tff.text_models import backbone
 from fedasr_tff.text_models import checkpoints
-from fedasr_tff.text_models import pooling as pooling_lib
 
 # hidden_act -> activation; the names are Hugging Face's.
 ACTIVATIONS = {
@@ -158,7 +158,7 @@ class BertLayer(tf.keras.layers.Layer):
     return self.output_ln(x + self.output_dense(self._act(self.intermediate(x))))
 
 
-class BertEncoder(tf.keras.Model):
+class BertEncoder(backbone.Backbone):
   """BERT's embeddings and encoder layers (no pooler); see the module docstring.
 
   Inputs are dicts with `token_ids` [B, T] and `mask` [B, T] (1 for a token, 0 for padding),
@@ -201,19 +201,6 @@ class BertEncoder(tf.keras.Model):
       x = layer(x, key_bias)
     return x
 
-  def call(self, inputs):
-    return self.encode(self.embed(inputs['token_ids']), inputs['mask'],
-                       inputs.get('token_type_ids'))
-
-  def pooled(self, inputs, pooling: str) -> tf.Tensor:
-    """[B, d]: the output states pooled (`pooling.POOLINGS`) over the non-padding tokens."""
-    return pooling_lib.pool(self(inputs), inputs['mask'], pooling)
-
-  def build_weights(self) -> None:
-    """Creates every weight (a pass over a one-token batch), if not yet created."""
-    if not self.built:
-      self({'token_ids': tf.zeros([1, 1], tf.int32), 'mask': tf.ones([1, 1], tf.int32)})
-
   def hf_assignments(self) -> dict:
     """{checkpoint tensor name without prefix: (variable, transpose)} for every weight."""
     self.build_weights()
@@ -227,30 +214,13 @@ class BertEncoder(tf.keras.Model):
     return assignments
 
   def load_hf_tensors(self, tensors: Mapping) -> None:
-    """Assigns every weight from a Hugging Face BERT checkpoint's {name: array}; a missing or
-    mis-shaped tensor is an error naming it (with the checkpoint's prefix, if any)."""
-    prefix = _model_prefix(tensors)
-    assignments = self.hf_assignments()
-    values = []
-    for name, (var, transpose) in assignments.items():
-      shape = var.shape[::-1] if transpose else var.shape
-      array = checkpoints.get_tensor(tensors, prefix + name, shape)
-      values.append(array.T if transpose else array)
-    for (var, _), value in zip(assignments.values(), values, strict=True):
-      var.assign(value)
+    """Assigns every weight from a Hugging Face BERT checkpoint's {name: array}, with or without
+    a model prefix such as `bert.`; a missing or mis-shaped tensor is an error naming it."""
+    super().load_hf_tensors(tensors, backbone.model_prefix(tensors, _ANCHOR))
 
 
-def _model_prefix(tensors: Mapping) -> str:
-  """'' for names like `embeddings.word_embeddings.weight`, 'bert.' for
-  `bert.embeddings.word_embeddings.weight` (a checkpoint of a model with heads)."""
-  anchor = 'embeddings.word_embeddings.weight'
-  if anchor in tensors:
-    return ''
-  prefixes = sorted(name[:-len(anchor)] for name in tensors if name.endswith('.' + anchor))
-  if len(prefixes) != 1:
-    raise KeyError(f'Checkpoint tensor {anchor!r} is missing' +
-                   (f' (found it under several prefixes: {prefixes}).' if prefixes else '.'))
-  return prefixes[0]
+# The tensor whose name tells a checkpoint's prefix.
+_ANCHOR = 'embeddings.word_embeddings.weight'
 
 
 def build_bert_encoder(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = None,

@@ -151,6 +151,7 @@ class BertEncoderTest(parameterized.TestCase):
                      (config['vocab_size'] + config['max_position_embeddings']
                       + config['type_vocab_size'] + 2) * d
                      + layers * (4 * (d * d + d) + 2 * d * f + f + d + 4 * d))
+    self.assertEqual(encoder.parameter_bytes, 4 * encoder.count_params())
     self.assertNotEmpty(text_models.build_bert_encoder(directory, trainable=True)
                         .trainable_weights)
 
