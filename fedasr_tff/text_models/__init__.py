@@ -1,4 +1,5 @@
-"""Frozen pretrained text encoders in Keras, loaded from Hugging Face checkpoints.
+"""Frozen pretrained text models in Keras (BERT encoders, Llama decoders), loaded from Hugging
+Face checkpoints.
 
 The backbone of the soft-embedding adapter and classifier-as-retriever of Fofonjka, Zehtabi,
 Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions: The Case of
@@ -15,6 +16,9 @@ from fedasr_tff.text_models.bert import build_bert_encoder
 from fedasr_tff.text_models.checkpoints import load_tensors
 from fedasr_tff.text_models.checkpoints import read_config
 from fedasr_tff.text_models.checkpoints import sha256_of_file
+from fedasr_tff.text_models.llama import LlamaConfig
+from fedasr_tff.text_models.llama import LlamaDecoder
+from fedasr_tff.text_models.llama import build_llama_decoder
 from fedasr_tff.text_models.minilm import load_minilm
 from fedasr_tff.text_models.pooling import POOLINGS
 from fedasr_tff.text_models.pooling import pool

@@ -135,13 +135,17 @@ def load_tensors(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = 
   return tensors
 
 
+def check_tensor(tensors: Mapping[str, np.ndarray], name: str, shape: Sequence[int]) -> None:
+  """Raises an error naming the tensor unless `tensors[name]` exists with `shape`."""
+  if name not in tensors:
+    raise KeyError(f'Checkpoint tensor {name!r} is missing.')
+  if tuple(tensors[name].shape) != tuple(shape):
+    raise ValueError(f'Checkpoint tensor {name!r} has shape {tuple(tensors[name].shape)}, '
+                     f'expected {tuple(shape)}.')
+
+
 def get_tensor(tensors: Mapping[str, np.ndarray], name: str,
                shape: Sequence[int]) -> np.ndarray:
   """`tensors[name]` as float32, checked to have `shape`; errors name the tensor."""
-  if name not in tensors:
-    raise KeyError(f'Checkpoint tensor {name!r} is missing.')
-  array = tensors[name]
-  if tuple(array.shape) != tuple(shape):
-    raise ValueError(f'Checkpoint tensor {name!r} has shape {tuple(array.shape)}, expected '
-                     f'{tuple(shape)}.')
-  return np.asarray(array, np.float32)
+  check_tensor(tensors, name, shape)
+  return np.asarray(tensors[name], np.float32)
