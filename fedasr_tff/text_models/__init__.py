@@ -19,6 +19,8 @@ from fedasr_tff.text_models.checkpoints import sha256_of_file
 from fedasr_tff.text_models.llama import LlamaConfig
 from fedasr_tff.text_models.llama import LlamaDecoder
 from fedasr_tff.text_models.llama import build_llama_decoder
+from fedasr_tff.text_models.llama_tokenizer import LlamaTokenizer
+from fedasr_tff.text_models.llama_tokenizer import build_llama_tokenizer
 from fedasr_tff.text_models.minilm import load_minilm
 from fedasr_tff.text_models.pooling import POOLINGS
 from fedasr_tff.text_models.pooling import pool
