@@ -51,6 +51,8 @@ ACTIVATIONS = {
 }
 # The score a padding key gets before the softmax: exp(-1e9 - max) is exactly 0 in float32.
 _MASKED_SCORE = -1e9
+# The tensor whose name tells a checkpoint's prefix.
+_ANCHOR = 'embeddings.word_embeddings.weight'
 
 # Checkpoint tensor names (without the model prefix) -> (our layer, weight), Linear weights
 # marked for transposition. Layer N's names start with `encoder.layer.N.`.
@@ -217,10 +219,6 @@ class BertEncoder(backbone.Backbone):
     """Assigns every weight from a Hugging Face BERT checkpoint's {name: array}, with or without
     a model prefix such as `bert.`; a missing or mis-shaped tensor is an error naming it."""
     super().load_hf_tensors(tensors, backbone.model_prefix(tensors, _ANCHOR))
-
-
-# The tensor whose name tells a checkpoint's prefix.
-_ANCHOR = 'embeddings.word_embeddings.weight'
 
 
 def build_bert_encoder(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = None,
