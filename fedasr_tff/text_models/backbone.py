@@ -1,0 +1,80 @@
+"""What every frozen text backbone shares: the embed/encode split, pooling, loading by name.
+
+A backbone maps token ids [B, T] and a mask [B, T] (1 for a token, 0 for padding) to hidden
+states [B, T, d] in two steps, so that a trainable adapter can act on the token embeddings
+between them (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc
+Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI
+2025, Sec. 1): `encode(adapter(embed(ids)), mask)`. Subclasses define `embed`, `encode` and
+`hf_assignments` (their variables by Hugging Face tensor name); the rest is here.
+"""
+
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from fedasr_tff.text_models import checkpoints
+from fedasr_tff.text_models import pooling as pooling_lib
+
+
+class Backbone(tf.keras.Model):
+  """A text backbone: inputs are dicts with `token_ids` and `mask` (plus whatever extra keyword
+  arguments the subclass's `encode` takes); the output is the hidden states [B, T, d]."""
+
+  def embed(self, token_ids) -> tf.Tensor:
+    """The token embeddings [B, T, d]: the adapter's input."""
+    raise NotImplementedError
+
+  def encode(self, token_embeddings, mask, **kwargs) -> tf.Tensor:
+    """The hidden states [B, T, d] from (adapted) token embeddings [B, T, d]."""
+    raise NotImplementedError
+
+  def hf_assignments(self) -> dict:
+    """{checkpoint tensor name without prefix: (variable, transpose)} for every weight."""
+    raise NotImplementedError
+
+  def call(self, inputs):
+    extras = {key: value for key, value in inputs.items() if key not in ('token_ids', 'mask')}
+    return self.encode(self.embed(inputs['token_ids']), inputs['mask'], **extras)
+
+  def pooled(self, inputs, pooling: str) -> tf.Tensor:
+    """[B, d]: the output states pooled (`pooling.POOLINGS`) over the non-padding tokens."""
+    return pooling_lib.pool(self(inputs), inputs['mask'], pooling)
+
+  def build_weights(self) -> None:
+    """Creates every weight (a pass over a one-token batch), if not yet created."""
+    if not self.built:
+      self({'token_ids': tf.zeros([1, 1], tf.int32), 'mask': tf.ones([1, 1], tf.int32)})
+
+  @property
+  def parameter_bytes(self) -> int:
+    """Bytes of all weights as held in memory (float32: 4 per parameter), the size a TFF
+    computation that carries the backbone must serialise."""
+    self.build_weights()
+    return sum(int(np.prod(v.shape)) * v.dtype.size for v in self.weights)
+
+  def load_hf_tensors(self, tensors: Mapping, prefix: str = '') -> None:
+    """Assigns every weight from a Hugging Face checkpoint's {name: array} (names are
+    `prefix` + the names of `hf_assignments`). A missing or mis-shaped tensor is an error naming
+    it, raised before any weight is assigned."""
+    assignments = self.hf_assignments()
+    values = []
+    for name, (var, transpose) in assignments.items():
+      shape = var.shape[::-1] if transpose else var.shape
+      array = checkpoints.get_tensor(tensors, prefix + name, shape)
+      values.append(array.T if transpose else array)
+    for (var, _), value in zip(assignments.values(), values, strict=True):
+      var.assign(value)
+
+
+def model_prefix(tensors: Mapping, anchor: str) -> str:
+  """The prefix of the checkpoint's tensor names, found from the name `anchor`: '' when
+  `anchor` is there as it is, 'bert.' when `bert.<anchor>` is (a checkpoint of a model with
+  heads); an error naming `anchor` when it is missing or found under several prefixes."""
+  if anchor in tensors:
+    return ''
+  prefixes = sorted(name[:-len(anchor)] for name in tensors if name.endswith('.' + anchor))
+  if len(prefixes) != 1:
+    raise KeyError(f'Checkpoint tensor {anchor!r} is missing' +
+                   (f' (found it under several prefixes: {prefixes}).' if prefixes else '.'))
+  return prefixes[0]
