@@ -10,6 +10,7 @@ with class prototypes).
 from fedasr_tff.retrieval.adapter import EmbeddingAdapter
 from fedasr_tff.retrieval.heads import HEADS
 from fedasr_tff.retrieval.heads import build_head
+from fedasr_tff.retrieval.model import AdapterClassifier
 from fedasr_tff.retrieval.retrieve import class_prototypes
 from fedasr_tff.retrieval.retrieve import mips_scores
 from fedasr_tff.retrieval.retrieve import top_k
