@@ -3,7 +3,7 @@
 e'_k = W_a e_k for each token embedding e_k in R^d, with W_a in R^{d x d} initialised to the
 identity, so that at initialisation the model is the frozen language model (Fofonjka, Zehtabi,
 Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions: The Case of
-Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, Sec. 3: a "square
+Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a "square
 transformation matrix" between the token embeddings and the first transformer block). The paper
 does not mention a bias; this adapter has none, so it has exactly d^2 parameters.
 """

@@ -1,7 +1,7 @@
 """Classifier heads theta_c mapping a pooled state h in R^d to D class logits.
 
 Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions:
-The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, Sec. 3 (each class
+The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025 (each class
 is one retrievable document):
 - `linear`: logits = W h + b, W in R^{D x d}: d D + D parameters.
 - `pre_classifier`: logits = W_2 Dropout_p(W_1 h + b_1) + b_2 with W_1 in R^{h x d} and

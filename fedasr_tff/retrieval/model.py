@@ -2,7 +2,7 @@
 
 logits = CLS(POOL(TRF(ADP(TKN(x))))) (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated
 Learning with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training
-Classifier-as-Retriever", webAI 2025, Sec. 3), here
+Classifier-as-Retriever", webAI 2025), here
 `head(pool(backbone.encode(adapter(backbone.embed(ids)), mask)))`. The backbone (TKN, TRF and
 the final norm) is frozen, so the trainable variables are exactly the adapter's W_a and the
 head's theta_c. The paper's two training modes:
