@@ -1,0 +1,17 @@
+"""The trainable parts of the soft-embedding adapter and classifier-as-retriever, and retrieval.
+
+Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions:
+The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a d x d adapter on
+the token embeddings of a frozen backbone (`text_models`), a classifier head on the pooled
+states, and retrieval as the top-K classes of its logits (or, as a baseline, by inner product
+with class prototypes).
+"""
+
+from fedasr_tff.retrieval.adapter import EmbeddingAdapter
+from fedasr_tff.retrieval.heads import HEADS
+from fedasr_tff.retrieval.heads import build_head
+from fedasr_tff.retrieval.model import AdapterClassifier
+from fedasr_tff.retrieval.retrieve import class_prototypes
+from fedasr_tff.retrieval.retrieve import mips_scores
+from fedasr_tff.retrieval.retrieve import top_k
+from fedasr_tff.retrieval.retrieve import top_k_accuracy

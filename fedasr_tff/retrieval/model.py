@@ -1,0 +1,77 @@
+"""The classifier-as-retriever: a frozen backbone, a trainable adapter and a classifier head.
+
+logits = CLS(POOL(TRF(ADP(TKN(x))))) (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated
+Learning with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training
+Classifier-as-Retriever", webAI 2025), here
+`head(pool(backbone.encode(adapter(backbone.embed(ids)), mask)))`. The backbone (TKN, TRF and
+the final norm) is frozen, so the trainable variables are exactly the adapter's W_a and the
+head's theta_c. The paper's two training modes:
+- adapter + classifier (`adapter=True`): gradients flow through the frozen transformer to W_a;
+  d^2 + |theta_c| trainable parameters.
+- classifier-only (`adapter=False`): W_a stays the identity, so there is no adapter at all; the
+  pooled features do not change during training and can be computed once (`features`) and the
+  head trained on them (`head_logits`); |theta_c| trainable parameters.
+"""
+
+import tensorflow as tf
+
+from fedasr_tff import validation
+from fedasr_tff.retrieval import adapter as adapter_lib
+from fedasr_tff.retrieval import heads
+from fedasr_tff.text_models import pooling as pooling_lib
+
+
+class AdapterClassifier(tf.keras.Model):
+  """Class logits [B, num_classes] of inputs {'token_ids': [B, T], 'mask': [B, T], extras}
+  (extras, e.g. BERT's `token_type_ids`, go to `backbone.encode`).
+
+  Args:
+    backbone: a `text_models.Backbone`; it is frozen (`trainable = False`) here.
+    num_classes: D, the number of classes (retrievable documents).
+    head: one of `heads.HEADS`.
+    pooling: one of `text_models.POOLINGS`.
+    adapter: whether to insert the trainable `EmbeddingAdapter` (identity at start).
+    hidden_size, dropout_rate: of the 'pre_classifier' head (`heads.build_head`).
+  """
+
+  def __init__(self, backbone, num_classes: int, *, head: str = 'linear',
+               pooling: str = 'mean', adapter: bool = True, hidden_size: int = None,
+               dropout_rate: float = heads.DEFAULT_DROPOUT_RATE, **kwargs):
+    super().__init__(**kwargs)
+    pooling_lib.check_pooling(pooling)
+    heads.check_head(head)
+    validation.check_positive_integer('num_classes', num_classes)
+    if not isinstance(adapter, bool):
+      raise ValueError(f'`adapter` must be True or False, got {adapter!r}.')
+    backbone.trainable = False
+    backbone.build_weights()
+    dim = int(backbone.embed(tf.zeros([1, 1], tf.int32)).shape[-1])
+    self.backbone = backbone
+    self.pooling = pooling
+    if adapter:
+      self.adapter = adapter_lib.EmbeddingAdapter(name='adapter')
+      self.adapter.build([None, None, dim])
+    else:
+      self.adapter = None
+    self.head = heads.build_head(head, num_classes, dim, hidden_size=hidden_size,
+                                 dropout_rate=dropout_rate)
+
+  def _pooled(self, inputs, with_adapter: bool) -> tf.Tensor:
+    extras = {key: value for key, value in inputs.items() if key not in ('token_ids', 'mask')}
+    embeddings = self.backbone.embed(inputs['token_ids'])
+    if with_adapter and self.adapter is not None:
+      embeddings = self.adapter(embeddings)
+    states = self.backbone.encode(embeddings, inputs['mask'], **extras)
+    return pooling_lib.pool(states, inputs['mask'], self.pooling)
+
+  def call(self, inputs, training=None):
+    return self.head(self._pooled(inputs, with_adapter=True), training=training)
+
+  def features(self, inputs) -> tf.Tensor:
+    """[B, d]: the pooled states with the adapter at the identity (i.e. of the frozen
+    backbone alone), which the classifier-only mode computes once and caches."""
+    return self._pooled(inputs, with_adapter=False)
+
+  def head_logits(self, features, training=None) -> tf.Tensor:
+    """[B, num_classes]: the head alone on pooled `features` [B, d] (e.g. cached ones)."""
+    return self.head(features, training=training)

@@ -1,0 +1,93 @@
+"""AdapterClassifier on tiny random BERT and Llama backbones: identity adapter, trainable
+variables, cached features, padding invariance, frozen backbone under Keras training."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+from fedasr_tff import retrieval
+from tests.retrieval import backbones
+
+_KINDS = (('bert',), ('llama',))
+
+
+def _size(variables):
+  return sum(int(np.prod(v.shape)) for v in variables)
+
+
+class AdapterClassifierTest(parameterized.TestCase):
+
+  @parameterized.parameters(*_KINDS)
+  def test_identity_adapter_leaves_pooled_states_unchanged(self, kind):
+    backbone = backbones.tiny_backbone(kind)
+    inputs = backbones.inputs()
+    for pooling in ('mean', 'last'):
+      model = retrieval.AdapterClassifier(backbone, 3, pooling=pooling)
+      with_adapter = model._pooled(inputs, with_adapter=True).numpy()
+      # Bit-exact: W_a = I multiplies by ones and adds exact zeros.
+      np.testing.assert_array_equal(with_adapter, backbone.pooled(inputs, pooling).numpy(),
+                                    err_msg=pooling)
+      np.testing.assert_array_equal(with_adapter, model.features(inputs).numpy(),
+                                    err_msg=pooling)
+
+  @parameterized.parameters(('linear', 16 * 5 + 5), ('pre_classifier', 16 * 16 + 16 + 16 * 5 + 5))
+  def test_trainable_variables_are_adapter_and_head(self, head, head_size):
+    backbone = backbones.tiny_backbone('bert')
+    model = retrieval.AdapterClassifier(backbone, 5, head=head)
+    self.assertFalse(backbone.trainable)
+    expected = [model.adapter.kernel] + list(model.head.trainable_variables)
+    self.assertEqual([v.name for v in model.trainable_variables], [v.name for v in expected])
+    self.assertEqual(_size(model.trainable_variables), 16**2 + head_size)
+    classifier_only = retrieval.AdapterClassifier(backbone, 5, head=head, adapter=False)
+    self.assertIsNone(classifier_only.adapter)
+    self.assertEqual(_size(classifier_only.trainable_variables), head_size)
+    self.assertEqual(len(classifier_only.trainable_variables),
+                     len(classifier_only.head.trainable_variables))
+
+  @parameterized.parameters(*_KINDS)
+  def test_cached_features_give_the_end_to_end_logits(self, kind):
+    backbone = backbones.tiny_backbone(kind)
+    inputs = backbones.inputs()
+    for adapter in (True, False):
+      model = retrieval.AdapterClassifier(backbone, 4, head='pre_classifier', adapter=adapter)
+      cached = model.features(inputs)
+      np.testing.assert_allclose(model.head_logits(cached, training=False).numpy(),
+                                 model(inputs, training=False).numpy(), rtol=0, atol=1e-5)
+
+  @parameterized.parameters(*_KINDS)
+  def test_mean_pooling_is_invariant_to_extra_padding(self, kind):
+    model = retrieval.AdapterClassifier(backbones.tiny_backbone(kind), 3)
+    ids, mask = backbones.IDS, backbones.MASK
+    padded_ids = np.pad(ids, [[0, 0], [0, 3]])
+    padded_mask = np.pad(mask, [[0, 0], [0, 3]])
+    np.testing.assert_allclose(model(backbones.inputs(padded_ids, padded_mask)).numpy(),
+                               model(backbones.inputs(ids, mask)).numpy(), rtol=0, atol=1e-5)
+
+  def test_keras_training_changes_adapter_and_head_only(self):
+    backbone = backbones.tiny_backbone('bert', seed=3)
+    model = retrieval.AdapterClassifier(backbone, 3, head='pre_classifier')
+    frozen = [v.numpy().copy() for v in backbone.weights]
+    trainable = [v.numpy().copy() for v in model.trainable_variables]
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.5),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(backbones.inputs(), np.array([2, 0]), epochs=3, batch_size=2, verbose=0)
+    for before, variable in zip(frozen, backbone.weights, strict=True):
+      np.testing.assert_array_equal(variable.numpy(), before, err_msg=variable.name)
+    for before, variable in zip(trainable, model.trainable_variables, strict=True):
+      self.assertGreater(np.abs(variable.numpy() - before).max(), 0, msg=variable.name)
+
+  def test_argument_errors_name_the_argument(self):
+    backbone = backbones.tiny_backbone('bert')
+    for kwargs, name in ((dict(num_classes=0), '`num_classes`'),
+                         (dict(head='mlp'), '`head`'),
+                         (dict(pooling='max'), '`pooling`'),
+                         (dict(adapter=1), '`adapter`'),
+                         (dict(dropout_rate=-0.1), '`dropout_rate`')):
+      kwargs = dict(dict(num_classes=3), **kwargs)
+      with self.assertRaisesRegex(ValueError, name):
+        retrieval.AdapterClassifier(backbone, kwargs.pop('num_classes'), **kwargs)
+
+
+if __name__ == '__main__':
+  absltest.main()
