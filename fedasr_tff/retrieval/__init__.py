@@ -4,12 +4,20 @@ Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Ada
 The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a d x d adapter on
 the token embeddings of a frozen backbone (`text_models`), a classifier head on the pooled
 states, and retrieval as the top-K classes of its logits (or, as a baseline, by inner product
-with class prototypes).
+with class prototypes). Local (client-side) DP with a per-client adaptive clip: `local_dp`.
 """
 
 from fedasr_tff.retrieval.adapter import EmbeddingAdapter
 from fedasr_tff.retrieval.heads import HEADS
 from fedasr_tff.retrieval.heads import build_head
+from fedasr_tff.retrieval.local_dp import NOISE_MODES
+from fedasr_tff.retrieval.local_dp import LocalDPConfig
+from fedasr_tff.retrieval.local_dp import LocalDPState
+from fedasr_tff.retrieval.local_dp import initial_state
+from fedasr_tff.retrieval.local_dp import local_epsilon
+from fedasr_tff.retrieval.local_dp import noise_multiplier_delta
+from fedasr_tff.retrieval.local_dp import privatize
+from fedasr_tff.retrieval.local_dp import sigma_b
 from fedasr_tff.retrieval.model import AdapterClassifier
 from fedasr_tff.retrieval.retrieve import class_prototypes
 from fedasr_tff.retrieval.retrieve import mips_scores
