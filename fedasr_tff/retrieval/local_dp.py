@@ -37,11 +37,13 @@ accounting below counts releases.
 
 Privacy argument (practical mode). Per client, local DP: the client's upload is the mechanism.
 Δ_c has L2 norm <= C whatever the data, so Δ_c + N(0, (z_rel C)^2 I) is a Gaussian mechanism.
-Against the client sending nothing (Δ = 0; add/remove of the client's data, the paper's and
-dp-accounting's convention) its sensitivity is C and its multiplier z_rel; between two arbitrary
-inputs of the client (replace-one) two clipped deltas differ by up to 2C, multiplier z_rel / 2
-(`local_epsilon(..., replace_one=True)`). T releases after warmup compose adaptively: T
-self-compositions, with no amplification by sampling (every client takes part every round).
+Local DP compares any two inputs of the client (replace-one): two clipped deltas differ by up
+to 2C, so the multiplier is z_rel / 2, what `local_epsilon` accounts by default. Against the
+client sending nothing (Δ = 0, the add/remove view of central DP) the sensitivity is C and the
+multiplier z_rel (`local_epsilon(..., replace_one=False)`, an explicit opt-in: it does not bound
+what an upload reveals about which data the client holds). T releases after warmup compose
+adaptively: T self-compositions, with no amplification by sampling (every client takes part
+every round).
 The adaptive clip C_t is a function of the client's own past unclipped norms. It is never
 released directly, but it sets the noise scale of every upload, so it leaks through the uploads
 (their spread reveals C_t, hence past norms). The accounting treats C_t as public and does NOT
@@ -243,11 +245,12 @@ def privatize(delta: Any, state: LocalDPState, config: LocalDPConfig,
 
 
 def local_epsilon(config: LocalDPConfig, rounds: int, delta: float, accountant: str = 'rdp',
-                  replace_one: bool = False) -> float:
+                  replace_one: bool = True) -> float:
   """Per-client ε after `rounds` releases (practical mode; module docstring).
 
   ε of `rounds` self-compositions of the Gaussian mechanism with multiplier
-  z_rel = `config.release_noise_multiplier` (z_rel / 2 with `replace_one`), no sampling, from
+  z_rel / 2 with `replace_one` (local DP's any-two-inputs relation, the default), z_rel =
+  `config.release_noise_multiplier` without; no sampling; from
   `fedasr_tff.privacy.compute_epsilon` (dp-accounting, "rdp" or "pld"). Returns math.inf if any
   of the `rounds` is a warmup release (the raw update was sent), and 0.0 for `rounds` = 0.
   Assumes the clip sequence is public (it is not for an adaptive clip; see the module docstring).

@@ -244,23 +244,24 @@ class LocalEpsilonTest(parameterized.TestCase):
     rdp = dp_accounting.rdp.RdpAccountant(orders=list(accounting.DEFAULT_RDP_ORDERS))
     rdp.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(config.release_noise_multiplier), rounds))
-    epsilon = retrieval.local_epsilon(config, rounds, 1e-5)
+    epsilon = retrieval.local_epsilon(config, rounds, 1e-5, replace_one=False)
     self.assertAlmostEqual(epsilon, rdp.get_epsilon(1e-5), places=9)
     self.assertTrue(math.isfinite(epsilon))
     self.assertGreater(epsilon, 0.0)
 
-  def test_fixed_uses_z_and_replace_one_halves_it(self):
+  def test_fixed_uses_z_and_replace_one_by_default_halves_it(self):
     config = retrieval.LocalDPConfig.fixed(2.0, clip=1.0)
     self.assertAlmostEqual(retrieval.local_epsilon(config, 10, 1e-5),
-                           accounting.compute_epsilon(2.0, 1.0, 10, 1e-5), places=12)
-    self.assertAlmostEqual(retrieval.local_epsilon(config, 10, 1e-5, replace_one=True),
                            accounting.compute_epsilon(1.0, 1.0, 10, 1e-5), places=12)
+    self.assertAlmostEqual(retrieval.local_epsilon(config, 10, 1e-5, replace_one=False),
+                           accounting.compute_epsilon(2.0, 1.0, 10, 1e-5), places=12)
 
   def test_pld_close_to_dp_accounting(self):
     config = retrieval.LocalDPConfig.fixed(2.0, clip=1.0)
     pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
     pld.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(2.0), 10))
-    self.assertAlmostEqual(retrieval.local_epsilon(config, 10, 1e-5, accountant='pld'),
+    self.assertAlmostEqual(retrieval.local_epsilon(config, 10, 1e-5, accountant='pld',
+                                                   replace_one=False),
                            pld.get_epsilon(1e-5), delta=1e-2)
 
   def test_warmup_is_infinite_and_zero_rounds_is_zero(self):
