@@ -405,9 +405,7 @@ class _TensorflowOps:
     self.weight_powers = tff.tensorflow.computation(lambda w: tf.stack([w, tf.square(w)]),
                                                     np.float32)
     self.weight_statistics = tff.tensorflow.computation(
-        lambda sums: collections.OrderedDict(
-            weight_sum=sums[0],
-            effective_clients=tf.math.divide_no_nan(tf.square(sums[0]), sums[1])),
+        lambda sums: local_training.weight_statistics(sums[0], sums[1]),
         tff.TensorType(np.float32, [2]))
     self.features = tff.tensorflow.computation(client_features, trainable_type, np.float32)
     self.norm = tff.tensorflow.computation(

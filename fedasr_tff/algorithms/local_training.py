@@ -126,11 +126,16 @@ def _finalize_measurements(sums, maxima):
   train.update((name, maxima[i]) for i, name in enumerate(_MAXIMA))
   measurements = collections.OrderedDict(train=train)
   if 'weight_sum' in sums:
-    measurements['weights'] = collections.OrderedDict(
-        weight_sum=sums['weight_sum'],
-        effective_clients=tf.math.divide_no_nan(tf.square(sums['weight_sum']),
-                                                sums['weight_square_sum']))
+    measurements['weights'] = weight_statistics(sums['weight_sum'], sums['weight_square_sum'])
   return measurements
+
+
+def weight_statistics(weight_sum, weight_square_sum) -> collections.OrderedDict:
+  """The `weights` measurements: `weight_sum` Σ_j w_j and `effective_clients`
+  (Σ_j w_j)² / Σ_j w_j² (Kish's effective sample size; 0 without clients)."""
+  return collections.OrderedDict(
+      weight_sum=weight_sum,
+      effective_clients=tf.math.divide_no_nan(tf.square(weight_sum), weight_square_sum))
 
 
 _MODEL_WEIGHTS, _AUGMENTING_GRADIENT = 'model_weights', 'augmenting_gradient'

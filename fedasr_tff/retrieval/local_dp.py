@@ -63,6 +63,7 @@ from typing import Tuple
 import tensorflow as tf
 
 from fedasr_tff import validation
+from fedasr_tff.aggregators.per_layer_query import adaptive_value_noise_multiplier
 from fedasr_tff.aggregators.per_layer_query import gaussian_noise
 from fedasr_tff.privacy import accounting
 
@@ -79,7 +80,9 @@ def sigma_b(num_clients: int) -> float:
 def noise_multiplier_delta(noise_multiplier: float, clipped_count_stddev: float) -> float:
   """z_Δ = (z^-2 − (2 σ_b)^-2)^(-1/2) (Algorithm 1, ClientInit; after Andrew et al. 2021).
 
-  z_Δ > z, and z_Δ -> z as σ_b -> ∞.
+  z_Δ > z, and z_Δ -> z as σ_b -> ∞. It is the value multiplier of central adaptive clipping
+  with one clipping group (`aggregators.per_layer_query.adaptive_value_noise_multiplier`), which
+  computes it.
 
   Raises:
     ValueError: naming `noise_multiplier` (z) or `clipped_count_stddev` (σ_b) if either is not
@@ -91,7 +94,7 @@ def noise_multiplier_delta(noise_multiplier: float, clipped_count_stddev: float)
     raise ValueError(
         f'`noise_multiplier` ({noise_multiplier!r}) must be < 2 * `clipped_count_stddev` '
         f'({2 * clipped_count_stddev!r}) for z_delta to be defined.')
-  return (noise_multiplier**-2 - (2 * clipped_count_stddev)**-2)**-0.5
+  return adaptive_value_noise_multiplier(noise_multiplier, clipped_count_stddev, num_groups=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +217,9 @@ def privatize(delta: Any, state: LocalDPState, config: LocalDPConfig,
 
   Returns:
     (released delta, same structure as `delta`; the next state; measurements: `norm` (||Δ||,
-    0 if not finite), `clip` (C used), `noise_std`, `clipped`, `nonfinite`, `dp_active`).
+    0 if not finite), `clip` (C used), `noise_std`, `clipped`, `nonfinite`, `dp_active`). Only
+    the released delta is covered by the guarantee: the measurements are the client's own
+    un-noised statistics and must stay on the client unless released as a labelled opt-in.
   """
   leaves = tf.nest.flatten(delta)
   norm = tf.linalg.global_norm(leaves)

@@ -9,6 +9,7 @@ Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retri
 """
 
 from typing import Mapping
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -65,6 +66,20 @@ class Backbone(tf.keras.Model):
       values.append(array.T if transpose else array)
     for (var, _), value in zip(assignments.values(), values, strict=True):
       var.assign(value)
+
+
+def build_from_checkpoint(backbone_class, config_class, model_dir: str,
+                          expected_sha256: Optional[Mapping[str, str]], trainable: bool,
+                          name: str) -> Backbone:
+  """A `backbone_class(config_class.from_hf_config(config.json))` with the weights of the
+  Hugging Face model folder `model_dir` (`checkpoints.load_tensors`, checking `expected_sha256`
+  if given); frozen unless `trainable`."""
+  config = config_class.from_hf_config(checkpoints.read_config(model_dir))
+  tensors = checkpoints.load_tensors(model_dir, expected_sha256)
+  model = backbone_class(config, name=name)
+  model.load_hf_tensors(tensors)
+  model.trainable = trainable
+  return model
 
 
 def model_prefix(tensors: Mapping, anchor: str) -> str:

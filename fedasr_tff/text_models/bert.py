@@ -40,7 +40,6 @@ import tensorflow as tf
 
 from fedasr_tff import validation
 from fedasr_tff.text_models import backbone
-from fedasr_tff.text_models import checkpoints
 
 # hidden_act -> activation; the names are Hugging Face's.
 ACTIVATIONS = {
@@ -225,10 +224,6 @@ def build_bert_encoder(model_dir: str, expected_sha256: Optional[Mapping[str, st
                        trainable: bool = False) -> BertEncoder:
   """A `BertEncoder` with the architecture and weights of the Hugging Face model folder
   `model_dir` (`checkpoints.load_tensors` reads it, checking `expected_sha256` if given);
-  frozen unless `trainable`."""
-  config = BertConfig.from_hf_config(checkpoints.read_config(model_dir))
-  tensors = checkpoints.load_tensors(model_dir, expected_sha256)
-  encoder = BertEncoder(config, name='bert_encoder')
-  encoder.load_hf_tensors(tensors)
-  encoder.trainable = trainable
-  return encoder
+  frozen unless `trainable` (`backbone.build_from_checkpoint`)."""
+  return backbone.build_from_checkpoint(BertEncoder, BertConfig, model_dir, expected_sha256,
+                                        trainable, name='bert_encoder')

@@ -319,10 +319,6 @@ def build_llama_decoder(model_dir: str, expected_sha256: Optional[Mapping[str, s
                         trainable: bool = False) -> LlamaDecoder:
   """A `LlamaDecoder` with the architecture and weights of the Hugging Face model folder
   `model_dir` (`checkpoints.load_tensors` reads it, checking `expected_sha256` if given);
-  frozen unless `trainable`."""
-  config = LlamaConfig.from_hf_config(checkpoints.read_config(model_dir))
-  tensors = checkpoints.load_tensors(model_dir, expected_sha256)
-  decoder = LlamaDecoder(config, name='llama_decoder')
-  decoder.load_hf_tensors(tensors)
-  decoder.trainable = trainable
-  return decoder
+  frozen unless `trainable` (`backbone.build_from_checkpoint`)."""
+  return backbone.build_from_checkpoint(LlamaDecoder, LlamaConfig, model_dir, expected_sha256,
+                                        trainable, name='llama_decoder')

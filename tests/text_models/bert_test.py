@@ -1,5 +1,5 @@
-"""The Keras BERT encoder against a NumPy transcription of BERT's equations (float64) and, if
-installed, Hugging Face's TFBertModel, on tiny random checkpoints in Hugging Face's format."""
+"""The Keras BERT encoder against a NumPy transcription of BERT's equations (float64) and Hugging
+Face's TFBertModel (a test-only dependency), on tiny random checkpoints in Hugging Face's format."""
 
 import os
 import tempfile
@@ -9,16 +9,11 @@ from absl.testing import parameterized
 import numpy as np
 from scipy import special
 import tensorflow as tf
+import transformers
 
 from fedasr_tff import text_models
 from fedasr_tff.text_models import bert
 from tests.text_models import tiny_bert
-
-try:
-  import transformers
-except ImportError:  # A test-only dependency (requirements.lock).
-  transformers = None
-_NO_TRANSFORMERS = 'transformers is not installed (test-only dependency, requirements.lock)'
 
 # Two sequences, the second right-padded; token types on the first.
 _IDS = np.array([[2, 17, 5, 39, 8, 3], [2, 11, 3, 0, 0, 0]], np.int32)
@@ -211,7 +206,6 @@ class BertEncoderTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, '`num_hidden_layers`'):
       bert.BertConfig.from_hf_config(dict(config, num_hidden_layers=0))
 
-  @absltest.skipIf(transformers is None, _NO_TRANSFORMERS)
   def test_matches_transformers_tf_bert_model(self):
     directory, _, _ = self._checkpoint(seed=5)
     ours = text_models.build_bert_encoder(directory)(_inputs(types=_TYPES)).numpy()

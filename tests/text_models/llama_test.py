@@ -13,17 +13,12 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
+import transformers
 
 from fedasr_tff import text_models
 from fedasr_tff.text_models import llama
 from tests.text_models import tiny_bert
 from tests.text_models import tiny_llama
-
-try:
-  import transformers
-except ImportError:  # A test-only dependency (requirements.lock).
-  transformers = None
-_NO_TRANSFORMERS = 'transformers is not installed (test-only dependency, requirements.lock)'
 
 # Two sequences, the second right-padded.
 _IDS = np.array([[1, 17, 5, 39, 8, 2, 20], [1, 11, 3, 0, 0, 0, 0]], np.int32)
@@ -150,7 +145,6 @@ class LlamaDecoderTest(parameterized.TestCase):
                               text_models.build_llama_decoder(other)(_inputs()).numpy()).max(),
                        1e-3)
 
-  @absltest.skipIf(transformers is None, _NO_TRANSFORMERS)
   def test_llama2_style_matches_transformers_tf_mistral(self):
     # Mistral without a sliding window is the Llama 2 architecture; TFMistral reads the same
     # tensor names (Hugging Face has no TF Llama).

@@ -10,22 +10,12 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import sentencepiece
 import tensorflow as tf
+import tokenizers
+import transformers
 
 from fedasr_tff import text_models
-
-try:
-  import sentencepiece
-except ImportError:  # A test-only dependency (requirements.lock).
-  sentencepiece = None
-try:
-  import tokenizers
-except ImportError:  # A test-only dependency (requirements.lock).
-  tokenizers = None
-try:
-  import transformers
-except ImportError:  # A test-only dependency (requirements.lock).
-  transformers = None
 
 _CORPUS = ['the cat sat on the mat', 'a dog ran in the park', 'federated learning with privacy',
            'soft embeddings adapt a frozen language model'] * 10
@@ -84,7 +74,6 @@ class LlamaTokenizerTest(absltest.TestCase):
     super().setUp()
     self.directory = self.enterContext(tempfile.TemporaryDirectory())
 
-  @absltest.skipIf(sentencepiece is None, 'sentencepiece is not installed (test-only dependency)')
   def test_sentencepiece_ids_bos_eos_truncation_and_padding(self):
     reference = _write_sentencepiece(self.directory)
     tokenizer = text_models.build_llama_tokenizer(self.directory, max_length=12)
@@ -110,8 +99,6 @@ class LlamaTokenizerTest(absltest.TestCase):
     dataset = tf.data.Dataset.from_tensor_slices(_TEXTS).batch(2).map(tokenizer)
     self.assertEqual(_real_ids(next(iter(dataset))), _real_ids(tokenizer(_TEXTS[:2])))
 
-  @absltest.skipIf(sentencepiece is None or transformers is None,
-                   'sentencepiece or transformers is not installed (test-only dependencies)')
   def test_sentencepiece_matches_transformers_llama_tokenizer(self):
     _write_sentencepiece(self.directory)
     reference = transformers.LlamaTokenizer(os.path.join(self.directory, 'tokenizer.model'),
@@ -119,7 +106,6 @@ class LlamaTokenizerTest(absltest.TestCase):
     ours = text_models.build_llama_tokenizer(self.directory, max_length=64)
     self.assertEqual(_real_ids(ours(_TEXTS)), [reference.encode(text) for text in _TEXTS])
 
-  @absltest.skipIf(tokenizers is None, 'tokenizers is not installed (test-only dependency)')
   def test_tokenizer_json_llama3_style(self):
     reference = _write_tokenizer_json(self.directory)
     _write_config(self.directory, bos_token='<|begin_of_text|>',
@@ -133,8 +119,6 @@ class LlamaTokenizerTest(absltest.TestCase):
     self.assertEqual(_real_ids(tokenizer(_TEXTS)), expected)
     self.assertEqual(tokenizer(_TEXTS)['token_ids'].shape, [4, 10])
 
-  @absltest.skipIf(sentencepiece is None or tokenizers is None,
-                   'sentencepiece or tokenizers is not installed (test-only dependencies)')
   def test_tokenizer_model_is_preferred_over_tokenizer_json(self):
     _write_sentencepiece(self.directory)
     _write_tokenizer_json(self.directory)
@@ -144,8 +128,6 @@ class LlamaTokenizerTest(absltest.TestCase):
     with self.assertRaisesRegex(FileNotFoundError,
                                 'neither tokenizer.model nor tokenizer.json'):
       text_models.build_llama_tokenizer(self.directory, 8)
-    if sentencepiece is None:
-      return
     _write_sentencepiece(self.directory)
     _write_config(self.directory, bos_token='<|begin_of_text|>')
     with self.assertRaisesRegex(ValueError, "`bos_token` '<|begin_of_text|>'"):

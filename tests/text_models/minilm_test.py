@@ -9,18 +9,11 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
+import tokenizers
+import transformers
 
 from fedasr_tff import text_models
 from fedasr_tff.text_models import minilm
-
-try:
-  import transformers
-except ImportError:  # A test-only dependency (requirements.lock).
-  transformers = None
-try:
-  import tokenizers
-except ImportError:  # A test-only dependency (requirements.lock).
-  tokenizers = None
 
 _SENTENCES = [
     'A man is eating food.',
@@ -76,8 +69,6 @@ class MiniLMTest(absltest.TestCase):
     pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
     self.assertGreater(pooled[0] @ pooled[1], pooled[0] @ pooled[2] + 0.2)
 
-  @absltest.skipIf(tokenizers is None, 'tokenizers is not installed (test-only dependency, '
-                   'requirements.lock)')
   def test_token_ids_match_hugging_face_tokenizer(self):
     reference = tokenizers.Tokenizer.from_file(os.path.join(self.model_dir, 'tokenizer.json'))
     reference.no_padding()
@@ -93,8 +84,6 @@ class MiniLMTest(absltest.TestCase):
     self.assertEqual(cut['token_ids'].numpy()[0].tolist(), reference.encode(long_sentence).ids)
     self.assertEqual(int(cut['mask'].numpy().sum()), _MAX_LENGTH)
 
-  @absltest.skipIf(transformers is None, 'transformers is not installed (test-only dependency, '
-                   'requirements.lock)')
   def test_hidden_states_match_transformers_tf_bert_model(self):
     reference = transformers.TFBertModel.from_pretrained(self.model_dir)
     theirs = reference(input_ids=self.inputs['token_ids'],

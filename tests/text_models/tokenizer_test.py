@@ -1,5 +1,5 @@
 """The WordPiece tokenizer on a tiny vocabulary: hand-worked ids, [CLS]/[SEP], truncation,
-padding and masks, BERT's lower-casing, and the `tokenizers` library's ids (if installed)."""
+padding and masks, BERT's lower-casing, and the `tokenizers` library's ids."""
 
 import json
 import os
@@ -8,13 +8,9 @@ import tempfile
 from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
+import tokenizers
 
 from fedasr_tff import text_models
-
-try:
-  import tokenizers
-except ImportError:  # A test-only dependency (requirements.lock).
-  tokenizers = None
 
 _VOCAB = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', 'the', 'cat', 'sat', '##s', 'on', 'mat', '.',
           ',', 'st', '##raße', '##ra', '##sse', 'cafe', 'Cafe', 'The', 'cats', '!', '北']
@@ -74,8 +70,6 @@ class WordPieceTokenizerTest(parameterized.TestCase):
       text_models.WordPieceTokenizer(os.path.join(self.directory, 'none.txt'), True, 4)
 
   @parameterized.parameters(True, False)
-  @absltest.skipIf(tokenizers is None, 'tokenizers is not installed (test-only dependency, '
-                   'requirements.lock)')
   def test_matches_the_tokenizers_library(self, lower_case):
     reference = tokenizers.BertWordPieceTokenizer(dict(_IDS), lowercase=lower_case)
     ours = text_models.WordPieceTokenizer(self.vocab_file, lower_case=lower_case, max_length=40)
