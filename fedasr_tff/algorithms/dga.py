@@ -22,11 +22,11 @@ Weightings (`weighting`):
   w_min = exp(−β (L_max − L_lo)), inside its local training (`local_training`,
   `update_weight_fn`, so the weight costs the round no step of its own), and the weighted mean
   Σ w_j Δ_j / Σ w_j (TFF's `MeanFactory`, or `aggregators.BoundedWeightDPFactory` with DP) is
-  the softmax aggregate. Shifting by the fixed,
-  public L_lo instead of the cohort's min L (the usual log-sum-exp shift) leaves the softmax
-  unchanged (it is shift-invariant) and keeps the round one aggregation of client values, which
-  TFF's mergeable multi-worker form needs; the public loss range keeps every exponent in
-  [−β (L_max − L_lo), 0], so no weight overflows or underflows (`MAX_LOG_WEIGHT_RANGE`).
+  the softmax aggregate. Shifting by the fixed, public L_lo instead of the cohort's min L (the
+  usual log-sum-exp shift) leaves the softmax unchanged (it is shift-invariant) and keeps the
+  round one aggregation of client values, which TFF's mergeable multi-worker form needs; the
+  public loss range keeps every exponent in [−β (L_max − L_lo), 0], so no weight overflows or
+  underflows (`MAX_LOG_WEIGHT_RANGE`).
   Within the range the ratio is exact, α_i/α_j = exp(−β (L_i − L_j)); a loss outside it
   saturates at its bound.
 * DGA-RL (`dga_rl`): weights from a small network trained with rewards, orchestrated in Python
