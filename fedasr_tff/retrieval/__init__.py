@@ -5,9 +5,20 @@ The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a
 the token embeddings of a frozen backbone (`text_models`), a classifier head on the pooled
 states, and retrieval as the top-K classes of its logits (or, as a baseline, by inner product
 with class prototypes). Local (client-side) DP with a per-client adaptive clip: `local_dp`.
+Labelled text corpora (fortunes, SMS Spam, AG News, tables) and their client splits: `corpora`.
 """
 
 from fedasr_tff.retrieval.adapter import EmbeddingAdapter
+from fedasr_tff.retrieval.corpora import AG_NEWS_CLASSES
+from fedasr_tff.retrieval.corpora import FORTUNES_DIR
+from fedasr_tff.retrieval.corpora import LabelledTexts
+from fedasr_tff.retrieval.corpora import read_ag_news
+from fedasr_tff.retrieval.corpora import read_fortunes
+from fedasr_tff.retrieval.corpora import read_labelled_table
+from fedasr_tff.retrieval.corpora import read_sms_spam
+from fedasr_tff.retrieval.corpora import split_by_client
+from fedasr_tff.retrieval.corpora import split_evenly
+from fedasr_tff.retrieval.corpora import train_test_split
 from fedasr_tff.retrieval.heads import HEADS
 from fedasr_tff.retrieval.heads import build_head
 from fedasr_tff.retrieval.local_dp import NOISE_MODES

@@ -1,0 +1,414 @@
+"""Labelled text corpora for the classifier-as-retriever, and their splits over clients.
+
+The classifier-as-retriever (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning
+with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever",
+webAI 2025) treats each class as one retrievable document, so a corpus is texts with a class
+label each (`LabelledTexts`). Readers, one per layout:
+* `read_fortunes`: the Debian package `fortunes` (the data of fortune-mod; `make setup` installs
+  it), `/usr/share/games/fortunes/CATEGORY`: one plain text file per category, entries separated
+  by lines holding only `%` (the `strfile` format). The class is the category. Beside each
+  category sit its `CATEGORY.dat` index (binary, from `strfile`) and `CATEGORY.u8` (a symlink to
+  it); those, dot files, subdirectories (`off/`, from `fortunes-off`) and anything that is not a
+  regular file are not categories. Entries are kept as written: in Debian's 1:1.99.1-7.3 (43
+  categories, 2 to 1251 entries each) some hold backspaces (overstrike, `_<BS>x`) and bells,
+  and 82 entries appear in two categories.
+* `read_sms_spam`: the SMS Spam Collection (Almeida, Gomez Hidalgo and Yamakami, "Contributions
+  to the Study of SMS Spam Filtering: New Collection and Results", DocEng 2011; the UCI Machine
+  Learning Repository's `SMSSpamCollection`): one `LABEL<TAB>TEXT` line per message, labels
+  `ham` and `spam`.
+* `read_ag_news`: AG News as released by Zhang, Zhao and LeCun, "Character-level Convolutional
+  Networks for Text Classification", NeurIPS 2015, arXiv:1509.01626 (`train.csv`, `test.csv`):
+  CSV rows `CLASS,TITLE,DESCRIPTION`, classes 1-4 = World, Sports, Business, Sci/Tech. Newlines
+  inside the text are escaped as a backslash and `n`; HTML entities (such as `#39;`) are left as
+  they are.
+* `read_labelled_table`: any CSV or TSV with a header, a text and a label column and optionally a
+  client column (a natural split over clients, `split_by_client`).
+
+Every file is decoded as UTF-8 (a leading byte-order mark is dropped), or as latin-1 when it is
+not valid UTF-8. Bad input is an error naming the file and line; nothing is skipped silently but
+blank lines (and, in `read_fortunes`, what its arguments filter out).
+
+Splits return sorted int64 index arrays into the corpus (`LabelledTexts.subset` applies them):
+`split_evenly` is the even split of examples over clients the paper uses (our reading: a uniform
+random partition into parts of equal size, up to one), `split_by_client` the natural one, and
+`train_test_split` a split stratified by label.
+"""
+
+import csv
+import dataclasses
+import io
+import math
+import os
+import stat
+from typing import Iterator
+from typing import List
+from typing import Optional
+from typing import Sequence
+from typing import Tuple
+
+import numpy as np
+
+from fedasr_tff import validation
+
+FORTUNES_DIR = '/usr/share/games/fortunes'
+AG_NEWS_CLASSES = ('World', 'Sports', 'Business', 'Sci/Tech')
+# Files beside the categories in a fortunes directory: strfile's index, and the UTF-8 alias.
+_FORTUNES_NOT_CATEGORIES = ('.dat', '.u8')
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelledTexts:
+  """Texts with a class label each, and optionally a client id each.
+
+  Attributes:
+    texts: the examples.
+    labels: int32 [len(texts)], values in [0, len(class_names)); stored read-only.
+    class_names: the name of each class (retrievable document), distinct.
+    clients: a client id per example, when the source has a client column; else None.
+
+  Sequences are stored as tuples. Two corpora are equal when all four fields are.
+  """
+  texts: Tuple[str, ...]
+  labels: np.ndarray
+  class_names: Tuple[str, ...]
+  clients: Optional[Tuple[str, ...]] = None
+
+  def __post_init__(self):
+    texts = _tuple_of_str('texts', self.texts)
+    class_names = _tuple_of_str('class_names', self.class_names)
+    if len(set(class_names)) != len(class_names):
+      raise ValueError(f'`class_names` must be distinct, got {class_names!r}.')
+    labels = np.asarray(self.labels)
+    if labels.ndim != 1 or not (labels.size == 0 or np.issubdtype(labels.dtype, np.integer)):
+      raise ValueError(f'`labels` must be a 1-D array of integers, got dtype {labels.dtype} and '
+                       f'shape {labels.shape}.')
+    if len(labels) != len(texts):
+      raise ValueError(f'`labels` ({len(labels)}) and `texts` ({len(texts)}) must have the same '
+                       'length.')
+    if labels.size and (labels.min() < 0 or labels.max() >= len(class_names)):
+      raise ValueError(f'`labels` must lie in [0, {len(class_names)}) (one per entry of '
+                       f'`class_names`), got values in [{labels.min()}, {labels.max()}].')
+    labels = labels.astype(np.int32)  # a copy, so the caller's array cannot change ours
+    labels.setflags(write=False)
+    clients = self.clients
+    if clients is not None:
+      clients = _tuple_of_str('clients', clients)
+      if len(clients) != len(texts):
+        raise ValueError(f'`clients` ({len(clients)}) and `texts` ({len(texts)}) must have the '
+                         'same length.')
+    object.__setattr__(self, 'texts', texts)
+    object.__setattr__(self, 'labels', labels)
+    object.__setattr__(self, 'class_names', class_names)
+    object.__setattr__(self, 'clients', clients)
+
+  def __len__(self) -> int:
+    return len(self.texts)
+
+  def __eq__(self, other) -> bool:
+    if not isinstance(other, LabelledTexts):
+      return NotImplemented
+    return (self.texts == other.texts and self.class_names == other.class_names and
+            self.clients == other.clients and np.array_equal(self.labels, other.labels))
+
+  def __hash__(self) -> int:
+    return hash((self.texts, self.labels.tobytes(), self.class_names, self.clients))
+
+  def __repr__(self) -> str:
+    clients = '' if self.clients is None else f', {len(set(self.clients))} clients'
+    return f'LabelledTexts({len(self)} texts, {self.num_classes} classes{clients})'
+
+  @property
+  def num_classes(self) -> int:
+    return len(self.class_names)
+
+  def subset(self, indices) -> 'LabelledTexts':
+    """The examples at integer `indices`, in that order, with the same `class_names` (a class
+    may have no example left)."""
+    indices = _check_indices(indices, len(self))
+    return LabelledTexts(texts=tuple(self.texts[i] for i in indices),
+                         labels=self.labels[indices],
+                         class_names=self.class_names,
+                         clients=(None if self.clients is None else
+                                  tuple(self.clients[i] for i in indices)))
+
+
+def _tuple_of_str(name: str, values) -> Tuple[str, ...]:
+  if isinstance(values, str):
+    raise ValueError(f'`{name}` must be a sequence of strings, got the string {values!r}.')
+  values = tuple(values)
+  for i, value in enumerate(values):
+    if not isinstance(value, str):
+      raise ValueError(f'`{name}` must hold strings, got {value!r} at index {i}.')
+  return values
+
+
+def _check_indices(indices, size: int) -> np.ndarray:
+  indices = np.asarray(indices)
+  if indices.ndim != 1 or not (indices.size == 0 or np.issubdtype(indices.dtype, np.integer)):
+    raise ValueError(f'`indices` must be a 1-D array of integers, got dtype {indices.dtype} and '
+                     f'shape {indices.shape}.')
+  if indices.size and (indices.min() < 0 or indices.max() >= size):
+    raise ValueError(f'`indices` must lie in [0, {size}), got values in '
+                     f'[{indices.min()}, {indices.max()}].')
+  return indices.astype(np.int64)
+
+
+def _read_text(path: str) -> str:
+  """The file at `path` as text: UTF-8, or latin-1 when it is not valid UTF-8."""
+  try:
+    with open(path, 'rb') as f:
+      data = f.read()
+  except OSError as e:
+    raise ValueError(f'{path}: cannot read: {e.strerror or e}.') from e
+  try:
+    return data.decode('utf-8-sig')
+  except UnicodeDecodeError:
+    return data.decode('latin-1')
+
+
+def _is_fortune_category(directory: str, name: str) -> bool:
+  if name.startswith('.') or name.endswith(_FORTUNES_NOT_CATEGORIES):
+    return False
+  try:
+    return stat.S_ISREG(os.stat(os.path.join(directory, name)).st_mode)  # follows symlinks
+  except OSError:  # e.g. a dangling symlink
+    return False
+
+
+def _fortune_entries(text: str) -> List[str]:
+  """The non-empty, stripped entries of a fortune file: text between lines holding only `%`."""
+  entries, lines = [], []
+  for line in text.replace('\r\n', '\n').split('\n'):  # not splitlines: it splits at \f, \x85
+    if line.rstrip() == '%':
+      entries.append('\n'.join(lines).strip())
+      lines = []
+    else:
+      lines.append(line)
+  entries.append('\n'.join(lines).strip())
+  return [entry for entry in entries if entry]
+
+
+def read_fortunes(directory: str = FORTUNES_DIR, categories: Optional[Sequence[str]] = None, *,
+                  max_chars: Optional[int] = None, min_entries: int = 1) -> LabelledTexts:
+  """The fortunes of `directory` (module docstring), one class per category, classes sorted.
+
+  Args:
+    directory: a directory in the layout of Debian's `fortunes` package.
+    categories: category (file) names to read; None reads every category.
+    max_chars: entries longer than this (ASCII art, long poems) are dropped; None keeps all.
+    min_entries: categories with fewer entries than this, after `max_chars`, are dropped.
+  """
+  if max_chars is not None:
+    validation.check_positive_integer('max_chars', max_chars)
+  validation.check_positive_integer('min_entries', min_entries)
+  install = "`make setup` installs them (the Debian package `fortunes`)"
+  if not os.path.isdir(directory):
+    raise ValueError(f'{directory}: no such fortunes directory; {install}.')
+  available = sorted(n for n in os.listdir(directory) if _is_fortune_category(directory, n))
+  if not available:
+    raise ValueError(f'{directory}: no fortune category files; {install}.')
+  if categories is None:
+    names = available
+  else:
+    if isinstance(categories, str):
+      raise ValueError(f'`categories` must be a sequence of category names, got the string '
+                       f'{categories!r} (use [{categories!r}]).')
+    names = sorted(set(categories))
+    if not names:
+      raise ValueError('`categories` must name at least one category, or be None for all.')
+    for name in names:
+      if name not in available:
+        raise ValueError(f'`categories`: no category {name!r} in {directory}; the categories '
+                         f'are {", ".join(available)}.')
+  texts, labels, class_names = [], [], []
+  for name in names:
+    entries = _fortune_entries(_read_text(os.path.join(directory, name)))
+    if max_chars is not None:
+      entries = [entry for entry in entries if len(entry) <= max_chars]
+    if len(entries) < min_entries:
+      continue
+    texts.extend(entries)
+    labels.extend([len(class_names)] * len(entries))
+    class_names.append(name)
+  if not class_names:
+    raise ValueError(f'{directory}: no category has `min_entries` = {min_entries} entries of at '
+                     f'most `max_chars` = {max_chars} characters.')
+  return LabelledTexts(tuple(texts), np.array(labels, np.int32), tuple(class_names))
+
+
+def _from_string_labels(path: str, texts: List[str], names: List[str],
+                        clients: Optional[List[str]] = None) -> LabelledTexts:
+  if not texts:
+    raise ValueError(f'{path}: no examples.')
+  class_names = tuple(sorted(set(names)))
+  index = {name: i for i, name in enumerate(class_names)}
+  return LabelledTexts(tuple(texts), np.array([index[name] for name in names], np.int32),
+                       class_names, None if clients is None else tuple(clients))
+
+
+def read_sms_spam(path: str) -> LabelledTexts:
+  """The SMS Spam Collection at `path` (module docstring); class names from the data, sorted
+  (`('ham', 'spam')` for the published file). A line's text is everything after its first tab."""
+  texts, names = [], []
+  for line_number, line in enumerate(_read_text(path).split('\n'), start=1):
+    line = line.rstrip('\r')
+    if not line.strip():
+      continue
+    label, tab, text = line.partition('\t')
+    label, text = label.strip(), text.strip()
+    if not tab:
+      raise ValueError(f'{path}:{line_number}: expected LABEL<TAB>TEXT, found no tab.')
+    if not label or not text:
+      raise ValueError(f'{path}:{line_number}: empty {"label" if not label else "text"}.')
+    texts.append(text)
+    names.append(label)
+  return _from_string_labels(path, texts, names)
+
+
+def _csv_rows(path: str, delimiter: str) -> Iterator[Tuple[int, List[str]]]:
+  """(line where the row starts, fields) for each non-blank row of a CSV file."""
+  reader = csv.reader(io.StringIO(_read_text(path), newline=''), delimiter=delimiter)
+  start = 1
+  try:
+    for row in reader:
+      if any(field.strip() for field in row):
+        yield start, row
+      start = reader.line_num + 1
+  except csv.Error as e:
+    raise ValueError(f'{path}:{start}: cannot parse: {e}.') from e
+
+
+def _is_integer(field: str) -> bool:
+  try:
+    int(field)
+  except ValueError:
+    return False
+  return True
+
+
+def read_ag_news(path: str) -> LabelledTexts:
+  """AG News at `path` (module docstring), labels 0-3 for its classes 1-4 (`AG_NEWS_CLASSES`).
+
+  The text is title + ' ' + description, each escaped newline (backslash, `n`) read as a space.
+  A first row whose class field is not an integer is a header and is skipped.
+  """
+  texts, labels = [], []
+  for row_number, (line, row) in enumerate(_csv_rows(path, ',')):
+    if row_number == 0 and not _is_integer(row[0]):
+      continue
+    if len(row) != 3:
+      raise ValueError(f'{path}:{line}: expected 3 fields CLASS,TITLE,DESCRIPTION, found '
+                       f'{len(row)}.')
+    label = row[0].strip()
+    if label not in ('1', '2', '3', '4'):
+      raise ValueError(f'{path}:{line}: class must be 1, 2, 3 or 4, got {row[0]!r}.')
+    text = f'{row[1].strip()} {row[2].strip()}'.replace('\\n', ' ').strip()
+    if not text:
+      raise ValueError(f'{path}:{line}: empty title and description.')
+    texts.append(text)
+    labels.append(int(label) - 1)
+  if not texts:
+    raise ValueError(f'{path}: no examples.')
+  return LabelledTexts(tuple(texts), np.array(labels, np.int32), AG_NEWS_CLASSES)
+
+
+def read_labelled_table(path: str, *, text_column: str = 'text', label_column: str = 'label',
+                        client_column: Optional[str] = None,
+                        delimiter: Optional[str] = None) -> LabelledTexts:
+  """A CSV or TSV table with a header: texts, string labels (class names sorted) and, with
+  `client_column`, a client id per example. `delimiter` defaults to a tab for a `.tsv` file and a
+  comma otherwise; fields may be quoted as by the `csv` module. Empty texts, labels and client ids
+  are errors."""
+  columns = {'text_column': text_column, 'label_column': label_column}
+  if client_column is not None:
+    columns['client_column'] = client_column
+  for name, column in columns.items():
+    if not isinstance(column, str) or not column:
+      raise ValueError(f'`{name}` must be a non-empty string, got {column!r}.')
+  if len(set(columns.values())) != len(columns):
+    raise ValueError(f'{", ".join(f"`{n}`" for n in columns)} must be distinct, got '
+                     f'{list(columns.values())}.')
+  if delimiter is None:
+    delimiter = '\t' if os.path.splitext(path)[1].lower() == '.tsv' else ','
+  elif not isinstance(delimiter, str) or len(delimiter) != 1:
+    raise ValueError(f'`delimiter` must be one character, got {delimiter!r}.')
+  rows = _csv_rows(path, delimiter)
+  header_line, header = next(rows, (1, None))
+  if header is None:
+    raise ValueError(f'{path}: no header (empty file).')
+  header = [column.strip() for column in header]
+  missing = [column for column in columns.values() if column not in header]
+  if missing:
+    raise ValueError(f'{path}:{header_line}: missing column(s) {", ".join(missing)} '
+                     f'(columns present: {", ".join(header)}).')
+  repeated = [column for column in columns.values() if header.count(column) > 1]
+  if repeated:
+    raise ValueError(f'{path}:{header_line}: column(s) {", ".join(repeated)} appear more than '
+                     'once in the header.')
+  position = {name: header.index(column) for name, column in columns.items()}
+  texts, names, clients = [], [], []
+  for line, row in rows:
+    if len(row) != len(header):
+      raise ValueError(f'{path}:{line}: expected {len(header)} fields as in the header, found '
+                       f'{len(row)}.')
+    values = {name: row[i].strip() for name, i in position.items()}
+    for name, value in values.items():
+      if not value:
+        raise ValueError(f'{path}:{line}: empty {columns[name]!r} ({name}).')
+    texts.append(values['text_column'])
+    names.append(values['label_column'])
+    clients.append(values.get('client_column'))
+  return _from_string_labels(path, texts, names, None if client_column is None else clients)
+
+
+def _check_data(data) -> None:
+  if not isinstance(data, LabelledTexts):
+    raise ValueError(f'`data` must be a LabelledTexts, got {type(data).__name__}.')
+
+
+def split_evenly(data: LabelledTexts, num_clients: int, seed: int) -> List[np.ndarray]:
+  """`num_clients` disjoint parts covering `data`, of sizes differing by at most one: a
+  permutation of the examples drawn from `seed`, dealt round-robin. Each part is sorted."""
+  _check_data(data)
+  validation.check_positive_integer('num_clients', num_clients)
+  validation.check_non_negative_integer('seed', seed)
+  if num_clients > len(data):
+    raise ValueError(f'`num_clients` ({num_clients}) must be at most the number of examples '
+                     f'({len(data)}), so that every client has one.')
+  order = np.random.default_rng(seed).permutation(len(data))
+  return [np.sort(order[client::num_clients]) for client in range(num_clients)]
+
+
+def split_by_client(data: LabelledTexts) -> Tuple[List[str], List[np.ndarray]]:
+  """The client ids of `data.clients`, sorted, and the sorted indices of each one's examples."""
+  _check_data(data)
+  if data.clients is None:
+    raise ValueError('`data.clients` is None: the corpus has no client column (read it with '
+                     '`read_labelled_table(..., client_column=...)`, or use `split_evenly`).')
+  ids, codes = np.unique(np.array(data.clients, dtype=object), return_inverse=True)
+  order = np.argsort(codes, kind='stable')
+  parts = np.split(order, np.cumsum(np.bincount(codes, minlength=len(ids)))[:-1])
+  return [str(i) for i in ids], [part.astype(np.int64) for part in parts]
+
+
+def train_test_split(data: LabelledTexts, test_fraction: float,
+                     seed: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(train, test) indices, stratified: of the n_c examples of class c, round(test_fraction n_c)
+  (halves up) drawn from `seed` go to test, but at least one and at most n_c - 1 when n_c >= 2; a
+  class's only example goes to train. Both sorted; disjoint; together all of `data`."""
+  _check_data(data)
+  validation.check_open_unit_interval('test_fraction', test_fraction)
+  validation.check_non_negative_integer('seed', seed)
+  rng = np.random.default_rng(seed)
+  test = []
+  for label in range(data.num_classes):
+    members = np.flatnonzero(data.labels == label)
+    if len(members) < 2:
+      continue
+    count = min(len(members) - 1, max(1, math.floor(test_fraction * len(members) + 0.5)))
+    test.append(rng.choice(members, size=count, replace=False))
+  test = np.sort(np.concatenate(test)) if test else np.zeros([0], np.int64)
+  in_test = np.zeros(len(data), bool)
+  in_test[test] = True
+  return np.flatnonzero(~in_test).astype(np.int64), test.astype(np.int64)
+

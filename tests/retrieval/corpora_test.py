@@ -1,0 +1,374 @@
+"""Readers of labelled text corpora, `LabelledTexts`, and the client and train/test splits."""
+
+import os
+import re
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+
+from fedasr_tff import retrieval
+
+
+def _data(labels, class_names=('a', 'b', 'c'), clients=None):
+  return retrieval.LabelledTexts(tuple(f'text {i}' for i in range(len(labels))),
+                                 np.array(labels), tuple(class_names),
+                                 None if clients is None else tuple(clients))
+
+
+class _FilesTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    # absltest's create_tempdir needs parsed flags, which pytest does not give it.
+    self.dir = self.enterContext(tempfile.TemporaryDirectory())
+
+  def path(self, *names):
+    return os.path.join(self.dir, *names)
+
+  def write(self, name, content, encoding='utf-8'):
+    mode, kwargs = ('wb', {}) if isinstance(content, bytes) else ('w', {'encoding': encoding,
+                                                                       'newline': ''})
+    with open(self.path(name), mode, **kwargs) as f:
+      f.write(content)
+    return self.path(name)
+
+
+class LabelledTextsTest(absltest.TestCase):
+
+  def test_fields_are_coerced_and_labels_frozen(self):
+    labels = np.array([1, 0, 1], np.int64)
+    data = retrieval.LabelledTexts(['x', 'y', 'z'], labels, ['neg', 'pos'], ['c1', 'c2', 'c1'])
+    self.assertEqual(data.texts, ('x', 'y', 'z'))
+    self.assertEqual(data.class_names, ('neg', 'pos'))
+    self.assertEqual(data.clients, ('c1', 'c2', 'c1'))
+    self.assertEqual(data.labels.dtype, np.int32)
+    self.assertLen(data, 3)
+    self.assertEqual(data.num_classes, 2)
+    labels[0] = 0  # the caller's array is not shared
+    np.testing.assert_array_equal(data.labels, [1, 0, 1])
+    with self.assertRaises(ValueError):
+      data.labels[0] = 0
+    self.assertEqual(data, retrieval.LabelledTexts(('x', 'y', 'z'), [1, 0, 1], ('neg', 'pos'),
+                                                   ('c1', 'c2', 'c1')))
+    self.assertNotEqual(data, retrieval.LabelledTexts(('x', 'y', 'z'), [1, 1, 1], ('neg', 'pos'),
+                                                      ('c1', 'c2', 'c1')))
+    self.assertEqual(hash(data), hash(retrieval.LabelledTexts(*map(tuple, (
+        data.texts, data.labels.tolist(), data.class_names, data.clients)))))
+    self.assertEqual(repr(data), 'LabelledTexts(3 texts, 2 classes, 2 clients)')
+
+  def test_subset_keeps_class_names_and_clients(self):
+    data = _data([0, 1, 2, 1], clients=['p', 'q', 'r', 's'])
+    part = data.subset(np.array([3, 1]))
+    self.assertEqual(part.texts, ('text 3', 'text 1'))
+    np.testing.assert_array_equal(part.labels, [1, 1])
+    self.assertEqual(part.class_names, ('a', 'b', 'c'))  # class 0 and 2 have no example left
+    self.assertEqual(part.clients, ('s', 'q'))
+    self.assertLen(data.subset([]), 0)
+    self.assertIsNone(_data([0, 1]).subset([1]).clients)
+
+  def test_inconsistent_fields_are_named(self):
+    for kwargs, message in (
+        (dict(labels=[0]), r'`labels` \(1\) and `texts` \(2\)'),
+        (dict(clients=('c',)), r'`clients` \(1\) and `texts` \(2\)'),
+        (dict(labels=[0, 2]), r'`labels` must lie in \[0, 2\)'),
+        (dict(labels=[0, -1]), r'`labels` must lie in \[0, 2\)'),
+        (dict(labels=[0.0, 1.0]), '`labels` must be a 1-D array of integers'),
+        (dict(class_names=('a', 'a')), '`class_names` must be distinct'),
+        (dict(class_names='ab'), '`class_names` must be a sequence of strings'),
+        (dict(texts=('x', 3)), '`texts` must hold strings, got 3 at index 1'),
+    ):
+      fields = dict(texts=('x', 'y'), labels=[0, 1], class_names=('a', 'b'))
+      fields.update(kwargs)
+      with self.assertRaisesRegex(ValueError, message):
+        retrieval.LabelledTexts(**fields)
+
+  def test_subset_indices_are_checked(self):
+    data = _data([0, 1, 2])
+    with self.assertRaisesRegex(ValueError, r'`indices` must lie in \[0, 3\)'):
+      data.subset([0, 3])
+    with self.assertRaisesRegex(ValueError, '`indices` must be a 1-D array of integers'):
+      data.subset([0.0])
+
+
+class FortunesTest(_FilesTest):
+
+  def make_directory(self):
+    self.write('zen', '\n  First zen entry.\n%\n%\nSecond\n\tzen entry\n%\n')
+    self.write('art', 'Art one.\r\n%\r\n%DCL-MEM-BAD is not a separator\r\n%  \r\nArt three.')
+    self.write('art.dat', bytes(range(256)))  # strfile's binary index
+    os.symlink('art', self.path('art.u8'))
+    os.symlink('missing', self.path('dangling'))
+    self.write('.hidden', 'Not a category.\n%\n')
+    os.mkdir(self.path('off'))
+    self.write(os.path.join('off', 'rude'), 'Offensive.\n%\n')
+    # Not valid UTF-8; read as latin-1 (0x92 stays U+0092, where cp1252 has a quote).
+    self.write('latin', 'Caf\xe9 cr\xe8me.\n%\nna\xefve \x92\n%\n', encoding='latin-1')
+
+  def test_reads_categories_entries_and_encodings(self):
+    self.make_directory()
+    data = retrieval.read_fortunes(self.dir)
+    self.assertEqual(data.class_names, ('art', 'latin', 'zen'))
+    self.assertEqual(data.texts, ('Art one.', '%DCL-MEM-BAD is not a separator', 'Art three.',
+                                  'Café crème.', 'naïve \x92', 'First zen entry.',
+                                  'Second\n\tzen entry'))
+    np.testing.assert_array_equal(data.labels, [0, 0, 0, 1, 1, 2, 2])
+    self.assertIsNone(data.clients)
+
+  def test_categories_max_chars_and_min_entries(self):
+    self.make_directory()
+    data = retrieval.read_fortunes(self.dir, ['zen', 'art'], max_chars=10)
+    self.assertEqual(data.class_names, ('art',))  # zen's entries are all longer
+    self.assertEqual(data.texts, ('Art one.', 'Art three.'))
+    self.assertEqual(retrieval.read_fortunes(self.dir, min_entries=3).class_names, ('art',))
+    data = retrieval.read_fortunes(self.dir, max_chars=12, min_entries=2)
+    self.assertEqual(data.class_names, ('art', 'latin'))
+    np.testing.assert_array_equal(data.labels, [0, 0, 1, 1])
+    with self.assertRaisesRegex(ValueError, re.escape(f'{self.dir}: no category has '
+                                                      '`min_entries` = 4')):
+      retrieval.read_fortunes(self.dir, min_entries=4)
+
+  def test_unknown_category_names_it_and_lists_the_categories(self):
+    self.make_directory()
+    for name in ('off', 'art.dat', 'rude', '.hidden', 'dangling'):
+      with self.assertRaisesRegex(ValueError, re.escape(
+          f"`categories`: no category '{name}' in {self.dir}; the categories are art, latin, "
+          'zen.')):
+        retrieval.read_fortunes(self.dir, ['art', name])
+    with self.assertRaisesRegex(ValueError, r"got the string 'art' \(use \['art'\]\)"):
+      retrieval.read_fortunes(self.dir, 'art')
+    with self.assertRaisesRegex(ValueError, '`categories` must name at least one'):
+      retrieval.read_fortunes(self.dir, [])
+
+  def test_missing_or_empty_directory_says_how_to_install(self):
+    missing = self.path('nowhere')
+    with self.assertRaisesRegex(ValueError, re.escape(
+        f'{missing}: no such fortunes directory; `make setup` installs them (the Debian package '
+        '`fortunes`).')):
+      retrieval.read_fortunes(missing)
+    self.write('cookie.dat', b'\0\0\0\2')
+    os.mkdir(self.path('off'))
+    with self.assertRaisesRegex(ValueError, re.escape(
+        f'{self.dir}: no fortune category files; `make setup` installs them (the Debian package '
+        '`fortunes`).')):
+      retrieval.read_fortunes(self.dir)
+
+  def test_argument_errors_name_the_argument(self):
+    self.make_directory()
+    for kwargs, name in ((dict(max_chars=0), '`max_chars`'), (dict(max_chars=1.5), '`max_chars`'),
+                         (dict(min_entries=0), '`min_entries`')):
+      with self.assertRaisesRegex(ValueError, name):
+        retrieval.read_fortunes(self.dir, **kwargs)
+
+  def test_installed_debian_package(self):
+    data = retrieval.read_fortunes()
+    self.assertGreaterEqual(data.num_classes, 20)
+    self.assertGreater(len(data), 5000)
+    self.assertEqual(list(data.class_names), sorted(data.class_names))
+    self.assertNotIn('off', data.class_names)
+    self.assertFalse([n for n in data.class_names if n.endswith(('.dat', '.u8'))])
+    counts = np.bincount(data.labels, minlength=data.num_classes)
+    self.assertLen(counts, data.num_classes)  # every label in [0, num_classes)
+    self.assertGreater(counts.min(), 0)
+    self.assertTrue(all(text and text == text.strip() for text in data.texts))
+    short = retrieval.read_fortunes(max_chars=400, min_entries=20)
+    self.assertLessEqual(max(len(text) for text in short.texts), 400)
+    self.assertGreaterEqual(np.bincount(short.labels).min(), 20)
+    self.assertLess(len(short), len(data))
+
+
+class SmsSpamTest(_FilesTest):
+
+  def test_reads_labels_and_texts(self):
+    path = self.write('SMSSpamCollection', 'spam\tWIN a prize!\tCall now\r\n\nham\tOk lar...\n'
+                      'ham\t  See you \n\n')
+    data = retrieval.read_sms_spam(path)
+    self.assertEqual(data.class_names, ('ham', 'spam'))
+    self.assertEqual(data.texts, ('WIN a prize!\tCall now', 'Ok lar...', 'See you'))
+    np.testing.assert_array_equal(data.labels, [1, 0, 0])
+
+  def test_bad_lines_name_file_and_line(self):
+    for content, message in (('ham\tfine\n\nno tab here\n', ':3: expected LABEL<TAB>TEXT'),
+                             ('ham\tfine\n\tno label\n', ':2: empty label'),
+                             ('ham\tfine\nspam\t  \n', ':2: empty text')):
+      path = self.write('sms.txt', content)
+      with self.assertRaisesRegex(ValueError, re.escape(path + message)):
+        retrieval.read_sms_spam(path)
+    path = self.write('empty.txt', '\n\n')
+    with self.assertRaisesRegex(ValueError, re.escape(f'{path}: no examples.')):
+      retrieval.read_sms_spam(path)
+    with self.assertRaisesRegex(ValueError, re.escape(f'{self.path("none.txt")}: cannot read')):
+      retrieval.read_sms_spam(self.path('none.txt'))
+
+
+class AgNewsTest(_FilesTest):
+
+  _ROWS = ('"3","Wall St. Bears Claw Back","Reuters - Short-sellers, Wall Street\'s\\ndwindling"\n'
+           '"4","Title, with comma","It\'s #39;fine#39; \\n ok"\n'
+           '1,"Multi\nline title",desc\n')
+
+  def test_reads_canonical_rows(self):
+    data = retrieval.read_ag_news(self.write('train.csv', self._ROWS))
+    self.assertEqual(data.class_names, ('World', 'Sports', 'Business', 'Sci/Tech'))
+    self.assertEqual(data.class_names, retrieval.AG_NEWS_CLASSES)
+    self.assertEqual(data.texts, (
+        "Wall St. Bears Claw Back Reuters - Short-sellers, Wall Street's dwindling",
+        "Title, with comma It's #39;fine#39;   ok",
+        'Multi\nline title desc'))
+    np.testing.assert_array_equal(data.labels, [2, 3, 0])
+
+  def test_header_row_is_skipped(self):
+    with_header = retrieval.read_ag_news(
+        self.write('with_header.csv', '\ufeffClass Index,Title,Description\n' + self._ROWS))
+    self.assertEqual(with_header, retrieval.read_ag_news(self.write('train.csv', self._ROWS)))
+
+  def test_bad_rows_name_file_and_line(self):
+    for content, message in ((self._ROWS + '2,"only two"\n', ':5: expected 3 fields'),
+                             (self._ROWS + '\n5,t,d\n', ":6: class must be 1, 2, 3 or 4, got '5'"),
+                             (self._ROWS + 'Class,t,d\n', ":5: class must be 1, 2, 3 or 4"),
+                             ('0,t,d\n', ":1: class must be 1, 2, 3 or 4, got '0'"),
+                             ('2, , \n', ':1: empty title and description')):
+      path = self.write('bad.csv', content)
+      with self.assertRaisesRegex(ValueError, re.escape(path + message)):
+        retrieval.read_ag_news(path)
+    path = self.write('header_only.csv', 'Class Index,Title,Description\n')
+    with self.assertRaisesRegex(ValueError, re.escape(f'{path}: no examples.')):
+      retrieval.read_ag_news(path)
+
+
+class LabelledTableTest(_FilesTest):
+
+  def test_csv_with_clients(self):
+    path = self.write('table.csv', 'id,text,label,user\n1,"hello, world",pos,u2\n'
+                      '2,"bye\nnow",neg,u1\n\n3, meh ,pos,u2\n')
+    data = retrieval.read_labelled_table(path, client_column='user')
+    self.assertEqual(data.texts, ('hello, world', 'bye\nnow', 'meh'))
+    self.assertEqual(data.class_names, ('neg', 'pos'))
+    np.testing.assert_array_equal(data.labels, [1, 0, 1])
+    self.assertEqual(data.clients, ('u2', 'u1', 'u2'))
+    self.assertIsNone(retrieval.read_labelled_table(path).clients)
+
+  def test_delimiter_from_extension_or_argument(self):
+    content = 'sentence\tintent\nplay jazz\tmusic\nwake me\talarm\n'
+    expected = retrieval.LabelledTexts(('play jazz', 'wake me'), [1, 0], ('alarm', 'music'))
+    for name, delimiter in (('t.tsv', None), ('t.TSV', None), ('t.txt', '\t')):
+      data = retrieval.read_labelled_table(self.write(name, content), text_column='sentence',
+                                           label_column='intent', delimiter=delimiter)
+      self.assertEqual(data, expected)
+    data = retrieval.read_labelled_table(self.write('t.csv', 'text;label\na,b;x\n'),
+                                         delimiter=';')
+    self.assertEqual(data.texts, ('a,b',))
+
+  def test_missing_columns_name_file_missing_and_present(self):
+    path = self.write('t.csv', 'body,tag\nx,y\n')
+    with self.assertRaisesRegex(ValueError, re.escape(
+        f'{path}:1: missing column(s) text, label (columns present: body, tag).')):
+      retrieval.read_labelled_table(path)
+    with self.assertRaisesRegex(ValueError, re.escape('missing column(s) user (columns present')):
+      retrieval.read_labelled_table(path, text_column='body', label_column='tag',
+                                    client_column='user')
+
+  def test_bad_rows_name_file_and_line(self):
+    for content, message in (('text,label,client\nx,a,c1\n\ny,b,\n', ":4: empty 'client'"),
+                             ('text,label\nx,a\n"y\nz",\n', ":3: empty 'label'"),
+                             ('text,label\nx,a\ny,b,extra\n', ':3: expected 2 fields'),
+                             ('text,label,text\nx,a,y\n', ':1: column(s) text appear more than')):
+      path = self.write('t.csv', content)
+      with self.assertRaisesRegex(ValueError, re.escape(path + message)):
+        retrieval.read_labelled_table(path, client_column='client' if 'client' in content
+                                      else None)
+    for content, message in (('', ': no header'), ('text,label\n', ': no examples.')):
+      path = self.write('t.csv', content)
+      with self.assertRaisesRegex(ValueError, re.escape(path + message)):
+        retrieval.read_labelled_table(path)
+
+  def test_argument_errors_name_the_argument(self):
+    path = self.write('t.csv', 'text,label\nx,a\n')
+    for kwargs, name in ((dict(delimiter='::'), '`delimiter`'),
+                         (dict(text_column=''), '`text_column`'),
+                         (dict(client_column='label'), '`label_column`, `client_column`')):
+      with self.assertRaisesRegex(ValueError, name):
+        retrieval.read_labelled_table(path, **kwargs)
+
+
+class SplitEvenlyTest(absltest.TestCase):
+
+  def test_sizes_disjoint_cover_and_seeded(self):
+    data = _data(np.arange(23) % 3)
+    parts = retrieval.split_evenly(data, 5, seed=7)
+    self.assertEqual(sorted(len(p) for p in parts), [4, 4, 5, 5, 5])
+    everything = np.concatenate(parts)
+    np.testing.assert_array_equal(np.sort(everything), np.arange(23))  # disjoint, cover all
+    for part in parts:
+      self.assertEqual(part.dtype, np.int64)
+      np.testing.assert_array_equal(part, np.sort(part))
+    again = retrieval.split_evenly(data, 5, seed=7)
+    self.assertTrue(all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True)))
+    other = retrieval.split_evenly(data, 5, seed=8)
+    self.assertFalse(all(np.array_equal(a, b) for a, b in zip(parts, other, strict=True)))
+    self.assertLen(retrieval.split_evenly(data, 23, seed=0), 23)
+    np.testing.assert_array_equal(retrieval.split_evenly(data, 1, seed=0)[0], np.arange(23))
+
+  def test_argument_errors_name_the_argument(self):
+    data = _data([0, 1, 2])
+    for args, message in (((data, 4, 0), r'`num_clients` \(4\) must be at most the number of '
+                                         r'examples \(3\)'),
+                          ((data, 0, 0), '`num_clients`'),
+                          ((data, 2, -1), '`seed`'),
+                          (([0, 1], 1, 0), '`data` must be a LabelledTexts')):
+      with self.assertRaisesRegex(ValueError, message):
+        retrieval.split_evenly(*args)
+
+
+class SplitByClientTest(absltest.TestCase):
+
+  def test_groups_by_sorted_client_id(self):
+    data = _data([0, 1, 2, 0, 1], clients=['bob', 'al', 'bob', 'cy', 'al'])
+    ids, parts = retrieval.split_by_client(data)
+    self.assertEqual(ids, ['al', 'bob', 'cy'])
+    self.assertEqual([p.tolist() for p in parts], [[1, 4], [0, 2], [3]])
+    self.assertEqual(data.subset(parts[1]).clients, ('bob', 'bob'))
+
+  def test_without_clients_is_an_error(self):
+    with self.assertRaisesRegex(ValueError, '`data.clients` is None'):
+      retrieval.split_by_client(_data([0, 1]))
+
+
+class TrainTestSplitTest(absltest.TestCase):
+
+  def test_stratified_disjoint_and_seeded(self):
+    labels = np.array([0] * 50 + [1] * 9 + [2] * 2 + [3] * 1)
+    data = _data(labels, class_names=('a', 'b', 'c', 'd'))
+    train, test = retrieval.train_test_split(data, 0.2, seed=3)
+    self.assertEqual(train.dtype, np.int64)
+    self.assertEqual(test.dtype, np.int64)
+    np.testing.assert_array_equal(train, np.sort(train))
+    np.testing.assert_array_equal(test, np.sort(test))
+    self.assertEmpty(np.intersect1d(train, test))
+    np.testing.assert_array_equal(np.union1d(train, test), np.arange(len(labels)))
+    # round(0.2 n_c) of each class: 10 of 50, 2 of 9 (1.8), at least one of 2, none of 1.
+    np.testing.assert_array_equal(np.bincount(labels[test], minlength=4), [10, 2, 1, 0])
+    np.testing.assert_array_equal(np.bincount(labels[train], minlength=4), [40, 7, 1, 1])
+    train_again, test_again = retrieval.train_test_split(data, 0.2, seed=3)
+    np.testing.assert_array_equal(train_again, train)
+    np.testing.assert_array_equal(test_again, test)
+    _, test_other = retrieval.train_test_split(data, 0.2, seed=4)
+    self.assertFalse(np.array_equal(test_other, test))
+
+  def test_every_class_keeps_a_training_example(self):
+    labels = np.array([0, 0, 1, 1, 1])
+    train, test = retrieval.train_test_split(_data(labels, ('a', 'b')), 0.9, seed=0)
+    np.testing.assert_array_equal(np.bincount(labels[test]), [1, 2])
+    np.testing.assert_array_equal(np.bincount(labels[train]), [1, 1])
+
+  def test_argument_errors_name_the_argument(self):
+    data = _data([0, 1, 2])
+    for fraction in (0, 1, 1.5, -0.1):
+      with self.assertRaisesRegex(ValueError, '`test_fraction`'):
+        retrieval.train_test_split(data, fraction, seed=0)
+    with self.assertRaisesRegex(ValueError, '`seed`'):
+      retrieval.train_test_split(data, 0.5, seed=1.0)
+
+
+if __name__ == '__main__':
+  absltest.main()
