@@ -5,6 +5,7 @@ The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a
 the token embeddings of a frozen backbone (`text_models`), a classifier head on the pooled
 states, and retrieval as the top-K classes of its logits (or, as a baseline, by inner product
 with class prototypes). Local (client-side) DP with a per-client adaptive clip: `local_dp`.
+Federated training (`process`, on the `tff_model`).
 Labelled text corpora (fortunes, SMS Spam, AG News, tables) and their client splits: `corpora`.
 """
 
@@ -30,7 +31,17 @@ from fedasr_tff.retrieval.local_dp import noise_multiplier_delta
 from fedasr_tff.retrieval.local_dp import privatize
 from fedasr_tff.retrieval.local_dp import sigma_b
 from fedasr_tff.retrieval.model import AdapterClassifier
+from fedasr_tff.retrieval.model import FeatureClassifier
+from fedasr_tff.retrieval.process import DP_GRANULARITIES
+from fedasr_tff.retrieval.process import WEIGHTINGS
+from fedasr_tff.retrieval.process import build_retrieval_process
+from fedasr_tff.retrieval.process import initial_client_dp_state
 from fedasr_tff.retrieval.retrieve import class_prototypes
 from fedasr_tff.retrieval.retrieve import mips_scores
 from fedasr_tff.retrieval.retrieve import top_k
 from fedasr_tff.retrieval.retrieve import top_k_accuracy
+from fedasr_tff.retrieval.tff_model import ADAPTER_CLASSIFIER
+from fedasr_tff.retrieval.tff_model import CLASSIFIER_ONLY
+from fedasr_tff.retrieval.tff_model import MODES
+from fedasr_tff.retrieval.tff_model import RetrieverModel
+from fedasr_tff.retrieval.tff_model import build_model_fn

@@ -7,6 +7,10 @@ is one retrievable document):
 - `pre_classifier`: logits = W_2 Dropout_p(W_1 h + b_1) + b_2 with W_1 in R^{h x d} and
   W_2 in R^{D x h}: h d + h + D h + D parameters. The paper reports neither h nor p nor an
   activation; we take h = d, p = 0.1 and none (the paper calls the layer linear).
+
+Dropout in federated training draws from a seed (`apply_head`), never from TF's global random
+state, so that a client's update is a function of its data and seeds and a replayed round repeats
+it bit for bit (`fedasr_tff.algorithms.local_training`).
 """
 
 import tensorflow as tf
@@ -46,3 +50,21 @@ def build_head(head: str, num_classes: int, input_dim: int, *, hidden_size: int 
   model = tf.keras.Sequential(layers, name=f'{head}_head')
   model.build([None, input_dim])
   return model
+
+
+def apply_head(head: tf.keras.Sequential, features, training=None, seed=None) -> tf.Tensor:
+  """[B, D] logits of `head` (from `build_head`) on [B, d] `features`.
+
+  In training with a `seed` (a [2] integer tensor), dropout is
+  `tf.nn.experimental.stateless_dropout` drawn from that seed; in training without one, Keras's
+  own (stateful) dropout; at inference, none.
+  """
+  if not training or seed is None:
+    return head(features, training=training)
+  outputs = features
+  for layer in head.layers:
+    if isinstance(layer, tf.keras.layers.Dropout):
+      outputs = tf.nn.experimental.stateless_dropout(outputs, layer.rate, seed=seed)
+    else:
+      outputs = layer(outputs, training=training)
+  return outputs

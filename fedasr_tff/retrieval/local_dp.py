@@ -102,8 +102,8 @@ class LocalDPConfig:
   """One client's local-DP settings (module docstring). Build with `fixed` or `adaptive`.
 
   Attributes:
-    noise_multiplier: z > 0.
-    initial_clip: C_0 > 0.
+    noise_multiplier: z > 0 (z = 0, no noise, allowed for a fixed clip).
+    initial_clip: C_0 > 0 (math.inf, no clipping, allowed for a fixed clip).
     clipped_count_stddev: σ_b > 0, adaptive clipping only (it sets z_Δ); see `sigma_b`.
     beta: β in [0, 1), the clip update rate; 0 is a fixed clip.
     gamma: γ > 0, the clip's target multiple of the norm (adaptive only).
@@ -121,8 +121,16 @@ class LocalDPConfig:
   noise_mode: str = 'practical'
 
   def __post_init__(self):
-    validation.check_positive('noise_multiplier', self.noise_multiplier)
-    validation.check_positive('initial_clip', self.initial_clip)
+    if self.beta == 0:
+      # No noise (z = 0) and no clip (C = inf) are allowed for a fixed clip: the no-DP
+      # reduction (spec §7, property 6); such a config's ε is infinite.
+      validation.check_non_negative('noise_multiplier', self.noise_multiplier)
+      if not (isinstance(self.initial_clip, (int, float)) and self.initial_clip > 0):
+        raise ValueError(f'`initial_clip` must be a number > 0 (inf allowed for a fixed clip), '
+                         f'got {self.initial_clip!r}.')
+    else:
+      validation.check_positive('noise_multiplier', self.noise_multiplier)
+      validation.check_positive('initial_clip', self.initial_clip)
     validation.check_unit_interval_right_open('beta', self.beta)
     validation.check_positive('gamma', self.gamma)
     if self.norm_ema_decay is not None:
@@ -184,6 +192,8 @@ def initial_state(config: LocalDPConfig) -> LocalDPState:
 
 
 def _noise_std(config: LocalDPConfig, clip: tf.Tensor, norm: tf.Tensor) -> tf.Tensor:
+  if config.noise_multiplier == 0:
+    return tf.constant(0.0)   # Not z·C: 0·inf is NaN.
   z_rel = config.release_noise_multiplier
   if config.noise_mode == 'practical' or not config.is_adaptive:
     return z_rel * clip
@@ -257,7 +267,8 @@ def local_epsilon(config: LocalDPConfig, rounds: int, delta: float, accountant: 
   z_rel / 2 with `replace_one` (local DP's any-two-inputs relation, the default), z_rel =
   `config.release_noise_multiplier` without; no sampling; from
   `fedasr_tff.privacy.compute_epsilon` (dp-accounting, "rdp" or "pld"). Returns math.inf if any
-  of the `rounds` is a warmup release (the raw update was sent), and 0.0 for `rounds` = 0.
+  of the `rounds` is a warmup release (the raw update was sent) or there is no noise (z = 0),
+  and 0.0 for `rounds` = 0.
   Assumes the clip sequence is public (it is not for an adaptive clip; see the module docstring).
 
   Raises:
@@ -267,7 +278,7 @@ def local_epsilon(config: LocalDPConfig, rounds: int, delta: float, accountant: 
   validation.check_non_negative_integer('rounds', rounds)
   if config.is_adaptive and config.noise_mode == 'paper_literal':
     raise ValueError('`noise_mode` "paper_literal" has data-dependent noise; no ε is accounted.')
-  if rounds > 0 and config.warmup_rounds > 0:
+  if rounds > 0 and (config.warmup_rounds > 0 or config.noise_multiplier == 0):
     return math.inf
   multiplier = config.release_noise_multiplier / (2 if replace_one else 1)
   return accounting.compute_epsilon(multiplier, 1.0, rounds, delta, accountant)

@@ -64,14 +64,31 @@ class AdapterClassifier(tf.keras.Model):
     states = self.backbone.encode(embeddings, inputs['mask'], **extras)
     return pooling_lib.pool(states, inputs['mask'], self.pooling)
 
-  def call(self, inputs, training=None):
-    return self.head(self._pooled(inputs, with_adapter=True), training=training)
+  def call(self, inputs, training=None, seed=None):
+    """Logits; `seed` ([2] integers) makes training's dropout stateless (`heads.apply_head`)."""
+    return heads.apply_head(self.head, self._pooled(inputs, with_adapter=True), training, seed)
 
   def features(self, inputs) -> tf.Tensor:
     """[B, d]: the pooled states with the adapter at the identity (i.e. of the frozen
     backbone alone), which the classifier-only mode computes once and caches."""
     return self._pooled(inputs, with_adapter=False)
 
-  def head_logits(self, features, training=None) -> tf.Tensor:
+  def head_logits(self, features, training=None, seed=None) -> tf.Tensor:
     """[B, num_classes]: the head alone on pooled `features` [B, d] (e.g. cached ones)."""
-    return self.head(features, training=training)
+    return heads.apply_head(self.head, features, training, seed)
+
+
+class FeatureClassifier(tf.keras.Model):
+  """The classifier-only mode's model: the head alone on cached pooled features [B, d] (no
+  backbone in the graph; `AdapterClassifier(..., adapter=False).features` computes the
+  features). Same head, same arguments as `AdapterClassifier`."""
+
+  def __init__(self, feature_dim: int, num_classes: int, *, head: str = 'linear',
+               hidden_size: int = None, dropout_rate: float = heads.DEFAULT_DROPOUT_RATE,
+               **kwargs):
+    super().__init__(**kwargs)
+    self.head = heads.build_head(head, num_classes, feature_dim, hidden_size=hidden_size,
+                                 dropout_rate=dropout_rate)
+
+  def call(self, features, training=None, seed=None):
+    return heads.apply_head(self.head, features, training, seed)

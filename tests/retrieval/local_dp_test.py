@@ -279,7 +279,9 @@ class LocalEpsilonTest(parameterized.TestCase):
 class ArgumentErrorTest(parameterized.TestCase):
 
   @parameterized.parameters(
-      (dict(noise_multiplier=0.0, initial_clip=1.0), '`noise_multiplier`'),
+      (dict(noise_multiplier=-0.1, initial_clip=1.0), '`noise_multiplier`'),
+      (dict(noise_multiplier=0.0, initial_clip=1.0, beta=0.1, clipped_count_stddev=1.0),
+       '`noise_multiplier`'),
       (dict(noise_multiplier=0.1, initial_clip=-1.0), '`initial_clip`'),
       (dict(noise_multiplier=0.1, initial_clip=1.0, beta=1.0), '`beta`'),
       (dict(noise_multiplier=0.1, initial_clip=1.0, beta=0.1, clipped_count_stddev=1.0,

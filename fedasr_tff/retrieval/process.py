@@ -1,0 +1,261 @@
+"""Federated training of the classifier-as-retriever, with optional local (client-side) DP.
+
+The paper's Algorithm 1 (Fofonjka, Zehtabi, Behtash, Mauer and Stout, webAI 2025; spec
+`soft_embeddings_car.md` §3.1-3.2) on TFF templates:
+
+    broadcast θ  ->  each client: E local epochs of SGD (lr α, batches as given) from θ,
+                     Δ_i = θ − θ_i (old minus new), optionally privatized on the client
+                     (`local_dp.privatize`: clip to its own C_i, add noise, update C_i)
+                 ->  aggregate Σ_i w_i Δ_i / Σ_i w_i (TFF's `MeanFactory`; w_i = n_i for
+                     `num_examples`, 1 for `uniform`; or any aggregation factory, e.g. the
+                     project's central-DP `PerLayerDPFactory`, which needs `uniform`)
+                 ->  server SGD, θ <- θ − η_s · mean Δ (η_s = 1 is FedAvg's plain average).
+
+The server side is `fed_avg.build_server_components`, as for speech. The client side is our own:
+a `tff.learning.templates.LearningProcess` returns no CLIENTS-placed values, but local DP keeps a
+state per client (C_i, the smoothed norm, the release count for warmup). The process is a
+`tff.templates.IterativeProcess` whose
+
+    next(state, client_data, client_dp_states, client_noise_seeds)
+      -> (state, client_dp_states', metrics)
+
+takes each cohort client's `local_dp.LocalDPState` in and returns its next one (a list in
+simulation); the program keeps them keyed by client id, as a stand-in for state held on the
+client. `client_noise_seeds` ([2] int64 each) seed the client's noise; local DP's guarantee needs
+them secret from the server, which holds them only because this is a simulation.
+
+Granularity (`dp_granularity`, spec §3.2 FLAG): "round" privatizes the round's delta once;
+"step" privatizes every local SGD step's update α·g (the paper's Algorithm 1), each with the
+seed and the step folded in, so the upload Δ_i = Σ_k released_k is post-processing of the step
+releases, and `LocalDPState.round` (hence `warmup_rounds`) counts steps. Without `local_dp` the
+client DP states pass through with their release count advanced by one per round.
+
+Training randomness (dropout) comes from each batch's `seed` with the local step folded in
+(`local_training.with_step_seed`), so a client's update is a function of its data, its seeds and
+θ: the same inputs give the same result (spec §7, property 16).
+
+Metrics (`client_work`) are sums over the cohort of the clients' own, un-noised statistics:
+`loss` (mean over clients of each client's mean training loss), `examples`, `steps`, `clients`,
+`delta_norm` (mean over clients of ||Δ_i|| before a round's privatization; with "step",
+of the sum of the released steps), and with local DP `clipped`,
+`nonfinite` (releases clipped or zeroed, summed), `mean_clip` and `mean_noise_std` (means over
+clients of the C_i and noise std of the round's last release). They are simulation
+diagnostics outside every guarantee: a program releases them only as a labelled opt-in.
+"""
+
+import collections
+from typing import Callable
+from typing import NamedTuple
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import validation
+from fedasr_tff.algorithms import fed_avg
+from fedasr_tff.algorithms import local_training
+from fedasr_tff.retrieval import local_dp as local_dp_lib
+
+WEIGHTINGS = ('num_examples', 'uniform')
+DP_GRANULARITIES = ('round', 'step')
+
+_SEED_TYPE = tff.TensorType(np.int64, [2])
+
+
+class RetrievalOutput(NamedTuple):
+  """What `next` returns: the server state, each cohort client's next `LocalDPState`, metrics."""
+  state: object
+  client_dp_states: object
+  metrics: object
+
+
+def _dp_state_type() -> tff.Type:
+  return tff.types.tensorflow_to_type(local_dp_lib.LocalDPState(
+      clip=tf.TensorSpec([], tf.float32), smoothed_norm=tf.TensorSpec([], tf.float32),
+      round=tf.TensorSpec([], tf.int32)))
+
+
+def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_lib.LocalDPConfig],
+                         dp_granularity: str, weighting: str):
+  """One client's round as one `tf.function` (ops run in program order)."""
+  forward_pass = getattr(model.forward_pass, 'python_function', model.forward_pass)
+  privatize_steps = local_dp is not None and dp_granularity == 'step'
+
+  @tf.function
+  def client_update(learning_rate, initial_weights, dataset, dp_state, noise_seed):
+    trainable = model.trainable_variables
+    initial = tf.nest.flatten(initial_weights.trainable)
+    for variable, value in zip(trainable, initial, strict=True):
+      variable.assign(value)
+    loss_sum = tf.constant(0.0)
+    examples = tf.constant(0, tf.int64)
+    steps = tf.constant(0, tf.int64)
+    clipped = tf.constant(0, tf.int64)
+    nonfinite = tf.constant(0, tf.int64)
+    noise_std = tf.constant(0.0)
+    for batch in iter(dataset.repeat(local_epochs)):
+      with tf.GradientTape() as tape:
+        output = forward_pass(local_training.with_step_seed(batch, steps), training=True)
+      grads = local_training.dense_gradients(tape.gradient(output.loss, trainable), trainable)
+      update = [tf.cast(learning_rate, g.dtype) * g for g in grads]
+      if privatize_steps:
+        update, dp_state, step_measured = local_dp_lib.privatize(
+            update, dp_state, local_dp, local_training.local_step_seed(noise_seed, steps))
+        clipped += tf.cast(step_measured['clipped'], tf.int64)
+        nonfinite += tf.cast(step_measured['nonfinite'], tf.int64)
+        noise_std = step_measured['noise_std']
+      for variable, u in zip(trainable, update, strict=True):
+        variable.assign_sub(u)
+      loss_sum += tf.cast(output.loss, tf.float32)
+      examples += tf.cast(output.num_examples, tf.int64)
+      steps += 1
+    delta = [w0 - w for w0, w in zip(initial, trainable, strict=True)]
+    delta_norm = tf.linalg.global_norm(delta)
+    if local_dp is None:
+      dp_state = local_dp_lib.LocalDPState(dp_state.clip, dp_state.smoothed_norm,
+                                           dp_state.round + 1)
+    elif not privatize_steps:
+      delta, dp_state, measured = local_dp_lib.privatize(delta, dp_state, local_dp, noise_seed)
+      clipped += tf.cast(measured['clipped'], tf.int64)
+      nonfinite += tf.cast(measured['nonfinite'], tf.int64)
+      noise_std = measured['noise_std']
+    # Examples per epoch: the data size n_i, the paper's weight.
+    weight = (tf.cast(examples, tf.float32) / local_epochs if weighting == 'num_examples'
+              else tf.constant(1.0))
+    sums = collections.OrderedDict(
+        loss=loss_sum / tf.maximum(tf.cast(steps, tf.float32), 1.0),
+        examples=examples, steps=steps, clients=tf.constant(1, tf.int64),
+        delta_norm=delta_norm)
+    if local_dp is not None:
+      sums.update(clipped=clipped, nonfinite=nonfinite, clip=dp_state.clip if privatize_steps
+                  else measured['clip'], noise_std=noise_std)
+    result = tff.learning.templates.ClientResult(
+        update=tf.nest.pack_sequence_as(initial_weights.trainable, delta), update_weight=weight)
+    return result, dp_state, sums
+
+  return client_update
+
+
+def _finalize(sums):
+  clients = tf.maximum(tf.cast(sums['clients'], tf.float32), 1.0)
+  metrics = collections.OrderedDict(
+      loss=sums['loss'] / clients, examples=sums['examples'], steps=sums['steps'],
+      clients=sums['clients'], delta_norm=sums['delta_norm'] / clients)
+  if 'clipped' in sums:
+    metrics.update(clipped=sums['clipped'], nonfinite=sums['nonfinite'],
+                   mean_clip=sums['clip'] / clients, mean_noise_std=sums['noise_std'] / clients)
+  return metrics
+
+
+def build_retrieval_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_learning_rate: float,
+    local_epochs: int = 1,
+    local_dp: Optional[local_dp_lib.LocalDPConfig] = None,
+    dp_granularity: str = 'round',
+    weighting: str = 'num_examples',
+    server_learning_rate: float = 1.0,
+    model_aggregator=None,
+) -> tff.templates.IterativeProcess:
+  """Builds the process of the module docstring.
+
+  Args:
+    model_fn: a no-argument callable returning a `tff_model.RetrieverModel` (or any
+      `VariableModel` whose batches may hold a `seed`).
+    client_learning_rate: α > 0 of local SGD.
+    local_epochs: E >= 1 passes over the client's batches.
+    local_dp: a `local_dp.LocalDPConfig` for local DP, or None.
+    dp_granularity: one of `DP_GRANULARITIES`.
+    weighting: one of `WEIGHTINGS`.
+    server_learning_rate: η_s > 0 of server SGD (1: the average of the client models).
+    model_aggregator: a TFF aggregation factory for the deltas, default TFF's weighted mean
+      (`num_examples`) or unweighted mean (`uniform`). An unweighted factory (central DP)
+      requires `uniform`.
+
+  Raises:
+    ValueError: naming the argument that is out of range or the combination that is refused.
+  """
+  validation.check_positive('client_learning_rate', client_learning_rate)
+  validation.check_positive_integer('local_epochs', local_epochs)
+  validation.check_positive('server_learning_rate', server_learning_rate)
+  if weighting not in WEIGHTINGS:
+    raise ValueError(f'`weighting` must be one of {WEIGHTINGS}, got {weighting!r}.')
+  if dp_granularity not in DP_GRANULARITIES:
+    raise ValueError(f'`dp_granularity` must be one of {DP_GRANULARITIES}, got '
+                     f'{dp_granularity!r}.')
+  if local_dp is not None and not isinstance(local_dp, local_dp_lib.LocalDPConfig):
+    raise ValueError(f'`local_dp` must be a LocalDPConfig or None, got {local_dp!r}.')
+  if model_aggregator is None:
+    model_aggregator = (tff.aggregators.MeanFactory() if weighting == 'num_examples'
+                        else tff.aggregators.UnweightedMeanFactory())
+  elif (isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory) and
+        weighting != 'uniform'):
+    raise ValueError('An unweighted `model_aggregator` (e.g. central DP) ignores the clients\' '
+                     f'weights: use `weighting`="uniform", not {weighting!r}.')
+
+  with tf.Graph().as_default():
+    model = model_fn()
+    model_weights_type = tff.learning.models.weights_type_from_model(model)
+    data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
+  dp_state_type = _dp_state_type()
+  aggregator, finalizer = fed_avg.build_server_components(
+      model_weights_type,
+      server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate),
+      model_aggregator=model_aggregator)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  @tff.federated_computation
+  def initialize_fn():
+    return tff.federated_zip(collections.OrderedDict(
+        model=tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+        aggregator=aggregator.initialize(), finalizer=finalizer.initialize()))
+
+  state_type = initialize_fn.type_signature.result
+
+  @tff.tensorflow.computation(model_weights_type, data_type, dp_state_type, _SEED_TYPE)
+  def client_update(weights, dataset, dp_state, noise_seed):
+    update_fn = _build_client_update(model_fn(), local_epochs, local_dp, dp_granularity,
+                                     weighting)
+    return update_fn(client_learning_rate, weights, dataset, dp_state, noise_seed)
+
+  sums_type = client_update.type_signature.result[2]
+  finalize = tff.tensorflow.computation(_finalize, sums_type)
+
+  @tff.federated_computation(state_type, tff.FederatedType(data_type, tff.CLIENTS),
+                             tff.FederatedType(dp_state_type, tff.CLIENTS),
+                             tff.FederatedType(_SEED_TYPE, tff.CLIENTS))
+  def next_fn(state, client_data, client_dp_states, client_noise_seeds):
+    weights = tff.federated_broadcast(state.model)
+    results, next_dp_states, sums = tff.federated_map(
+        client_update, (weights, client_data, client_dp_states, client_noise_seeds))
+    aggregated = aggregator.next(state.aggregator, results.update, results.update_weight)
+    finalized = finalizer.next(state.finalizer, state.model, aggregated.result)
+    next_state = tff.federated_zip(collections.OrderedDict(
+        model=finalized.result, aggregator=aggregated.state, finalizer=finalized.state))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        client_work=tff.federated_map(finalize, tff.federated_sum(sums)),
+        aggregator=aggregated.measurements, finalizer=finalized.measurements))
+    return RetrievalOutput(next_state, next_dp_states, metrics)
+
+  return tff.templates.IterativeProcess(initialize_fn, next_fn)
+
+
+def initial_client_dp_state(local_dp: Optional[local_dp_lib.LocalDPConfig]):
+  """A client's first `LocalDPState` (C_0, or a placeholder clip of 0 without local DP)."""
+  if local_dp is None:
+    return local_dp_lib.LocalDPState(np.float32(0.0), np.float32(0.0), np.int32(0))
+  state = local_dp_lib.initial_state(local_dp)
+  return local_dp_lib.LocalDPState(*(value.numpy() for value in state))
+
+
+def with_model_weights(state, model_weights):
+  """`state` with its model weights replaced (e.g. by a seeded initialisation)."""
+  replaced = collections.OrderedDict(state.items() if hasattr(state, 'items')
+                                     else state._asdict())
+  replaced['model'] = model_weights
+  return replaced
