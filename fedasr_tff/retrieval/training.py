@@ -32,6 +32,7 @@ statement. Without DP there is no guarantee and they are released.
 """
 
 import asyncio
+import collections
 import dataclasses
 import hashlib
 import json
@@ -310,11 +311,13 @@ def client_dataset(inputs: Dict[str, np.ndarray], labels: np.ndarray, batch_size
   """A client's batches for one round: its examples in an order drawn from `seed`, each batch
   with a [2] seed (`seed`, batch index) for its dropout."""
   order = np.random.default_rng(seed).permutation(len(labels))
-  elements = {key: value[order] for key, value in inputs.items()}
+  # OrderedDicts in the model's `input_spec` order (inputs, label, seed), as TFF requires.
+  elements = collections.OrderedDict((key, value[order]) for key, value in inputs.items())
   elements['label'] = labels[order].astype(np.int32)
   dataset = tf.data.Dataset.from_tensor_slices(elements).batch(batch_size)
   seed64 = tf.constant(seed % 2**63, tf.int64)
-  return dataset.enumerate().map(lambda i, batch: dict(batch, seed=tf.stack([seed64, i])))
+  return dataset.enumerate().map(
+      lambda i, batch: collections.OrderedDict(batch, seed=tf.stack([seed64, i])))
 
 
 def _fingerprint(config: RetrieverConfig, data: RetrievalData) -> Dict[str, Any]:

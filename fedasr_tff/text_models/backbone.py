@@ -18,6 +18,15 @@ from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import pooling as pooling_lib
 
 
+def checked_length(token_embeddings, max_position_embeddings: int) -> tf.Tensor:
+  """T of [B, T, d] `token_embeddings`, after an assertion that T <= `max_position_embeddings`."""
+  length = tf.shape(token_embeddings)[1]
+  check = tf.debugging.assert_less_equal(
+      length, max_position_embeddings, message='Sequence longer than max_position_embeddings.')
+  with tf.control_dependencies([check] if check is not None else []):
+    return tf.identity(length)
+
+
 class Backbone(tf.keras.Model):
   """A text backbone: inputs are dicts with `token_ids` and `mask` (plus whatever extra keyword
   arguments the subclass's `encode` takes); the output is the hidden states [B, T, d]."""

@@ -187,10 +187,9 @@ class BertEncoder(backbone.Backbone):
 
   def encode(self, token_embeddings, mask, token_type_ids=None) -> tf.Tensor:
     """The last layer's states [B, T, d] from (adapted) token embeddings [B, T, d]."""
-    length = tf.shape(token_embeddings)[1]
-    tf.debugging.assert_less_equal(
-        length, self.config.max_position_embeddings,
-        message='Sequence longer than max_position_embeddings.')
+    # The length check gates the length, so it also runs in TF1-style graphs (TFF's), which
+    # have no automatic control dependencies.
+    length = backbone.checked_length(token_embeddings, self.config.max_position_embeddings)
     if token_type_ids is None:
       token_type_ids = tf.zeros(tf.shape(token_embeddings)[:2], tf.int32)
     x = (token_embeddings + self.position_embeddings(tf.range(length))[tf.newaxis]

@@ -278,10 +278,9 @@ class LlamaDecoder(backbone.Backbone):
 
   def encode(self, token_embeddings, mask) -> tf.Tensor:
     """The final-norm hidden states [B, T, d] from (adapted) token embeddings [B, T, d]."""
-    length = tf.shape(token_embeddings)[1]
-    tf.debugging.assert_less_equal(
-        length, self.config.max_position_embeddings,
-        message='Sequence longer than max_position_embeddings.')
+    # The length check gates the length, so it also runs in TF1-style graphs (TFF's), which
+    # have no automatic control dependencies.
+    length = backbone.checked_length(token_embeddings, self.config.max_position_embeddings)
     is_token = tf.cast(mask, tf.bool)
     positions = tf.maximum(tf.cumsum(tf.cast(is_token, tf.int32), axis=1) - 1, 0)
     angles = tf.cast(positions, tf.float32)[..., tf.newaxis] * self._frequencies   # [B, T, D/2]
