@@ -92,6 +92,8 @@ class RetrieverConfig:
   max_chars: Optional[int] = _field(400, 'Fortunes: drop entries longer than this.')
   min_class_examples: int = _field(20, 'Drop classes with fewer examples.')
   max_class_examples: Optional[int] = _field(None, 'Keep at most this many examples per class.')
+  max_classes: Optional[int] = _field(None, 'Keep at most this many classes (the first by name '
+                                      'of those with --min_class_examples).')
   test_fraction: float = _field(0.2, 'Held-out fraction of each class (the server\'s test set).')
   num_clients: int = _field(3, 'Clients (m); 1 is centralized training.')
   client_split: str = _field('even', 'Clients as even random splits (the paper\'s) or by '
@@ -227,8 +229,9 @@ class RetrievalData:
 
 
 def load_corpus(config: RetrieverConfig) -> corpora.LabelledTexts:
-  """The corpus, without classes of fewer than `min_class_examples` examples and with at most
-  `max_class_examples` per class (the first ones, in file order)."""
+  """The corpus, without classes of fewer than `min_class_examples` examples, with at most
+  `max_classes` classes (the first by name) and `max_class_examples` per class (the first ones,
+  in file order)."""
   if config.corpus == 'fortunes':
     data = corpora.read_fortunes(config.corpus_path or corpora.FORTUNES_DIR,
                                  max_chars=config.max_chars)
@@ -241,10 +244,12 @@ def load_corpus(config: RetrieverConfig) -> corpora.LabelledTexts:
                                        label_column=config.label_column,
                                        client_column=config.client_column)
   keep = []
+  classes = 0
   for label in range(data.num_classes):
     members = np.flatnonzero(data.labels == label)
-    if len(members) >= config.min_class_examples:
+    if len(members) >= config.min_class_examples and classes != config.max_classes:
       keep.extend(members[:config.max_class_examples])
+      classes += 1
   if not keep:
     raise ValueError(f'No class of {config.corpus_path or config.corpus!r} has '
                      f'--min_class_examples={config.min_class_examples} examples.')
