@@ -94,6 +94,7 @@ def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_l
     clipped = tf.constant(0, tf.int64)
     nonfinite = tf.constant(0, tf.int64)
     noise_std = tf.constant(0.0)
+    release_clip = dp_state.clip   # C_i of the last release (none yet)
     for batch in iter(dataset.repeat(local_epochs)):
       with tf.GradientTape() as tape:
         output = forward_pass(local_training.with_step_seed(batch, steps), training=True)
@@ -105,6 +106,7 @@ def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_l
         clipped += tf.cast(step_measured['clipped'], tf.int64)
         nonfinite += tf.cast(step_measured['nonfinite'], tf.int64)
         noise_std = step_measured['noise_std']
+        release_clip = step_measured['clip']
       for variable, u in zip(trainable, update, strict=True):
         variable.assign_sub(u)
       loss_sum += tf.cast(output.loss, tf.float32)
@@ -120,6 +122,7 @@ def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_l
       clipped += tf.cast(measured['clipped'], tf.int64)
       nonfinite += tf.cast(measured['nonfinite'], tf.int64)
       noise_std = measured['noise_std']
+      release_clip = measured['clip']
     # Examples per epoch: the data size n_i, the paper's weight.
     weight = (tf.cast(examples, tf.float32) / local_epochs if weighting == 'num_examples'
               else tf.constant(1.0))
@@ -128,8 +131,7 @@ def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_l
         examples=examples, steps=steps, clients=tf.constant(1, tf.int64),
         delta_norm=delta_norm)
     if local_dp is not None:
-      sums.update(clipped=clipped, nonfinite=nonfinite, clip=dp_state.clip if privatize_steps
-                  else measured['clip'], noise_std=noise_std)
+      sums.update(clipped=clipped, nonfinite=nonfinite, clip=release_clip, noise_std=noise_std)
     result = tff.learning.templates.ClientResult(
         update=tf.nest.pack_sequence_as(initial_weights.trainable, delta), update_weight=weight)
     return result, dp_state, sums
