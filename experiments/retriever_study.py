@@ -38,15 +38,16 @@ _CLIENTS = flags.DEFINE_integer('clients', 3, 'FL clients (the paper\'s AG News 
                                 lower_bound=2)
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'FL rounds.', lower_bound=1)
 _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 2, 'Local epochs a round.', lower_bound=1)
-_MAX_CLASSES = flags.DEFINE_integer('max_classes', 20, 'Fortunes categories.', lower_bound=2)
-_CLASS_EXAMPLES = flags.DEFINE_integer('class_examples', 50, 'Examples per category.',
+_MAX_CLASSES = flags.DEFINE_integer('max_classes', 10, 'Fortunes categories.', lower_bound=2)
+_CLASS_EXAMPLES = flags.DEFINE_integer('class_examples', 40, 'Examples per category.',
                                        lower_bound=5)
 _LR = flags.DEFINE_float('client_learning_rate', 0.1, 'Local SGD learning rate of the head.')
-_ADAPTER_LR = flags.DEFINE_float('adapter_learning_rate', 0.05,
+_ADAPTER_LR = flags.DEFINE_float('adapter_learning_rate', 0.1,
                                  'Local SGD learning rate of adapter + classifier.')
-_CENTRAL_Z = flags.DEFINE_float('central_noise_multiplier', 0.3,
+_CENTRAL_Z = flags.DEFINE_float('central_noise_multiplier', 0.15,
                                 'Central DP cell: z on the sum of the clients\' deltas.')
 _CENTRAL_CLIP = flags.DEFINE_float('central_clip', 0.5, 'Central DP cell: the clip.')
+_MAX_LENGTH = flags.DEFINE_integer('max_length', 32, 'Tokens per text.', lower_bound=2)
 _DECLARED_POPULATION = flags.DEFINE_integer('declared_population', 10**6,
                                             'Central DP cell: declared population K\'.')
 _DECLARED_COHORT = flags.DEFINE_integer('declared_cohort_size', 1000,
@@ -79,7 +80,7 @@ def cells():
 
 
 def _config(name, overrides, seed, output_dir):
-  base = dict(max_classes=_MAX_CLASSES.value, max_class_examples=_CLASS_EXAMPLES.value,
+  base = dict(max_length=_MAX_LENGTH.value, max_classes=_MAX_CLASSES.value, max_class_examples=_CLASS_EXAMPLES.value,
               min_class_examples=_CLASS_EXAMPLES.value, num_clients=_CLIENTS.value,
               local_epochs=_LOCAL_EPOCHS.value, client_learning_rate=_LR.value,
               data_seed=seed, seed=seed, output_dir=os.path.join(output_dir, f'{name}_{seed}'))
