@@ -80,7 +80,8 @@ def cells():
 
 
 def _config(name, overrides, seed, output_dir):
-  base = dict(max_length=_MAX_LENGTH.value, max_classes=_MAX_CLASSES.value, max_class_examples=_CLASS_EXAMPLES.value,
+  base = dict(max_length=_MAX_LENGTH.value, max_classes=_MAX_CLASSES.value,
+              max_class_examples=_CLASS_EXAMPLES.value,
               min_class_examples=_CLASS_EXAMPLES.value, num_clients=_CLIENTS.value,
               local_epochs=_LOCAL_EPOCHS.value, client_learning_rate=_LR.value,
               data_seed=seed, seed=seed, output_dir=os.path.join(output_dir, f'{name}_{seed}'))
