@@ -264,10 +264,18 @@ def load_corpus(config: RetrieverConfig) -> corpora.LabelledTexts:
 
 
 def load_backbone(config: RetrieverConfig):
-  """(frozen backbone, tokenizer) of `checkpoint_dir` (BERT or Llama family), or MiniLM."""
+  """(frozen backbone, tokenizer) of `checkpoint_dir` (BERT or Llama family), or MiniLM.
+
+  A Llama checkpoint too large to travel in a TFF computation is refused for the adapter mode
+  before its weights are read (`text_models.frozen.check_fits`, from config.json's sizes).
+  """
   if config.checkpoint_dir is None:
     return minilm.load_minilm(config.max_length)
-  model_type = checkpoints.read_config(config.checkpoint_dir).get('model_type')
+  hf_config = checkpoints.read_config(config.checkpoint_dir)
+  model_type = hf_config.get('model_type')
+  if model_type in ('llama', 'mistral') and config.mode == tff_model.ADAPTER_CLASSIFIER:
+    size = 4 * text_models.LlamaConfig.from_hf_config(hf_config).num_parameters
+    frozen_lib.check_fits(size, f'The float32 backbone of {config.checkpoint_dir!r}')
   if model_type == 'bert':
     return (text_models.build_bert_encoder(config.checkpoint_dir),
             text_models.build_wordpiece_tokenizer(config.checkpoint_dir, config.max_length))
@@ -395,6 +403,15 @@ class _DPStates:
     return self.arrays[2]
 
 
+def _local_epsilons(config, client_ids, releases) -> Optional[Dict[str, float]]:
+  """Each client's local-DP ε after its `releases` (None without local DP or an ε)."""
+  local = config.local_dp_config()
+  if local is None or (local.is_adaptive and local.noise_mode == 'paper_literal'):
+    return None
+  return {client: local_dp_lib.local_epsilon(local, int(count), config.delta)
+          for client, count in zip(client_ids, releases, strict=True)}
+
+
 def privacy_statement(config: RetrieverConfig, releases: np.ndarray,
                       ledger: Optional[privacy_ledger.PrivacyLedger], rounds: int) -> str:
   """The run's privacy statement, in Markdown (what is covered and what is not)."""
@@ -404,8 +421,8 @@ def privacy_statement(config: RetrieverConfig, releases: np.ndarray,
                  'released number is outside any guarantee.')
   elif config.local_dp != 'none':
     local = config.local_dp_config()
-    eps = [local_dp_lib.local_epsilon(local, int(r), config.delta) for r in releases] if (
-        local.noise_mode == 'practical' or not local.is_adaptive) else None
+    eps = _local_epsilons(config, range(len(releases)), releases)
+    eps = None if eps is None else list(eps.values())
     lines.append(
         f'**Local DP** (the paper\'s mechanism): each client clips its update to its own C_i and '
         f'adds Gaussian noise of std {local.release_noise_multiplier:.4g}·C_i before upload '
@@ -581,11 +598,9 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
 
   def privacy_values(round_num) -> Dict[str, float]:
     if local is not None:
-      if local.is_adaptive and local.noise_mode == 'paper_literal':
-        return {}
-      eps = [local_dp_lib.local_epsilon(local, int(r), config.delta)
-             for r in dp_states.releases()]
-      return {'local_epsilon_max': max(eps), 'local_epsilon_min': min(eps)}
+      eps = _local_epsilons(config, data.client_ids, dp_states.releases())
+      return {} if eps is None else {'local_epsilon_max': max(eps.values()),
+                                     'local_epsilon_min': min(eps.values())}
     if ledger is not None:
       return ledger.metrics(round_num)
     return {}
@@ -663,6 +678,8 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
       'test_examples': int(len(data.test)), 'feature_seconds': feature_seconds,
       'median_round_seconds': float(np.median(round_seconds)) if round_seconds else None,
       'privacy': privacy_values(config.rounds) if config.adds_noise else None,
+      'local_epsilon_per_client': _local_epsilons(config, data.client_ids,
+                                                  dp_states.releases()),
       'privacy_statement': statement,
   }
   with open(os.path.join(output_dir, 'summary.json'), 'w') as f:

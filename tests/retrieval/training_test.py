@@ -143,6 +143,20 @@ class TrainingTest(absltest.TestCase):
       training.train(self.config('fingerprint', rounds=1, head='pre_classifier'),
                      show_progress=False, log=lambda _: None)
 
+  def test_adapter_mode_refuses_a_backbone_over_2_gib_before_reading_it(self):
+    # TinyLlama-1.1B's config.json alone (no weights): 4.4 GB of float32 weights.
+    directory = os.path.join(self.root, 'tinyllama')
+    os.makedirs(directory)
+    with open(os.path.join(directory, 'config.json'), 'w') as f:
+      json.dump({'model_type': 'llama', 'vocab_size': 32000, 'hidden_size': 2048,
+                 'intermediate_size': 5632, 'num_hidden_layers': 22, 'num_attention_heads': 32,
+                 'num_key_value_heads': 4, 'max_position_embeddings': 2048,
+                 'rms_norm_eps': 1e-5, 'hidden_act': 'silu', 'rope_theta': 10000.0,
+                 'tie_word_embeddings': False}, f)
+    with self.assertRaisesRegex(ValueError, r'4,\d{3},\d{3},\d{3} bytes.*2 GiB.*classifier_only'):
+      training.load_backbone(self.config('big', checkpoint_dir=directory,
+                                         mode='adapter_classifier'))
+
   def test_impossible_flag_combinations_name_the_flags(self):
     for overrides, message in (
         (dict(local_dp='fixed', central_dp='fixed', weighting='uniform'), '--local_dp'),
