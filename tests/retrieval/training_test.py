@@ -9,6 +9,7 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
+from fedasr_tff import runtime
 from fedasr_tff.retrieval import training
 from tests.text_models import tiny_bert
 
@@ -173,4 +174,5 @@ class TrainingTest(absltest.TestCase):
 
 
 if __name__ == '__main__':
+  runtime.set_local_cpp_execution_context()
   absltest.main()
