@@ -1,0 +1,72 @@
+"""The retriever binaries end to end, in subprocesses (as users run them): a short run of
+`experiments.train_retriever` on the real fortunes corpus and MiniLM, its flag errors and MIPS
+baseline, and a two-cell, one-seed `experiments.retriever_study`."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Three categories of five fortunes each, 16 tokens: seconds, not minutes.
+_SMALL = ('--max_classes=3', '--max_class_examples=5', '--min_class_examples=5',
+          '--max_length=16')
+
+
+def _run(module, *args, timeout=600):
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]),
+             TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.run([sys.executable, '-m', module, *args], capture_output=True, text=True,
+                        env=env, cwd=_ROOT, timeout=timeout, check=False)
+
+
+class RetrieverBinariesTest(absltest.TestCase):
+
+  def test_train_retriever_runs_reports_and_resumes(self):
+    output_dir = os.path.join(tempfile.mkdtemp(), 'run')
+    args = ('--output_dir=' + output_dir, '--rounds=2', '--local_dp=fixed', '--noprogress',
+            *_SMALL)
+    result = _run('experiments.train_retriever', *args)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    self.assertIn('final top1', result.stdout)
+    self.assertIn('features computed once', result.stdout)
+    self.assertIn('Local DP', result.stdout)
+    for name in ('metrics.csv', 'summary.json', 'config.json', 'model.npz', 'tensorboard'):
+      self.assertTrue(os.path.exists(os.path.join(output_dir, name)), name)
+    # Started again with more rounds: resumes from the checkpoint of round 2.
+    resumed = _run('experiments.train_retriever', *args, '--rounds=3')
+    self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
+    self.assertIn('Resuming from the checkpoint of round 2', resumed.stdout + resumed.stderr)
+
+  def test_flag_errors_name_the_flags_and_mips_baseline_prints(self):
+    result = _run('experiments.train_retriever', '--output_dir=' + tempfile.mkdtemp(),
+                  '--central_dp=fixed')
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn('--weighting', result.stderr)
+    mips = _run('experiments.train_retriever', '--output_dir=' + tempfile.mkdtemp(),
+                '--mips_baseline', *_SMALL)
+    self.assertEqual(mips.returncode, 0, mips.stderr[-3000:])
+    self.assertIn('MIPS on the frozen model', mips.stdout)
+
+  def test_study_runs_two_cells_and_writes_the_table(self):
+    output_dir = tempfile.mkdtemp()
+    result = _run('experiments.retriever_study', '--output_dir=' + output_dir, '--seeds=0',
+                  '--cells=mips,fl', '--rounds=1', '--max_classes=3', '--class_examples=5',
+                  '--max_length=16')
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    with open(os.path.join(output_dir, 'results.md')) as f:
+      table = f.read()
+    self.assertIn('E1 MIPS on the frozen model', table)
+    self.assertIn('FL, classifier only', table)
+    # A second start reads the finished cells back instead of running them.
+    again = _run('experiments.retriever_study', '--output_dir=' + output_dir, '--seeds=0',
+                 '--cells=mips,fl', '--rounds=1', '--max_classes=3', '--class_examples=5',
+                 '--max_length=16')
+    self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+    self.assertNotIn('round 1/1', again.stdout)
+
+
+if __name__ == '__main__':
+  absltest.main()
