@@ -15,9 +15,10 @@ fortunes texts (`--examples` of them, spread over 40 categories, dealt to `--cli
   forward and backward) and the intercept (what a round costs beyond its examples: TFF's
   dispatch and the re-initialisation of the carried backbone from its constants);
 * memory: the resident memory (RSS) of this process and of TFF's worker after building the
-  adapter process and after rounds of 1 and of `--clients` clients: the frozen weights (90 MB)
-  are held once in the serialised computation; what each concurrently trained client adds is
-  the difference.
+  adapter process and after rounds of 1 and of `--clients` clients. The frozen weights (90 MB)
+  are constants of the serialised computation; TFF's worker instantiates the client computation
+  for every client it trains concurrently, each instance with its own variables, so the worker's
+  memory grows with the clients trained at once (`--clients_in_parallel` bounds them).
 
   python -m benchmarks.retriever_rounds --examples=600 --clients=3 --rounds=5
 """
@@ -50,6 +51,9 @@ _ADAPTER_EXAMPLES = flags.DEFINE_integer('adapter_examples', 8,
                                          'Examples per client in the adapter mode (and twice '
                                          'that).', lower_bound=1)
 _MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Tokens per text.', lower_bound=2)
+_CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
+    'clients_in_parallel', None, 'Clients TFF\'s worker trains concurrently (default: no '
+    'limit); each holds its own instance of the client computation.', lower_bound=1)
 _BATCH = 4
 _EPOCHS = 1
 
@@ -100,7 +104,8 @@ def _summary(times):
 
 def main(argv):
   del argv
-  execution_context.set_local_cpp_execution_context()
+  execution_context.set_local_cpp_execution_context(
+      max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
   backbone, tokenizer = minilm.load_minilm(_MAX_LENGTH.value)
   texts = _texts(_EXAMPLES.value)
   tokens = {k: v.numpy() for k, v in tokenizer(tf.constant(list(texts.texts))).items()}

@@ -30,6 +30,10 @@ from fedasr_tff.retrieval import training
 config_flags.define_flags(training.RetrieverConfig, [
     f.name for f in dataclasses.fields(training.RetrieverConfig)
     if f.name not in ('output_dir', 'seed')])  # Both defined by `common`.
+_CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
+    'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
+    'limit). In the adapter mode each holds its own instance of the backbone: bound it to fit '
+    'memory.', lower_bound=1)
 _MIPS = flags.DEFINE_bool('mips_baseline', False, 'Print the MIPS baseline (class prototypes of '
                           'the frozen model\'s features) and exit; no training, no DP.')
 
@@ -37,7 +41,7 @@ _MIPS = flags.DEFINE_bool('mips_baseline', False, 'Print the MIPS baseline (clas
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
   common.require('output_dir')
   with config_flags.flag_errors():
     values = {name: flags.FLAGS[name].value for name in config_lib.config_fields(
