@@ -29,9 +29,9 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
-import psutil
 import tensorflow as tf
 
+from benchmarks import memory
 from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import tff_model
@@ -56,18 +56,6 @@ _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'limit); each holds its own instance of the client computation.', lower_bound=1)
 _BATCH = 4
 _EPOCHS = 1
-
-
-def _rss_mb():
-  """(this process, its TFF workers) resident memory in MB."""
-  workers = 0
-  for child in psutil.Process().children(recursive=True):
-    try:
-      if child.name() == execution_context.WORKER_PROCESS_NAME:
-        workers += child.memory_info().rss
-    except psutil.NoSuchProcess:
-      pass
-  return psutil.Process().memory_info().rss / 2**20, workers / 2**20
 
 
 def _texts(count):
@@ -136,12 +124,12 @@ def main(argv):
         f'{1e3 * statistics.median(times) / (count * _EPOCHS):.3f} ms per example-epoch '
         f'(vs {1e3 * median / count:.2f} ms per example to compute its features)')
 
-  rss_before = _rss_mb()
+  rss_before = memory.rss_mb()
   adapter_process = process_lib.build_retrieval_process(
       tff_model.build_model_fn(tff_model.ADAPTER_CLASSIFIER, num_classes,
                                frozen_backbone=frozen_backbone, max_length=_MAX_LENGTH.value),
       client_learning_rate=0.1, local_epochs=_EPOCHS)
-  rss_built = _rss_mb()
+  rss_built = memory.rss_mb()
   medians = {}
   rss_after = {}
   for clients in sorted({1, _CLIENTS.value}):
@@ -152,7 +140,7 @@ def main(argv):
       medians[(clients, per_client)] = statistics.median(times)
       print(f'adapter_classifier round, {clients} client(s) x {per_client} examples: '
             f'{_summary(times)}')
-    rss_after[clients] = _rss_mb()
+    rss_after[clients] = memory.rss_mb()
   clients = _CLIENTS.value
   small, large = _ADAPTER_EXAMPLES.value, 2 * _ADAPTER_EXAMPLES.value
   slope = (medians[(clients, large)] - medians[(clients, small)]) / ((large - small) * clients)

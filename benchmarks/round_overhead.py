@@ -61,9 +61,9 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
-import psutil
 import tensorflow as tf
 
+from benchmarks import memory
 from fedasr_tff import algorithms
 from fedasr_tff import data
 from fedasr_tff import models
@@ -212,18 +212,6 @@ def _serialize(datasets):
       for d in datasets)
 
 
-def _rss_mb():
-  """(this process, its TFF workers) resident memory in MB."""
-  workers = 0
-  for child in psutil.Process().children(recursive=True):
-    try:
-      if child.name() == execution_context.WORKER_PROCESS_NAME:
-        workers += child.memory_info().rss
-    except psutil.NoSuchProcess:
-      pass
-  return psutil.Process().memory_info().rss / 2**20, workers / 2**20
-
-
 def _check_first_round(process, state, floors, clients):
   """The floors' first round from the TFF initial weights must give TFF's new weights."""
   start = time.perf_counter()
@@ -360,7 +348,7 @@ def _measure_memory(process, state, cohort_data):
     output = process.next(state, cohort_data.build(_MEMORY_COHORT.value))
     state = output.state
     if round_num in marks:
-      samples[round_num] = _rss_mb()
+      samples[round_num] = memory.rss_mb()
       python_mb, worker_mb = samples[round_num]
       loss = float(output.metrics['client_work']['train']['loss'])
       print(f'  {round_num:5d}  {python_mb:8.1f}  {worker_mb:8.1f}  {python_mb + worker_mb:8.1f}  '

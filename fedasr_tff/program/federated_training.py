@@ -247,7 +247,9 @@ def _initial_weights(model_fn, seed) -> tff.learning.models.ModelWeights:
   return model_io.model_weights(model_fn().keras_model)
 
 
-def _update_norm(before, after) -> float:
+def update_norm(before, after) -> float:
+  """||after − before||_2 over the trainable weights of two `ModelWeights` (the server update
+  a round applied)."""
   return math.sqrt(sum(float(np.sum(np.square(np.asarray(b) - np.asarray(a))))
                        for a, b in zip(before.trainable, after.trainable, strict=True)))
 
@@ -552,7 +554,7 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
       ledger.check_round(state.aggregator)
       new_weights = process.get_model_weights(state)
       values = _round_metrics(config, output, run.schedule(round_num - 1),
-                              _update_norm(weights, new_weights), time.perf_counter() - started)
+                              update_norm(weights, new_weights), time.perf_counter() - started)
       weights = new_weights
       lines = ()
       if round_num % config.run.eval_every == 0 or round_num == rounds:

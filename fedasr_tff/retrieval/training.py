@@ -36,7 +36,6 @@ import collections
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import time
 from typing import Any
@@ -54,6 +53,7 @@ from fedasr_tff import validation
 from fedasr_tff.aggregators import per_layer_dp
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import federated_training
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import progress as progress_lib
 from fedasr_tff.program import release_journal
@@ -649,9 +649,7 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
       else:
         metrics = None
       new_weights = state['model']
-      update_norm = math.sqrt(sum(float(np.sum(np.square(np.asarray(a) - np.asarray(b))))
-                                  for a, b in zip(weights.trainable, new_weights.trainable,
-                                                  strict=True)))
+      update_norm = federated_training.update_norm(weights, new_weights)
       weights = new_weights
       round_seconds.append(time.perf_counter() - started)
       values = {'server': {'update_norm': update_norm, 'round_seconds': round_seconds[-1]}}
