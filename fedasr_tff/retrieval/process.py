@@ -257,7 +257,4 @@ def initial_client_dp_state(local_dp: Optional[local_dp_lib.LocalDPConfig]):
 
 def with_model_weights(state, model_weights):
   """`state` with its model weights replaced (e.g. by a seeded initialisation)."""
-  replaced = collections.OrderedDict(state.items() if hasattr(state, 'items')
-                                     else state._asdict())
-  replaced['model'] = model_weights
-  return replaced
+  return collections.OrderedDict(state, model=model_weights)
