@@ -2,8 +2,9 @@ r"""Cost of the classifier-as-retriever's two modes through MiniLM: features onc
 
 The paper's classifier-only mode computes every example's pooled features once and trains the
 head on them, so a round should cost about the head's compute; the adapter + classifier mode runs
-every example through the frozen backbone (all-MiniLM-L6-v2 here, carried as constants of the
-client computation: `text_models.FrozenBackbone`) in every local step. This prints, on
+every example through the frozen backbone (all-MiniLM-L6-v2 here, whose weights are an argument
+of the round, broadcast to the clients: `text_models.FrozenBackbone`) in every local step. This
+prints, on
 fortunes texts (`--examples` of them, spread over 40 categories, dealt to `--clients` clients):
 
 * `features`: seconds to compute the cached features of all examples (median of `--repeats`),
@@ -13,12 +14,12 @@ fortunes texts (`--examples` of them, spread over 40 categories, dealt to `--cli
 * `adapter_classifier round` at two client sizes (`--adapter_examples` and twice that, per
   client): the median round time, the per example-epoch slope between the two (the backbone's
   forward and backward) and the intercept (what a round costs beyond its examples: TFF's
-  dispatch and the re-initialisation of the carried backbone from its constants);
+  dispatch and sending the backbone's weights to the worker);
 * memory: the resident memory (RSS) of this process and of TFF's worker after building the
-  adapter process and after rounds of 1 and of `--clients` clients. The frozen weights (90 MB)
-  are constants of the serialised computation; TFF's worker instantiates the client computation
-  for every client it trains concurrently, each instance with its own variables, so the worker's
-  memory grows with the clients trained at once (`--clients_in_parallel` bounds them).
+  adapter process and after rounds of 1 and of `--clients` clients. TFF's worker runs each
+  client it trains concurrently in its own session of the client computation; the frozen
+  weights (90 MB) are one broadcast value that every session reads, so what grows with the
+  clients trained at once (`--clients_in_parallel` bounds them) is their activations.
 
   python -m benchmarks.retriever_rounds --examples=600 --clients=3 --rounds=5
 """
@@ -53,7 +54,7 @@ _ADAPTER_EXAMPLES = flags.DEFINE_integer('adapter_examples', 8,
 _MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Tokens per text.', lower_bound=2)
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients TFF\'s worker trains concurrently (default: no '
-    'limit); each holds its own instance of the client computation.', lower_bound=1)
+    'limit); each runs in its own session of the client computation.', lower_bound=1)
 _BATCH = 4
 _EPOCHS = 1
 
@@ -72,7 +73,7 @@ def _datasets(inputs, labels, clients, round_num):
                                   seed=1000 * round_num + i) for i, p in enumerate(parts)]
 
 
-def _time_rounds(process, inputs, labels, clients, rounds):
+def _time_rounds(process, inputs, labels, clients, rounds, *extra_arguments):
   state = process.initialize()
   dp_states = [process_lib.initial_client_dp_state(None)] * clients
   seeds = [np.array([0, i], np.int64) for i in range(clients)]
@@ -80,7 +81,7 @@ def _time_rounds(process, inputs, labels, clients, rounds):
   for round_num in range(rounds + 1):
     datasets = _datasets(inputs, labels, clients, round_num)
     start = time.perf_counter()
-    state = process.next(state, datasets, dp_states, seeds).state
+    state = process.next(state, datasets, dp_states, seeds, *extra_arguments).state
     if round_num:   # The first round compiles.
       times.append(time.perf_counter() - start)
   return times
@@ -128,7 +129,8 @@ def main(argv):
   adapter_process = process_lib.build_retrieval_process(
       tff_model.build_model_fn(tff_model.ADAPTER_CLASSIFIER, num_classes,
                                frozen_backbone=frozen_backbone, max_length=_MAX_LENGTH.value),
-      client_learning_rate=0.1, local_epochs=_EPOCHS)
+      client_learning_rate=0.1, local_epochs=_EPOCHS, frozen_backbone=frozen_backbone)
+  backbone_weights = frozen_backbone.weights
   rss_built = memory.rss_mb()
   medians = {}
   rss_after = {}
@@ -136,7 +138,8 @@ def main(argv):
     for per_client in (_ADAPTER_EXAMPLES.value, 2 * _ADAPTER_EXAMPLES.value):
       n = per_client * clients
       subset = {k: v[:n] for k, v in tokens.items()}
-      times = _time_rounds(adapter_process, subset, labels[:n], clients, _ROUNDS.value)
+      times = _time_rounds(adapter_process, subset, labels[:n], clients, _ROUNDS.value,
+                           backbone_weights)
       medians[(clients, per_client)] = statistics.median(times)
       print(f'adapter_classifier round, {clients} client(s) x {per_client} examples: '
             f'{_summary(times)}')

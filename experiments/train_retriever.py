@@ -32,8 +32,8 @@ config_flags.define_flags(training.RetrieverConfig, [
     if f.name not in ('output_dir', 'seed')])  # Both defined by `common`.
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
-    'limit). In the adapter mode each holds its own instance of the backbone: bound it to fit '
-    'memory.', lower_bound=1)
+    'limit). In the adapter mode each needs memory for its activations through the backbone '
+    '(whose weights the clients share): bound it to fit memory.', lower_bound=1)
 _MIPS = flags.DEFINE_bool('mips_baseline', False, 'Print the MIPS baseline (class prototypes of '
                           'the frozen model\'s features) and exit; no training, no DP.')
 

@@ -24,6 +24,12 @@ simulation); the program keeps them keyed by client id, as a stand-in for state 
 client. `client_noise_seeds` ([2] int64 each) seed the client's noise; local DP's guarantee needs
 them secret from the server, which holds them only because this is a simulation.
 
+The adapter + classifier mode trains through a frozen backbone (`text_models.FrozenBackbone`),
+whose weights are a fifth argument of `next`, `backbone_weights` (SERVER-placed, the value
+`frozen_backbone.weights`), broadcast to the clients: one tensor per weight that every client's
+session reads, where weights baked into the client computation would be copied into each of
+them (see `text_models.frozen`). Sending them costs a transfer of the weights per round.
+
 Granularity (`dp_granularity`, spec §3.2 FLAG): "round" privatizes the round's delta once;
 "step" privatizes every local SGD step's update α·g (the paper's Algorithm 1), each with the
 seed and the step folded in, so the upload Δ_i = Σ_k released_k is post-processing of the step
@@ -56,6 +62,7 @@ from fedasr_tff import validation
 from fedasr_tff.algorithms import fed_avg
 from fedasr_tff.algorithms import local_training
 from fedasr_tff.retrieval import local_dp as local_dp_lib
+from fedasr_tff.text_models import frozen as frozen_lib
 
 WEIGHTINGS = ('num_examples', 'uniform')
 DP_GRANULARITIES = ('round', 'step')
@@ -160,12 +167,14 @@ def build_retrieval_process(
     weighting: str = 'num_examples',
     server_learning_rate: float = 1.0,
     model_aggregator=None,
+    frozen_backbone: Optional[frozen_lib.FrozenBackbone] = None,
 ) -> tff.templates.IterativeProcess:
   """Builds the process of the module docstring.
 
   Args:
-    model_fn: a no-argument callable returning a `tff_model.RetrieverModel` (or any
-      `VariableModel` whose batches may hold a `seed`).
+    model_fn: a callable returning a `tff_model.RetrieverModel` (or any `VariableModel` whose
+      batches may hold a `seed`); no argument, or the backbone's weights with
+      `frozen_backbone`.
     client_learning_rate: α > 0 of local SGD.
     local_epochs: E >= 1 passes over the client's batches.
     local_dp: a `local_dp.LocalDPConfig` for local DP, or None.
@@ -175,6 +184,9 @@ def build_retrieval_process(
     model_aggregator: a TFF aggregation factory for the deltas, default TFF's weighted mean
       (`num_examples`) or unweighted mean (`uniform`). An unweighted factory (central DP)
       requires `uniform`.
+    frozen_backbone: the `text_models.FrozenBackbone` that `model_fn` takes the weights of
+      (`tff_model.build_model_fn`'s adapter + classifier mode); `next` then takes them as its
+      fifth argument (module docstring).
 
   Raises:
     ValueError: naming the argument that is out of range or the combination that is refused.
@@ -197,8 +209,20 @@ def build_retrieval_process(
     raise ValueError('An unweighted `model_aggregator` (e.g. central DP) ignores the clients\' '
                      f'weights: use `weighting`="uniform", not {weighting!r}.')
 
+  if frozen_backbone is None:
+    build_model = model_fn
+  else:
+    # Zeros (never computed: nothing fetched reads them) stand in where only types or the
+    # trainable weights' initial values are needed.
+    def build_model(backbone_weights=None):
+      if backbone_weights is None:
+        backbone_weights = collections.OrderedDict(
+            (key, tf.zeros(spec.shape, spec.dtype))
+            for key, spec in frozen_backbone.weights_spec.items())
+      return model_fn(backbone_weights)
+
   with tf.Graph().as_default():
-    model = model_fn()
+    model = build_model()
     model_weights_type = tff.learning.models.weights_type_from_model(model)
     data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
   dp_state_type = _dp_state_type()
@@ -209,7 +233,7 @@ def build_retrieval_process(
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
+    return tff.learning.models.ModelWeights.from_model(build_model())
 
   @tff.federated_computation
   def initialize_fn():
@@ -219,22 +243,32 @@ def build_retrieval_process(
 
   state_type = initialize_fn.type_signature.result
 
-  @tff.tensorflow.computation(model_weights_type, data_type, dp_state_type, _SEED_TYPE)
-  def client_update(weights, dataset, dp_state, noise_seed):
-    update_fn = _build_client_update(model_fn(), local_epochs, local_dp, dp_granularity,
-                                     weighting)
+  def train_client(model, weights, dataset, dp_state, noise_seed):
+    update_fn = _build_client_update(model, local_epochs, local_dp, dp_granularity, weighting)
     return update_fn(client_learning_rate, weights, dataset, dp_state, noise_seed)
+
+  client_types = (model_weights_type, data_type, dp_state_type, _SEED_TYPE)
+  if frozen_backbone is None:
+    @tff.tensorflow.computation(*client_types)
+    def client_update(weights, dataset, dp_state, noise_seed):
+      return train_client(build_model(), weights, dataset, dp_state, noise_seed)
+  else:
+    backbone_type = tff.types.tensorflow_to_type(frozen_backbone.weights_spec)
+
+    @tff.tensorflow.computation(*client_types, backbone_type)
+    def client_update(weights, dataset, dp_state, noise_seed, backbone_weights):
+      return train_client(build_model(backbone_weights), weights, dataset, dp_state,
+                          noise_seed)
 
   sums_type = client_update.type_signature.result[2]
   finalize = tff.tensorflow.computation(_finalize, sums_type)
 
-  @tff.federated_computation(state_type, tff.FederatedType(data_type, tff.CLIENTS),
-                             tff.FederatedType(dp_state_type, tff.CLIENTS),
-                             tff.FederatedType(_SEED_TYPE, tff.CLIENTS))
-  def next_fn(state, client_data, client_dp_states, client_noise_seeds):
+  def round_fn(state, client_inputs):
+    """The round, given the clients' inputs after `model` (client data, DP states, noise
+    seeds and, with a frozen backbone, its weights)."""
     weights = tff.federated_broadcast(state.model)
-    results, next_dp_states, sums = tff.federated_map(
-        client_update, (weights, client_data, client_dp_states, client_noise_seeds))
+    results, next_dp_states, sums = tff.federated_map(client_update,
+                                                      (weights,) + tuple(client_inputs))
     aggregated = aggregator.next(state.aggregator, results.update, results.update_weight)
     finalized = finalizer.next(state.finalizer, state.model, aggregated.result)
     next_state = tff.federated_zip(collections.OrderedDict(
@@ -243,6 +277,19 @@ def build_retrieval_process(
         client_work=tff.federated_map(finalize, tff.federated_sum(sums)),
         aggregator=aggregated.measurements, finalizer=finalized.measurements))
     return RetrievalOutput(next_state, next_dp_states, metrics)
+
+  next_types = (state_type, tff.FederatedType(data_type, tff.CLIENTS),
+                tff.FederatedType(dp_state_type, tff.CLIENTS),
+                tff.FederatedType(_SEED_TYPE, tff.CLIENTS))
+  if frozen_backbone is None:
+    @tff.federated_computation(*next_types)
+    def next_fn(state, client_data, client_dp_states, client_noise_seeds):
+      return round_fn(state, (client_data, client_dp_states, client_noise_seeds))
+  else:
+    @tff.federated_computation(*next_types, tff.FederatedType(backbone_type, tff.SERVER))
+    def next_fn(state, client_data, client_dp_states, client_noise_seeds, backbone_weights):
+      return round_fn(state, (client_data, client_dp_states, client_noise_seeds,
+                              tff.federated_broadcast(backbone_weights)))
 
   return tff.templates.IterativeProcess(initialize_fn, next_fn)
 

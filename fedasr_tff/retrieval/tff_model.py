@@ -6,8 +6,8 @@ spec `soft_embeddings_car.md` §2):
   {'features': [B, d] float32, 'label': [B] int32, 'seed': [2] int64}; the model is the head.
 - adapter + classifier (`ADAPTER_CLASSIFIER`): batches of tokens, {'token_ids': [B, T] int32,
   'mask': [B, T] int32, 'label', 'seed'}; the model is `AdapterClassifier` over a frozen backbone
-  rebuilt inside the computation from a `text_models.FrozenBackbone` (its weights travel as
-  constants of the computation, never as model weights).
+  built by a `text_models.FrozenBackbone` over weights given to `model_fn` (in TFF, a value the
+  process broadcasts; never model weights).
 
 Either way the model weights TFF sees (`trainable_variables`) are exactly the adapter's W_a (mode
 B) and the head's θ_c; there are no non-trainable model weights, so the payload a client uploads
@@ -63,7 +63,7 @@ class RetrieverModel(tff.learning.models.VariableModel):
 
   @property
   def non_trainable_variables(self):
-    return []   # The frozen backbone is not a model weight (module docstring).
+    return []   # The frozen backbone's weights are tensors, not model weights (module docstring).
 
   @property
   def local_variables(self):
@@ -145,8 +145,10 @@ def build_model_fn(mode: str, num_classes: int, *, head: str = 'linear',
     mode: one of `MODES`.
     num_classes, head, hidden_size, dropout_rate: the head (`heads.build_head`).
     feature_dim: d, classifier-only only.
-    frozen_backbone: the backbone, adapter + classifier only; rebuilt in every graph that
-      calls `model_fn` (module docstring).
+    frozen_backbone: the backbone, adapter + classifier only. Then `model_fn` takes an
+      optional argument, the backbone's weights (tensors keyed as `frozen_backbone.weights`;
+      default its recorded values as constants), which `process.build_retrieval_process`
+      passes in as a value of its computation.
     pooling: adapter + classifier only (classifier-only's features are pooled already).
     max_length: T of the token batches, or None.
   """
@@ -168,8 +170,8 @@ def build_model_fn(mode: str, num_classes: int, *, head: str = 'linear',
                      '`feature_dim`.')
   spec = input_spec(mode, max_length=max_length)
 
-  def model_fn():
-    return RetrieverModel(model_lib.AdapterClassifier(frozen_backbone.build(), num_classes,
-                                                      pooling=pooling, adapter=True,
-                                                      **head_args), spec)
+  def model_fn(backbone_weights=None):
+    return RetrieverModel(
+        model_lib.AdapterClassifier(frozen_backbone.build(backbone_weights), num_classes,
+                                    pooling=pooling, adapter=True, **head_args), spec)
   return model_fn

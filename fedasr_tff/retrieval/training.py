@@ -10,8 +10,9 @@ A run (`train`) of the paper's FL + local DP (Fofonjka, Zehtabi, Behtash, Mauer 
    pretrained all-MiniLM-L6-v2 wheel). Every text is tokenized once.
    - classifier-only: every example's pooled features are computed once, eagerly, and cached for
      the run (the paper's mode A); rounds then cost the head's compute.
-   - adapter + classifier: the backbone travels as constants of the client computation
-     (`text_models.FrozenBackbone`, refused above 2 GiB) and clients train W_a and θ_c through it.
+   - adapter + classifier: the backbone's weights are an argument of every round, broadcast to
+     the clients (`text_models.FrozenBackbone`, refused above 2 GiB), and clients train W_a and
+     θ_c through it.
 3. Rounds of `process.build_retrieval_process`: every client each round (the paper's full
    participation) or a Poisson-sampled cohort; local DP per client (states kept here, keyed by
    client id, and checkpointed), or the project's central DP (`PerLayerDPFactory`), or none.
@@ -500,6 +501,8 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
   head_args = dict(head=config.head, hidden_size=config.hidden_size,
                    dropout_rate=config.dropout_rate)
   feature_seconds = 0.0
+  frozen_backbone = None
+  round_arguments = ()   # What `next` takes after the clients' inputs.
   if config.mode == tff_model.CLASSIFIER_ONLY:
     started = time.perf_counter()
     inputs = {'features': compute_features(backbone, data.tokens, config.pooling)}
@@ -508,8 +511,10 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
                                         feature_dim=inputs['features'].shape[1], **head_args)
   else:
     inputs = data.tokens
+    frozen_backbone = frozen_lib.FrozenBackbone(backbone)
+    round_arguments = (frozen_backbone.weights,)
     model_fn = tff_model.build_model_fn(
-        config.mode, num_classes, frozen_backbone=frozen_lib.FrozenBackbone(backbone),
+        config.mode, num_classes, frozen_backbone=frozen_backbone,
         pooling=config.pooling, max_length=config.max_length, **head_args)
   local = config.local_dp_config()
   ledger = None
@@ -529,7 +534,7 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
       model_fn, client_learning_rate=config.client_learning_rate,
       local_epochs=config.local_epochs, local_dp=local, dp_granularity=config.dp_granularity,
       weighting=config.weighting, server_learning_rate=config.server_learning_rate,
-      model_aggregator=aggregator)
+      model_aggregator=aggregator, frozen_backbone=frozen_backbone)
   # Eager models only after the process: building it invalidates Keras models made before.
   tf.keras.utils.set_random_seed(config.seed)
   eval_model = model_fn()
@@ -639,7 +644,7 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
         seed = cohorts.client_seed(noise_secret, round_num, client)
         seeds.append(np.array([seed, round_num], np.int64))
       if cohort:
-        output = process.next(state, datasets, states, seeds)
+        output = process.next(state, datasets, states, seeds, *round_arguments)
         state = output.state
         for client, client_state in zip(cohort, output.client_dp_states, strict=True):
           dp_states.put(client, client_state)

@@ -16,8 +16,9 @@ from fedasr_tff.text_models.bert import build_bert_encoder
 from fedasr_tff.text_models.checkpoints import load_tensors
 from fedasr_tff.text_models.checkpoints import read_config
 from fedasr_tff.text_models.checkpoints import sha256_of_file
-from fedasr_tff.text_models.frozen import MAX_COMPUTATION_BYTES
+from fedasr_tff.text_models.frozen import MAX_MESSAGE_BYTES
 from fedasr_tff.text_models.frozen import FrozenBackbone
+from fedasr_tff.text_models.frozen import FrozenWeight
 from fedasr_tff.text_models.llama import LlamaConfig
 from fedasr_tff.text_models.llama import LlamaDecoder
 from fedasr_tff.text_models.llama import build_llama_decoder

@@ -1,43 +1,86 @@
-"""A loaded frozen backbone that can be rebuilt, weights included, inside any graph.
+"""A loaded frozen backbone whose weights are tensors: built over values given at call time.
 
-TFF traces client work into a serialised computation (a `GraphDef` in a protocol buffer), built
-by calling a model function in a fresh graph; Python objects and eager variables do not cross
-into it. A frozen backbone must still be there, with its pretrained weights, for the adapter +
-classifier mode (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc
-Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI
-2025, mode B). `FrozenBackbone.build` creates the backbone with every variable initialised from
-a constant holding its pretrained value (`tf.variable_creator_scope`), so the weights travel
-inside the computation: serialised once when the computation is built, placed once in the
-runtime's graph, and re-initialised from those constants each time the runtime instantiates the
-computation. Nothing of the backbone is part of the model weights TFF broadcasts or aggregates.
+TFF traces client work into a serialised computation, built by calling a model function in a
+fresh graph; Python objects and eager variables do not cross into it. A frozen backbone must
+still be there, with its pretrained weights, for the adapter + classifier mode (Fofonjka,
+Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions: The Case
+of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, mode B).
 
-A protocol buffer cannot exceed 2 GiB (`MAX_COMPUTATION_BYTES`), so a backbone whose float32
-weights are larger (TinyLlama-1.1B is 4.4 GB) cannot travel this way: `check_fits` refuses it
-with the sizes, and the classifier-only mode on cached features is the way to use it.
+`FrozenBackbone.build(weights)` builds the backbone with no variables at all: every weight is a
+`FrozenWeight`, a read-only stand-in whose value is the given tensor. Given the arguments of a
+TFF computation (`FrozenBackbone.weights_type`), the weights are a value the caller passes in
+(`FrozenBackbone.weights`), not part of the computation. Why: TFF's TensorFlow executor runs
+each concurrently trained client in its own session of the computation, and every session holds
+its own copy of the graph's constants and variables. A value passed in, then broadcast, is one
+tensor that every client's session reads. So the worker holds the backbone once, whatever the
+number of clients it trains at once, and the computation serialises without it.
+
+The weights travel as one serialised value, and a protocol buffer cannot exceed 2 GiB
+(`MAX_MESSAGE_BYTES`, also TFF's gRPC message limit). A backbone whose float32 weights are larger
+(TinyLlama-1.1B is 4.4 GB) cannot travel this way: `check_fits` refuses it with the sizes, and
+the classifier-only mode on cached features is the way to use it.
 """
 
+import collections
 from typing import Callable
-from typing import Dict
+from typing import Mapping
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
 from fedasr_tff.text_models import backbone as backbone_lib
 
-# The protocol buffer limit (2 GiB - 1 bytes) on a serialised TFF computation.
-MAX_COMPUTATION_BYTES = 2**31 - 1
+# The protocol buffer limit (2 GiB - 1 bytes) on a serialised TFF value or gRPC message.
+MAX_MESSAGE_BYTES = 2**31 - 1
 
 
 def check_fits(parameter_bytes: int, what: str = 'The backbone') -> None:
   """Raises ValueError naming `parameter_bytes` and the limit if it exceeds
-  `MAX_COMPUTATION_BYTES` (with headroom for the rest of the computation: 90% of it)."""
-  limit = int(0.9 * MAX_COMPUTATION_BYTES)
+  `MAX_MESSAGE_BYTES` (with headroom for the message's framing: 90% of it)."""
+  limit = int(0.9 * MAX_MESSAGE_BYTES)
   if parameter_bytes > limit:
     raise ValueError(
         f'{what} holds {parameter_bytes:,} bytes of weights ({parameter_bytes / 2**30:.2f} GiB); '
-        f'a TFF computation that carries it must serialise below the 2 GiB protocol-buffer '
-        f'limit ({MAX_COMPUTATION_BYTES:,} bytes; we allow {limit:,} for the weights). Train '
-        'the classifier only, on cached features (--mode=classifier_only).')
+        f'TFF sends them to its workers as one serialised value, which must stay below the '
+        f'2 GiB protocol-buffer limit ({MAX_MESSAGE_BYTES:,} bytes; we allow {limit:,} for the '
+        'weights). Train the classifier only, on cached features (--mode=classifier_only).')
+
+
+class FrozenWeight(tf.Module):
+  """A weight of a frozen backbone that is a tensor, not a variable: it converts to its value
+  wherever a tensor is expected, and it cannot be assigned or trained."""
+
+  def __init__(self, value: tf.Tensor, name: str):
+    super().__init__(name=None)
+    self._value = value
+    self._weight_name = name
+
+  @property
+  def name(self) -> str:
+    return self._weight_name
+
+  @property
+  def shape(self) -> tf.TensorShape:
+    return self._value.shape
+
+  @property
+  def dtype(self) -> tf.DType:
+    return self._value.dtype
+
+  @property
+  def trainable(self) -> bool:
+    return False
+
+  def value(self) -> tf.Tensor:
+    return self._value
+
+  def numpy(self) -> np.ndarray:
+    return self._value.numpy()
+
+
+tf.register_tensor_conversion_function(
+    FrozenWeight, lambda weight, dtype=None, name=None, as_ref=False: weight.value())
 
 
 def _variable_key(creator_kwargs) -> Optional[str]:
@@ -52,7 +95,7 @@ def _variable_key(creator_kwargs) -> Optional[str]:
 
 class FrozenBackbone:
   """The recipe of a loaded backbone: its architecture and its weights as NumPy arrays, keyed by
-  layer path and name.
+  layer path and name (`weights`).
 
   Args:
     backbone: a loaded `text_models.Backbone` with a `config` attribute (BERT, Llama).
@@ -64,7 +107,7 @@ class FrozenBackbone:
     self._factory: Callable[[], backbone_lib.Backbone] = lambda: kind(config, name=name)
     self.config = config
     # The keys are seen only as variables are created; `weights` order is what set_weights takes.
-    created: Dict[str, tf.Variable] = {}
+    created = collections.OrderedDict()
 
     def record(next_creator, **kwargs):
       variable = next_creator(**kwargs)
@@ -79,32 +122,53 @@ class FrozenBackbone:
       probe = self._factory()
       probe.build_weights()
     probe.set_weights(backbone.get_weights())
-    self._values = {key: variable.numpy() for key, variable in created.items()}
-    self.parameter_bytes = sum(value.nbytes for value in self._values.values())
+    self._weights = collections.OrderedDict(
+        (key, variable.numpy()) for key, variable in created.items())
+    self.parameter_bytes = sum(value.nbytes for value in self._weights.values())
 
-  def build(self) -> backbone_lib.Backbone:
-    """A frozen backbone with the pretrained weights, in the current graph (or eagerly)."""
+  @property
+  def weights(self) -> 'collections.OrderedDict[str, np.ndarray]':
+    """{layer path/name: value}: the value `build` takes (a copy; the recipe stays intact)."""
+    return collections.OrderedDict((key, value.copy()) for key, value in self._weights.items())
+
+  @property
+  def weights_spec(self) -> 'collections.OrderedDict[str, tf.TensorSpec]':
+    """The `tf.TensorSpec` of each weight (e.g. for a TFF computation's argument)."""
+    return collections.OrderedDict((key, tf.TensorSpec(value.shape, tf.as_dtype(value.dtype)))
+                                   for key, value in self._weights.items())
+
+  def build(self, weights: Optional[Mapping[str, object]] = None) -> backbone_lib.Backbone:
+    """A frozen backbone, in the current graph (or eagerly), whose weights are `weights`
+    (tensors or arrays keyed as `weights`; default the recorded values, as constants).
+
+    Raises:
+      ValueError: naming a weight that `weights` lacks or gives with the wrong shape.
+    """
+    weights = self._weights if weights is None else weights
+    unknown = sorted(set(weights) - set(self._weights))
+    if unknown:
+      raise ValueError(f'`weights` holds {unknown}, which the backbone does not have.')
     supplied = set()
 
     def supply(next_creator, **kwargs):
       key = _variable_key(kwargs)
       if key is None:
         return next_creator(**kwargs)
-      value = self._values.get(key)
-      shape = kwargs.get('shape')
-      if value is None or (shape is not None and tuple(shape) != value.shape):
-        raise ValueError(f'The backbone creates a variable {key!r} of shape {shape} that was not '
-                         'recorded with that shape.')
+      if key not in weights:
+        raise ValueError(f'`weights` lacks the backbone weight {key!r}.')
+      value = tf.convert_to_tensor(weights[key])
+      expected = self._weights[key].shape
+      if not value.shape.is_compatible_with(expected):
+        raise ValueError(f'`weights`[{key!r}] has shape {value.shape}, the backbone needs '
+                         f'{expected}.')
       supplied.add(key)
-      kwargs['initial_value'] = tf.constant(value)
-      kwargs['trainable'] = False
-      return next_creator(**kwargs)
+      return FrozenWeight(tf.ensure_shape(value, expected), kwargs['name'])
 
     with tf.variable_creator_scope(supply):
       model = self._factory()
       model.build_weights()
-    missing = sorted(set(self._values) - supplied)
+    missing = sorted(set(self._weights) - supplied)
     if missing:
-      raise ValueError(f'The rebuilt backbone did not create the variables {missing}.')
+      raise ValueError(f'The rebuilt backbone did not create the weights {missing}.')
     model.trainable = False
     return model

@@ -141,11 +141,15 @@ class PayloadTest(parameterized.TestCase):
                      shapes)
     self.assertEmpty(state_type.model.non_trainable)
     # Every other tensor in `next` (DP states, seeds, metrics, optimizer and aggregator state)
-    # is a scalar or a seed: no backbone tensor travels in or out.
+    # is a scalar or a seed, except the frozen backbone's weights: an input from the server,
+    # broadcast, never in the state, the clients' results or anything returned.
     payload = 0
     for path, tensor_type in _tensor_types(process.next.type_signature):
       if path[1:4] == ('state', 'model', 'trainable'):
         payload += _size(tensor_type)
+      elif path[:2] == ('parameter', 'backbone_weights'):
+        self.assertEqual(process.next.type_signature.parameter.backbone_weights.placement,
+                         tff.SERVER)
       else:
         self.assertLessEqual(_size(tensor_type), 2, msg=str(path))
     return payload // 2   # the state is both in the parameter and in the result
@@ -161,6 +165,10 @@ class PayloadTest(parameterized.TestCase):
     process = AdapterClassifierProcessTest.process()
     payload = self._check_signatures(process, [(d, d), (d, _CLASSES), (_CLASSES,)])
     self.assertEqual(payload, d**2 + d * _CLASSES + _CLASSES)
+    backbone_type = process.next.type_signature.parameter.backbone_weights.member
+    frozen = AdapterClassifierProcessTest._built()[3]
+    self.assertEqual([(name, tuple(t.shape)) for name, t in _tensor_types(backbone_type)],
+                     [((key,), spec.shape) for key, spec in frozen.weights_spec.items()])
 
 
 class NoDPReductionTest(parameterized.TestCase):
@@ -438,15 +446,47 @@ class AdapterClassifierProcessTest(absltest.TestCase):
     model_fn = retrieval.build_model_fn(retrieval.ADAPTER_CLASSIFIER, _CLASSES,
                                         frozen_backbone=frozen)
     process = retrieval.build_retrieval_process(model_fn, client_learning_rate=0.5,
-                                                local_epochs=2)
-    return backbone, model_fn, process
+                                                local_epochs=2, frozen_backbone=frozen)
+    return backbone, model_fn, process, frozen
 
   @classmethod
   def process(cls):
     return cls._built()[2]
 
+  def test_the_backbone_weights_are_an_argument_not_part_of_the_computation(self):
+    _, _, process, frozen = self._built()
+    self.assertLen(process.next.type_signature.parameter, 5)
+    serialised = tff.framework.ConcreteComputation.get_proto(process.next).SerializeToString()
+    serialised += tff.framework.ConcreteComputation.get_proto(
+        process.initialize).SerializeToString()
+    # Positive control: a graph that holds the weights as constants holds their bytes.
+    graph = tf.Graph()
+    with graph.as_default():
+      frozen.build()
+    baked = graph.as_graph_def().SerializeToString()
+    for key, value in frozen.weights.items():
+      if value.size >= 16:   # Short byte strings could match by chance.
+        self.assertIn(value.tobytes(), baked, msg=key)
+        self.assertNotIn(value.tobytes(), serialised, msg=key)
+
+  def test_rounds_depend_on_the_backbone_weights_given(self):
+    _, _, process, frozen = self._built()
+    data = [_token_dataset(6, seed) for seed in (0, 1)]
+    state = process.initialize()
+    dp_states = [retrieval.initial_client_dp_state(None)] * 2
+    seeds = [np.array([0, i], np.int64) for i in range(2)]
+    weights = frozen.weights
+    runs = [process.next(state, data, dp_states, seeds, weights) for _ in range(2)]
+    scaled = collections.OrderedDict((key, 0.5 * value) for key, value in weights.items())
+    other = process.next(state, data, dp_states, seeds, scaled)
+    trained = [[np.asarray(w) for w in run.state['model'].trainable] for run in runs]
+    for a, b in zip(*trained, strict=True):
+      np.testing.assert_array_equal(a, b)
+    self.assertGreater(_max_difference(
+        trained[0], [np.asarray(w) for w in other.state['model'].trainable]), 1e-4)
+
   def test_rounds_train_adapter_and_head_and_leave_the_backbone(self):
-    backbone, _, process = self._built()
+    backbone, _, process, frozen = self._built()
     loaded = [w.numpy().copy() for w in backbone.weights]
     data = [_token_dataset(6, seed) for seed in (0, 1)]
     state = process.initialize()
@@ -462,7 +502,7 @@ class AdapterClassifierProcessTest(absltest.TestCase):
     losses = []
     for r in range(4):
       seeds = [np.array([r, i], np.int64) for i in range(2)]
-      state, dp_states, metrics = process.next(state, data, dp_states, seeds)
+      state, dp_states, metrics = process.next(state, data, dp_states, seeds, frozen.weights)
       losses.append(metrics['client_work']['loss'])
     trained = [np.asarray(w) for w in state['model'].trainable]
     self.assertGreater(np.abs(trained[0] - np.eye(16)).max(), 1e-4)
@@ -473,7 +513,7 @@ class AdapterClassifierProcessTest(absltest.TestCase):
       np.testing.assert_array_equal(variable.numpy(), before, err_msg=variable.name)
 
   def test_eager_client_training_leaves_the_rebuilt_backbone(self):
-    backbone, model_fn, _ = self._built()
+    backbone, model_fn, _, _ = self._built()
     model = model_fn()
     rebuilt = model.keras_model.backbone
     self.assertIsNot(rebuilt, backbone)

@@ -1,6 +1,8 @@
 """FrozenBackbone: the rebuilt backbone equals its source eagerly and inside a graph (as TFF
-traces it), is frozen, and the 2 GiB check refuses what cannot travel in a computation."""
+traces it) over weights given as tensors, holds no variables, is frozen, and the 2 GiB check
+refuses what cannot travel as one TFF value."""
 
+import collections
 from unittest import mock
 
 from absl.testing import absltest
@@ -14,7 +16,7 @@ from tests.retrieval import backbones
 
 _KINDS = (('bert',), ('llama',))
 _MINILM_BYTES = 90_261_504   # all-MiniLM-L6-v2's float32 weights
-_LIMIT = int(0.9 * text_models.MAX_COMPUTATION_BYTES)
+_LIMIT = int(0.9 * text_models.MAX_MESSAGE_BYTES)
 
 
 class FrozenBackboneTest(parameterized.TestCase):
@@ -38,21 +40,40 @@ class FrozenBackboneTest(parameterized.TestCase):
       np.testing.assert_array_equal(rebuilt(inputs).numpy(), expected)
 
   @parameterized.parameters(*_KINDS)
-  def test_graph_build_carries_the_weights_as_constants(self, kind):
+  def test_graph_build_over_given_tensors_has_no_variables(self, kind):
     source = backbones.tiny_backbone(kind, seed=5)
     recipe = text_models.FrozenBackbone(source)
     inputs = backbones.inputs()
     expected = source(inputs).numpy()
     graph = tf.Graph()
     with graph.as_default():
-      states = recipe.build()(inputs)
-      initializers = [v.initializer for v in graph.get_collection('variables')]
-    self.assertLen(initializers, len(source.weights))
+      placeholders = collections.OrderedDict(
+          (key, tf.compat.v1.placeholder(spec.dtype, spec.shape))
+          for key, spec in recipe.weights_spec.items())
+      rebuilt = recipe.build(placeholders)
+      states = rebuilt(inputs)
+    self.assertEmpty(graph.get_collection('variables'))
+    self.assertTrue(all(isinstance(w, text_models.FrozenWeight) for w in rebuilt.weights))
+    constants = [tf.make_ndarray(node.attr['value'].tensor) for node in graph.as_graph_def().node
+                 if node.op == 'Const']
+    for key, value in recipe.weights.items():
+      self.assertFalse(any(c.shape == value.shape and np.array_equal(c, value)
+                           for c in constants), msg=key)
+    feed = {placeholders[key]: value for key, value in recipe.weights.items()}
     with tf.compat.v1.Session(graph=graph) as session:
-      session.run(initializers)
-      actual = session.run(states)
+      actual = session.run(states, feed)
     np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-5)
-    # The pretrained values are constants of the graph (what a serialised computation holds).
+    # Other weights, other states: the backbone reads what it is given.
+    feed = {placeholders[key]: 0.5 * value for key, value in recipe.weights.items()}
+    with tf.compat.v1.Session(graph=graph) as session:
+      self.assertGreater(np.abs(session.run(states, feed) - expected).max(), 1e-3)
+
+  def test_default_graph_build_holds_the_weights_as_constants(self):
+    source = backbones.tiny_backbone('bert', seed=5)
+    recipe = text_models.FrozenBackbone(source)
+    graph = tf.Graph()
+    with graph.as_default():
+      recipe.build()
     constants = [tf.make_ndarray(node.attr['value'].tensor) for node in graph.as_graph_def().node
                  if node.op == 'Const']
     for weight in source.weights:
@@ -60,14 +81,28 @@ class FrozenBackboneTest(parameterized.TestCase):
       self.assertTrue(any(c.shape == value.shape and np.array_equal(c, value)
                           for c in constants), msg=weight.name)
 
-  def test_source_is_left_unchanged(self):
+  def test_weights_are_read_only_and_the_recipe_keeps_its_values(self):
     source = backbones.tiny_backbone('bert', seed=6)
-    before = [w.numpy().copy() for w in source.weights]
-    rebuilt = text_models.FrozenBackbone(source).build()
-    for variable in rebuilt.weights:
-      variable.assign(tf.zeros_like(variable))
-    for value, weight in zip(before, source.weights, strict=True):
-      np.testing.assert_array_equal(weight.numpy(), value, err_msg=weight.name)
+    recipe = text_models.FrozenBackbone(source)
+    rebuilt = recipe.build()
+    with self.assertRaises(AttributeError):
+      rebuilt.weights[0].assign(tf.zeros_like(rebuilt.weights[0]))
+    given = recipe.weights
+    for value in given.values():
+      value[...] = 0.0
+    for value, weight in zip(recipe.weights.values(), source.weights, strict=True):
+      np.testing.assert_array_equal(value, weight.numpy(), err_msg=weight.name)
+
+  def test_wrong_weights_are_refused_by_name(self):
+    recipe = text_models.FrozenBackbone(backbones.tiny_backbone('bert', seed=7))
+    weights = recipe.weights
+    key, value = next(iter(weights.items()))
+    with self.assertRaisesRegex(ValueError, 'lacks the backbone weight'):
+      recipe.build(collections.OrderedDict(list(weights.items())[1:]))
+    with self.assertRaisesRegex(ValueError, "holds \\['extra'\\]"):
+      recipe.build(collections.OrderedDict(weights, extra=value))
+    with self.assertRaisesRegex(ValueError, 'has shape'):
+      recipe.build(collections.OrderedDict(weights, **{key: value[:1]}))
 
   def test_too_large_backbone_is_refused(self):
     source = backbones.tiny_backbone('bert')
