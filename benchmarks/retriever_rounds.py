@@ -16,10 +16,11 @@ fortunes texts (`--examples` of them, spread over 40 categories, dealt to `--cli
   forward and backward) and the intercept (what a round costs beyond its examples: TFF's
   dispatch and sending the backbone's weights to the worker);
 * memory: the resident memory (RSS) of this process and of TFF's worker after building the
-  adapter process and after rounds of 1 and of `--clients` clients. TFF's worker runs each
-  client it trains concurrently in its own session of the client computation; the frozen
-  weights (90 MB) are one broadcast value that every session reads, so what grows with the
-  clients trained at once (`--clients_in_parallel` bounds them) is their activations.
+  adapter process, and their peak RSS after rounds of 1 and of `--clients` clients (the
+  worker's current RSS swings as it frees finished calls' values in batches). TFF's worker
+  runs each client it trains concurrently in its own session of the client computation; the
+  frozen weights (90 MB) are one broadcast value that every session reads, so what grows with
+  the clients trained at once (`--clients_in_parallel` bounds them) is their activations.
 
   python -m benchmarks.retriever_rounds --examples=600 --clients=3 --rounds=5
 """
@@ -143,7 +144,7 @@ def main(argv):
       medians[(clients, per_client)] = statistics.median(times)
       print(f'adapter_classifier round, {clients} client(s) x {per_client} examples: '
             f'{_summary(times)}')
-    rss_after[clients] = memory.rss_mb()
+    rss_after[clients] = memory.peak_rss_mb()
   clients = _CLIENTS.value
   small, large = _ADAPTER_EXAMPLES.value, 2 * _ADAPTER_EXAMPLES.value
   slope = (medians[(clients, large)] - medians[(clients, small)]) / ((large - small) * clients)
@@ -151,7 +152,7 @@ def main(argv):
   print(f'adapter_classifier: {1e3 * slope:.1f} ms per example-epoch through MiniLM (forward + '
         f'backward), {intercept:.3f} s per round beyond the examples')
   print(f'RSS MB (python, worker): before the adapter process {rss_before[0]:.0f}, '
-        f'{rss_before[1]:.0f}; built {rss_built[0]:.0f}, {rss_built[1]:.0f}; ' +
+        f'{rss_before[1]:.0f}; built {rss_built[0]:.0f}, {rss_built[1]:.0f}; peak ' +
         '; '.join(f'after rounds of {c} client(s) {r[0]:.0f}, {r[1]:.0f}'
                   for c, r in sorted(rss_after.items())))
 
