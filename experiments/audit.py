@@ -32,7 +32,8 @@ config_flags.define_flags(configuration.AuditConfig)
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(distributed_refusal=(
+      'the privacy audit runs its rounds on one machine (a local worker).'))
   with config_flags.flag_errors():
     config = config_flags.config_from_flags(config_lib.FederatedConfig)
     audit = config_flags.config_from_flags(configuration.AuditConfig)

@@ -6,6 +6,8 @@ binaries into one process) never define the same flag twice.
 """
 
 import logging
+from typing import List
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -22,21 +24,84 @@ config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
 config_flags.define_flags(config_lib.RunConfig, ['seed'])
 OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Folder for the run\'s files.')
 PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar on stderr.')
+WORKERS = flags.DEFINE_string(
+    'workers', None, 'host:port,... of TFF workers already running elsewhere (python -m '
+    'fedasr_tff.runtime.worker --port=N): each round\'s cohort is split across them and their '
+    'partial aggregates merged (TFF\'s mergeable-computation context). They run client code on '
+    'raw data and see un-noised sums: trusted like the server, on a private network. Default: '
+    'one local worker.')
+WORKERS_FILE = flags.DEFINE_string(
+    'workers_file', None, 'A file listing the TFF workers (host:port per line or comma-separated, '
+    '# comments), instead of --workers.')
+WORKER_TIMEOUT = flags.DEFINE_float(
+    'worker_timeout', runtime.distributed.DEFAULT_WORKER_TIMEOUT_SECONDS,
+    'Seconds a TFF worker may stay unreachable before the run stops with an error naming it '
+    '(after its last checkpoint; rerun the same command to resume).', lower_bound=0.001)
+WORKER_TLS_ROOT_CERTS = flags.DEFINE_string(
+    'worker_tls_root_certs', None, 'PEM file of the certificate authority of the TLS proxies in '
+    'front of the --workers: the channels to them use TLS.')
+WORKER_TLS_KEY = flags.DEFINE_string(
+    'worker_tls_key', None, 'PEM private key of this driver, for mutual TLS (with '
+    '--worker_tls_cert).')
+WORKER_TLS_CERT = flags.DEFINE_string(
+    'worker_tls_cert', None, 'PEM certificate chain of this driver, for mutual TLS (with '
+    '--worker_tls_key).')
 
 
-def start_binary(max_concurrent_computation_calls=None) -> None:
-  """What every binary's `main` does first, before any TFF computation.
+def workers() -> Optional[List[str]]:
+  """The TFF workers of --workers or --workers_file, or None for a local worker."""
+  if WORKERS.value is not None and WORKERS_FILE.value is not None:
+    raise app.UsageError('Give --workers or --workers_file, not both.')
+  try:
+    if WORKERS_FILE.value is not None:
+      return runtime.read_workers_file(WORKERS_FILE.value)
+    return None if WORKERS.value is None else runtime.parse_workers(WORKERS.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+
+
+def start_binary(max_concurrent_computation_calls=None,
+                 distributed_refusal: Optional[str] = None) -> Optional[List[str]]:
+  """What every binary's `main` does first, before any TFF computation; returns the workers
+  (None: local).
 
   Sets TFF's local C++ execution context, whose worker dies with the run however it ends
-  (`fedasr_tff.runtime`; `max_concurrent_computation_calls` as there), and, unless --verbosity
+  (`fedasr_tff.runtime`; `max_concurrent_computation_calls` as there), or with --workers TFF's
+  distributed context over them (`runtime.set_distributed_execution_context`), refused with
+  `distributed_refusal` if given (why this binary cannot run distributed). Unless --verbosity
   is given, keeps the log to warnings from our code: TF and TFF log a line per checkpoint file
   written and warn when evaluation traces the model for a new batch shape, which would bury the
   per-evaluation lines.
   """
-  runtime.set_local_cpp_execution_context(max_concurrent_computation_calls)
+  remote = workers()
+  tls_flags = [f'--{flag.name}' for flag in (WORKER_TLS_ROOT_CERTS, WORKER_TLS_KEY,
+                                             WORKER_TLS_CERT) if flag.value is not None]
+  if remote is None:
+    if tls_flags:
+      raise app.UsageError(f'{", ".join(tls_flags)} apply to --workers, which is not given.')
+    runtime.set_local_cpp_execution_context(max_concurrent_computation_calls)
+  else:
+    if distributed_refusal is not None:
+      raise app.UsageError(f'--workers: {distributed_refusal}')
+    if max_concurrent_computation_calls is not None:
+      raise app.UsageError('--clients_in_parallel bounds the local worker; with --workers give '
+                           'each worker --max_concurrent_computation_calls when you start it.')
+    tls = None
+    if tls_flags:
+      if WORKER_TLS_ROOT_CERTS.value is None:
+        raise app.UsageError('--worker_tls_key and --worker_tls_cert need '
+                             '--worker_tls_root_certs.')
+      try:
+        tls = runtime.TLSCredentials.from_files(WORKER_TLS_ROOT_CERTS.value,
+                                                WORKER_TLS_KEY.value, WORKER_TLS_CERT.value)
+      except ValueError as e:
+        raise app.UsageError(f'--worker_tls_*: {e}') from e
+    runtime.set_distributed_execution_context(remote, worker_timeout=WORKER_TIMEOUT.value,
+                                              tls=tls)
   if not FLAGS['verbosity'].present:
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger('tensorflow').setLevel(logging.ERROR)
+  return remote
 
 
 def require(*names: str) -> None:

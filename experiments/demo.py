@@ -100,7 +100,8 @@ def _federated(name, sigma_dp, seed_weights, data_config, train_data, eval_data,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(distributed_refusal=(
+      'the demo runs on one machine; use experiments.train_federated for distributed runs.'))
   common.require('output_dir')
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value

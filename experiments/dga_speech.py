@@ -131,7 +131,9 @@ def client_weights(config, model_fn, client_data, weights, noisy, seed):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(distributed_refusal=(
+      'this study runs on one machine; experiments.train_federated --aggregation=... runs '
+      'distributed.'))
   common.require('output_dir')
   for name in _DP_MODES.value:
     if name not in ('no_dp', 'dp'):

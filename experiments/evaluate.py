@@ -22,7 +22,7 @@ _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(distributed_refusal='evaluation runs no federated round.')
   common.require('corpus_dir', 'model')
   with config_flags.flag_errors():
     data = config_flags.config_from_flags(config_lib.DataConfig)

@@ -102,7 +102,8 @@ def _federated_config(data_config, algorithm, sigma_dp):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(distributed_refusal=(
+      'this study runs on one machine; experiments.train_federated --mixed=... runs distributed.'))
   common.require('output_dir')
   for name in _ALGORITHMS.value:
     if name not in RUNS:

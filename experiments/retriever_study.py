@@ -120,7 +120,9 @@ def _epsilon(summary):
 
 def main(argv):
   del argv
-  common.start_binary()
+  common.start_binary(distributed_refusal=(
+      'the retriever runs on one machine: its rounds return each client\'s local DP state, '
+      'which TFF\'s mergeable form cannot carry.'))
   common.require('output_dir')
   output_dir = common.OUTPUT_DIR.value
   chosen = cells()

@@ -25,7 +25,7 @@ config_flags.define_flags(central_training.CentralConfig, [
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary()
+  common.start_binary(distributed_refusal='central training runs no federated round.')
   common.require('corpus_dir', 'output_dir')
   with config_flags.flag_errors():
     data = common.data_config()

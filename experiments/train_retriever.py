@@ -41,7 +41,10 @@ _MIPS = flags.DEFINE_bool('mips_baseline', False, 'Print the MIPS baseline (clas
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
+  common.start_binary(
+      max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value,
+      distributed_refusal=('the retriever runs on one machine: its rounds return each client\'s '
+                           'local DP state, which TFF\'s mergeable form cannot carry.'))
   common.require('output_dir')
   with config_flags.flag_errors():
     values = {name: flags.FLAGS[name].value for name in config_lib.config_fields(

@@ -28,10 +28,12 @@ import portpicker
 import tensorflow_federated as tff
 
 WORKER_PROCESS_NAME = 'worker_binary'
-_WORKER_PATH = os.path.join(os.path.dirname(tff.__file__), 'data', WORKER_PROCESS_NAME)
-# Results up to TFF's 2 GB (gRPC: 4 MB); a first retry after 50 ms (gRPC: 1 s), as it starts fast.
-_CHANNEL_OPTIONS = [('grpc.max_receive_message_length', 2 * 10**9),
-                    ('grpc.initial_reconnect_backoff_ms', 50)]
+WORKER_PATH = os.path.join(os.path.dirname(tff.__file__), 'data', WORKER_PROCESS_NAME)
+# Messages up to TFF's 2 GB (gRPC: 4 MB received); a first retry after 50 ms (gRPC: 1 s), as a
+# worker starts fast.
+CHANNEL_OPTIONS = [('grpc.max_receive_message_length', 2 * 10**9),
+                   ('grpc.max_send_message_length', 2 * 10**9),
+                   ('grpc.initial_reconnect_backoff_ms', 50)]
 
 _worker = None  # the subprocess.Popen of the context set last
 
@@ -58,7 +60,7 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: int | None
   if not pdeathsig:
     logging.warning('setpriv not found: the TFF worker will outlive this process if it is killed.')
   port = portpicker.pick_unused_port()
-  args = [_WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls or -1}']
+  args = [WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls or -1}']
   log = tempfile.TemporaryFile()
   global _worker
   _worker = worker = subprocess.Popen([*pdeathsig, *args], stdin=subprocess.DEVNULL, stdout=log,
@@ -66,25 +68,38 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: int | None
   atexit.unregister(_stop_worker)  # registered once, however often the context is set
   atexit.register(_stop_worker)
   stub = tff.framework.RemoteExecutorGrpcStub(
-      grpc.insecure_channel(f'localhost:{port}', _CHANNEL_OPTIONS))
+      grpc.insecure_channel(f'localhost:{port}', CHANNEL_OPTIONS))
   deadline = time.monotonic() + 120  # seconds; it starts in ~0.2 s
   while not stub.is_ready and worker.poll() is None and time.monotonic() < deadline:
     time.sleep(0.01)
   if not stub.is_ready:
     raise RuntimeError(_failure(worker, log))  # _stop_worker kills it (at exit, or next time)
 
-  def create_executor(cardinalities):
+  def check_worker():
     if worker.poll() is not None:
       raise RuntimeError(_failure(worker, log))
+
+  tff.framework.set_default_context(remote_context(stub, check=check_worker))
+
+
+def remote_context(stub, asynchronous: bool = False, check=None):
+  """TFF's execution context (sync, or async for the mergeable context) over the worker behind
+  `stub` (a `tff.framework.RemoteExecutorGrpcStub`), as TFF's native backend builds it;
+  `check()` runs before every new executor (it may raise)."""
+
+  def create_executor(cardinalities):
+    if check is not None:
+      check()
     executor = tff.framework.RemoteExecutor(stub)
     executor.set_cardinalities({tff.CLIENTS: 0, **cardinalities})  # TFF's default: no clients
     return executor
 
-  tff.framework.set_default_context(tff.framework.SyncExecutionContext(
-      tff.framework.ResourceManagingExecutorFactory(create_executor),
-      tff.backends.native.desugar_and_transform_to_native,
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result))
+  context = (tff.framework.AsyncExecutionContext if asynchronous else
+             tff.framework.SyncExecutionContext)
+  return context(tff.framework.ResourceManagingExecutorFactory(create_executor),
+                 tff.backends.native.desugar_and_transform_to_native,
+                 transform_args=tff.tensorflow.transform_args,
+                 transform_result=tff.tensorflow.transform_result)
 
 
 def _failure(worker: subprocess.Popen, log) -> str:

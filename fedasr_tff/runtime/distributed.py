@@ -1,0 +1,240 @@
+"""TFF's distributed runtime: one federated round spread over TFF workers on other machines.
+
+`set_distributed_execution_context(['host:port', ...])` connects to TFF C++ workers already
+running elsewhere (`python -m fedasr_tff.runtime.worker --port=N`, the wheel's own
+`worker_binary`) and sets TFF's mergeable-computation context
+(`tff.backends.native.create_mergeable_comp_execution_context`) over them. No scheduler of ours:
+TFF compiles each federated computation into its mergeable form (the work up to the aggregation,
+a merge of partial aggregates, the work after it), runs the first part on every worker over a
+contiguous block of the cohort's clients (a subround each, in list order), merges the partial
+aggregates as subrounds finish, and runs the rest once. Client datasets are built in the driver
+and sent to the workers with the computation, so workers need no data or shared filesystem.
+
+What holds under distribution, and why:
+- DP: the compiler puts everything after the aggregation (a DP factory's noise, the adaptive
+  clip's update, the server optimizer) in the part that runs once, on the merged sum; noise is
+  added once per round, exactly as on one worker. The sums the workers hold are un-noised.
+- Results: merged in completion order, so float sums may differ from a local run's in the last
+  bits (summation order), not more.
+- What TFF's mergeable form refuses: an aggregation that depends on another in the same
+  computation (aggregate, then broadcast, then aggregate again) and secure sums; TFF raises at
+  the computation's first call. Computations that return CLIENTS-placed values run their
+  after-merge part once per subround; processes that do are refused by their binaries.
+
+Faults: TFF's remote executor retries an unreachable worker forever. Every worker's channel
+carries an interceptor that, once the worker has been unreachable for `worker_timeout` seconds,
+raises `WorkerUnavailableError` naming it, which TFF does not retry: the round fails, and a run
+resumes from its last checkpoint once the worker is back.
+
+Trust: a worker runs whatever TensorFlow graph it is sent and holds raw client data and
+un-noised partial sums; it is trusted like the server. `tls_root_certificates` (and a client
+certificate for mutual TLS) encrypt the channels to TLS-terminating proxies in front of the
+workers, which serve plaintext gRPC on every interface (README, "Past one machine").
+
+Not thread-safe: set it once, from the main thread, before the first computation.
+"""
+
+import asyncio
+import dataclasses
+import threading
+import time
+from typing import List
+from typing import Optional
+from typing import Sequence
+
+import grpc
+import tensorflow_federated as tff
+
+from fedasr_tff.runtime import execution_context
+
+DEFAULT_WORKER_TIMEOUT_SECONDS = 300.0
+
+
+class WorkerUnavailableError(RuntimeError):
+  """A TFF worker stayed unreachable for longer than the run's worker timeout."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSCredentials:
+  """PEM bytes for TLS channels to the workers: the certificate authority that signed the
+  workers' (proxies') certificates and, for mutual TLS, the driver's own key and certificate."""
+  root_certificates: bytes
+  private_key: Optional[bytes] = None
+  certificate_chain: Optional[bytes] = None
+
+  def __post_init__(self):
+    if (self.private_key is None) != (self.certificate_chain is None):
+      raise ValueError('Give both the private key and the certificate chain for mutual TLS, or '
+                       'neither.')
+
+  @classmethod
+  def from_files(cls, root_certificates: str, private_key: Optional[str] = None,
+                 certificate_chain: Optional[str] = None) -> 'TLSCredentials':
+    def read(path):
+      if path is None:
+        return None
+      try:
+        with open(path, 'rb') as f:
+          return f.read()
+      except OSError as e:
+        raise ValueError(f'Cannot read {path!r}: {e.strerror}.') from e
+    return cls(read(root_certificates), read(private_key), read(certificate_chain))
+
+
+def parse_workers(spec: str, source: str = '--workers') -> List[str]:
+  """['host:port', ...] from a comma- or newline-separated list; `source` names it in errors.
+
+  Raises:
+    ValueError: naming `source` and the entry that is not host:port with a port in 1..65535,
+      a repeated entry, or an empty list.
+  """
+  workers = []
+  for number, line in enumerate(spec.splitlines(), start=1):
+    line = line.split('#', 1)[0]
+    for entry in (part.strip() for part in line.split(',')):
+      if not entry:
+        continue
+      where = f'{source} line {number}' if '\n' in spec else source
+      host, separator, port = entry.rpartition(':')
+      if not separator or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f'{where}: {entry!r} is not host:port (a port in 1..65535).')
+      if entry in workers:
+        raise ValueError(f'{where}: worker {entry!r} is listed twice.')
+      workers.append(entry)
+  if not workers:
+    raise ValueError(f'{source} lists no worker.')
+  return workers
+
+
+def read_workers_file(path: str) -> List[str]:
+  """The workers listed in the file `path` (host:port per line or comma-separated; `#`
+  comments)."""
+  try:
+    with open(path) as f:
+      text = f.read()
+  except OSError as e:
+    raise ValueError(f'--workers_file: cannot read {path!r}: {e.strerror}.') from e
+  return parse_workers(text + '\n', source=path)
+
+
+class _WorkerWatch(grpc.UnaryUnaryClientInterceptor):
+  """Counts the bytes of every call to one worker, and turns its unavailability for longer
+  than `timeout` seconds into a `WorkerUnavailableError` (TFF retries gRPC's UNAVAILABLE
+  forever; it does not retry other errors)."""
+
+  def __init__(self, address: str, channel: grpc.Channel, timeout: float):
+    self.address = address
+    self._channel = channel
+    self._timeout = timeout
+    self._lock = threading.Lock()
+    self._unreachable_since = None
+    self.bytes_sent = 0
+    self.bytes_received = 0
+
+  def intercept_unary_unary(self, continuation, client_call_details, request):
+    with self._lock:
+      self.bytes_sent += request.ByteSize()
+    call = continuation(client_call_details, request)
+    try:
+      response = call.result()
+    except grpc.RpcError as error:
+      if error.code() != grpc.StatusCode.UNAVAILABLE:
+        raise
+      self._wait_or_give_up(error)
+      return call   # Reachable again: TFF retries the call.
+    with self._lock:
+      self._unreachable_since = None
+      self.bytes_received += response.ByteSize()
+    return call
+
+  def _wait_or_give_up(self, error: grpc.RpcError) -> None:
+    with self._lock:
+      if self._unreachable_since is None:
+        self._unreachable_since = time.monotonic()
+      remaining = self._unreachable_since + self._timeout - time.monotonic()
+    try:
+      grpc.channel_ready_future(self._channel).result(timeout=max(remaining, 0.0))
+    except grpc.FutureTimeoutError:
+      raise WorkerUnavailableError(
+          f'TFF worker {self.address} has been unreachable for {self._timeout:g} s (last '
+          f'error: {error.code().name}: {error.details()}). The run stops here; start the '
+          'worker again and rerun the same command to resume from the last checkpoint.'
+      ) from None
+
+
+class _ThreadedContext(tff.framework.AsyncContext):
+  """An async context whose calls run on an event loop of its own: TFF 0.87's remote executor
+  makes blocking gRPC calls inside coroutines, so contexts sharing the mergeable context's loop
+  would run their subrounds one after another instead of at once."""
+
+  def __init__(self, inner: tff.framework.AsyncContext):
+    self._inner = inner
+    self._loop = asyncio.new_event_loop()
+    threading.Thread(target=self._loop.run_forever, daemon=True).start()
+
+  async def invoke(self, comp, arg):
+    future = asyncio.run_coroutine_threadsafe(self._inner.invoke(comp, arg), self._loop)
+    return await asyncio.wrap_future(future)
+
+
+@dataclasses.dataclass
+class DistributedContext:
+  """What `set_distributed_execution_context` set: the workers and their byte counters."""
+  workers: List[str]
+  _watches: List[_WorkerWatch]
+
+  def bytes_sent(self) -> int:
+    """Request bytes sent to all workers so far (protobuf payloads, without gRPC framing)."""
+    return sum(watch.bytes_sent for watch in self._watches)
+
+  def bytes_received(self) -> int:
+    return sum(watch.bytes_received for watch in self._watches)
+
+
+def set_distributed_execution_context(
+    workers: Sequence[str], *,
+    worker_timeout: float = DEFAULT_WORKER_TIMEOUT_SECONDS,
+    tls: Optional[TLSCredentials] = None,
+    num_subrounds: Optional[int] = None) -> DistributedContext:
+  """Sets TFF's default context to the mergeable-computation context over `workers`.
+
+  Args:
+    workers: 'host:port' of running TFF workers (`parse_workers`).
+    worker_timeout: seconds a worker may stay unreachable (at start and during a run) before
+      `WorkerUnavailableError` names it.
+    tls: credentials for TLS channels, or None for plaintext (a private network).
+    num_subrounds: subrounds a round's cohort is split into (default one per worker).
+
+  Raises:
+    ValueError: an argument is out of range.
+    WorkerUnavailableError: a worker is not reachable within `worker_timeout`.
+  """
+  workers = list(workers)
+  if not workers:
+    raise ValueError('`workers` is empty.')
+  if not worker_timeout > 0:
+    raise ValueError(f'`worker_timeout` must be > 0 seconds, got {worker_timeout!r}.')
+  if num_subrounds is not None and (type(num_subrounds) is not int or num_subrounds < 1):
+    raise ValueError(f'`num_subrounds` must be None or an int > 0, got {num_subrounds!r}.')
+  contexts, watches = [], []
+  for address in workers:
+    if tls is None:
+      channel = grpc.insecure_channel(address, execution_context.CHANNEL_OPTIONS)
+    else:
+      credentials = grpc.ssl_channel_credentials(tls.root_certificates, tls.private_key,
+                                                 tls.certificate_chain)
+      channel = grpc.secure_channel(address, credentials, execution_context.CHANNEL_OPTIONS)
+    try:
+      grpc.channel_ready_future(channel).result(timeout=worker_timeout)
+    except grpc.FutureTimeoutError:
+      raise WorkerUnavailableError(
+          f'TFF worker {address} is not reachable after {worker_timeout:g} s' +
+          (' (over TLS: is a TLS proxy serving there, with a certificate the root certificates '
+           'sign?).' if tls else '.')) from None
+    watch = _WorkerWatch(address, channel, worker_timeout)
+    stub = tff.framework.RemoteExecutorGrpcStub(grpc.intercept_channel(channel, watch))
+    contexts.append(_ThreadedContext(execution_context.remote_context(stub, asynchronous=True)))
+    watches.append(watch)
+  tff.framework.set_default_context(
+      tff.backends.native.create_mergeable_comp_execution_context(contexts, num_subrounds))
+  return DistributedContext(workers, watches)

@@ -1,0 +1,58 @@
+r"""One TFF worker of a distributed run, on any machine with this project's set-up.
+
+  python -m fedasr_tff.runtime.worker --port=8000 [--max_concurrent_computation_calls=4]
+
+It runs, in the foreground and in place of this process (so signals and the exit status are the
+worker's own), the C++ `worker_binary` that ships in the tensorflow-federated wheel: the same
+binary that runs every local round (`execution_context.set_local_cpp_execution_context`). A
+driver started with `--workers=host:8000,...` sends it computations and client data over gRPC;
+it needs no data, checkpoints or shared filesystem of its own.
+
+What the machine needs: this project's environment (`make setup`, or the container image of
+`tools/worker.Dockerfile`), with the same tensorflow-federated version as the driver (the
+worker runs the TensorFlow graphs the driver serialises; this prints the version it serves).
+
+Trust: the worker serves plaintext gRPC on every interface and runs whatever TensorFlow graph
+it is sent, with raw client data and un-noised partial sums in its memory. It is trusted like
+the server: run it on a private network, reachable from the driver alone (a firewall rule or a
+cluster network policy), or behind a TLS-terminating proxy that the driver reaches with
+`--worker_tls_root_certs` (README, "Past one machine").
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+import tensorflow_federated as tff
+
+from fedasr_tff.runtime import execution_context
+
+_PORT = flags.DEFINE_integer('port', None, 'TCP port to serve on (every interface).',
+                             lower_bound=1, upper_bound=65535)
+_CALLS = flags.DEFINE_integer(
+    'max_concurrent_computation_calls', None, 'Clients this worker trains at once (default: '
+    'no limit); bound it to what fits in its memory.', lower_bound=1)
+
+
+def worker_command(port: int, max_concurrent_computation_calls=None) -> list:
+  """The command line of TFF's worker serving on `port`."""
+  calls = max_concurrent_computation_calls or -1
+  return [execution_context.WORKER_PATH, f'--port={port}',
+          f'--max_concurrent_computation_calls={calls}']
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if _PORT.value is None:
+    raise app.UsageError('--port must be given.')
+  command = worker_command(_PORT.value, _CALLS.value)
+  print(f'fedasr-tff worker: tensorflow-federated {tff.__version__}, port {_PORT.value}, '
+        f'pid {os.getpid()}', flush=True)
+  sys.stdout.flush()
+  os.execv(command[0], command)
+
+
+if __name__ == '__main__':
+  app.run(main)
