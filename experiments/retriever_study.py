@@ -121,8 +121,9 @@ def _epsilon(summary):
 def main(argv):
   del argv
   common.start_binary(distributed_refusal=(
-      'the retriever runs on one machine: its rounds return each client\'s local DP state, '
-      'which TFF\'s mergeable form cannot carry.'))
+          'the retriever runs on one machine: its rounds return each client\'s local DP '
+          'state, and TFF\'s mergeable form hands such per-client results back out of step '
+          'with the cohort (measured: states went to the wrong clients).'))
   common.require('output_dir')
   output_dir = common.OUTPUT_DIR.value
   chosen = cells()

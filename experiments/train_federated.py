@@ -44,6 +44,7 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
+from fedasr_tff import runtime
 from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
@@ -65,7 +66,7 @@ _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
+  workers = common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
   common.require('corpus_dir', 'output_dir')
 
   with config_flags.flag_errors():
@@ -100,7 +101,11 @@ def main(argv):
   if result.evaluation is not None:
     print(f'final WER {100 * result.evaluation.overall.wer:.2f}% CER '
           f'{100 * result.evaluation.overall.cer:.2f}% on {config.data.eval_split}')
-  print(result.privacy_statement())
+  statement = result.privacy_statement()
+  if workers is not None:
+    statement += '\n' + runtime.trust_statement(workers, tls=common.WORKER_TLS_ROOT_CERTS.value
+                                                 is not None)
+  print(statement)
 
 
 if __name__ == '__main__':

@@ -43,8 +43,10 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   common.start_binary(
       max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value,
-      distributed_refusal=('the retriever runs on one machine: its rounds return each client\'s '
-                           'local DP state, which TFF\'s mergeable form cannot carry.'))
+      distributed_refusal=(
+          'the retriever runs on one machine: its rounds return each client\'s local DP '
+          'state, and TFF\'s mergeable form hands such per-client results back out of step '
+          'with the cohort (measured: states went to the wrong clients).'))
   common.require('output_dir')
   with config_flags.flag_errors():
     values = {name: flags.FLAGS[name].value for name in config_lib.config_fields(

@@ -6,4 +6,5 @@ from fedasr_tff.runtime.distributed import WorkerUnavailableError
 from fedasr_tff.runtime.distributed import parse_workers
 from fedasr_tff.runtime.distributed import read_workers_file
 from fedasr_tff.runtime.distributed import set_distributed_execution_context
+from fedasr_tff.runtime.distributed import trust_statement
 from fedasr_tff.runtime.execution_context import set_local_cpp_execution_context

@@ -18,8 +18,10 @@ What holds under distribution, and why:
   bits (summation order), not more.
 - What TFF's mergeable form refuses: an aggregation that depends on another in the same
   computation (aggregate, then broadcast, then aggregate again) and secure sums; TFF raises at
-  the computation's first call. Computations that return CLIENTS-placed values run their
-  after-merge part once per subround; processes that do are refused by their binaries.
+  the computation's first call. What it runs but not as on one worker: computations that
+  return CLIENTS-placed values (the retriever's per-client local DP states came back out of step
+  with the cohort) and mixed FL's server-side central step (the final model moved off the
+  local run's); their binaries refuse `--workers`, naming why.
 
 Faults: TFF's remote executor retries an unreachable worker forever. Every worker's channel
 carries an interceptor that, once the worker has been unreachable for `worker_timeout` seconds,
@@ -48,6 +50,15 @@ import tensorflow_federated as tff
 from fedasr_tff.runtime import execution_context
 
 DEFAULT_WORKER_TIMEOUT_SECONDS = 300.0
+
+
+def trust_statement(workers: Sequence[str], tls: bool) -> str:
+  """The privacy statement's line on the workers of a distributed run."""
+  return (f'- Workers: the rounds ran on {len(workers)} TFF workers ({", ".join(workers)}), '
+          f'over {"TLS" if tls else "plaintext gRPC"}. A worker runs the client computation on '
+          'raw client data and holds un-noised partial sums; the guarantee assumes the workers '
+          'are trusted like the server (the noise is added once, after their sums are merged) '
+          'and reachable only by the driver, on a private network.')
 
 
 class WorkerUnavailableError(RuntimeError):

@@ -1,0 +1,140 @@
+"""The federated training binary over TFF workers on loopback ports (`--workers`), as users run
+it: the same final model as the local run, a worker killed mid-run stops the run with an error
+naming it, and the run resumes from its checkpoint once the worker is back; binaries that cannot
+run distributed refuse the flag."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl.testing import absltest
+import numpy as np
+
+from fedasr_tff import models
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import model_io
+from tests.runtime import workers as workers_lib
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _env():
+  path = os.pathsep.join([_ROOT] + [p for p in sys.path if p])
+  return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL='2')
+
+
+def _command(binary, *args):
+  return [sys.executable, '-m', f'experiments.{binary}', *args]
+
+
+def _run(binary, *args, timeout=600):
+  return subprocess.run(_command(binary, *args), capture_output=True, text=True, env=_env(),
+                        cwd=_ROOT, timeout=timeout, check=False)
+
+
+def _metrics_keys(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    return [line.split(',')[0] for line in f.read().splitlines()[1:]]
+
+
+class DistributedTrainingTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.tmp, num_speakers=5, mean_utterances=2, skew=0.0, seed=0,
+                          words_per_utterance=(1, 2))
+    cls.workers = workers_lib.Workers(2)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.workers.stop()
+    super().tearDownClass()
+
+  def _flags(self, output_dir, *extra):
+    # The adaptive per-layer clip: its state must survive the merge and the resume.
+    return [f'--corpus_dir={os.path.join(self.tmp, "librispeech")}', '--speakers=all',
+            f'--output_dir={output_dir}', f'--feature_cache_dir={os.path.join(self.tmp, "c")}',
+            '--model_config=tiny', '--cohort_size=3', '--rounds=4', '--local_steps=1',
+            '--checkpoint_every=1', '--eval_every=2', '--sigma_dp=0.01', '--clip=1.0',
+            '--adaptive_clipping', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
+            '--noprogress', *extra]
+
+  def test_same_model_as_local_and_resumes_after_a_worker_dies(self):
+    local = os.path.join(self.tmp, 'local')
+    result = _run('train_federated', *self._flags(local))
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
+    self.assertNotIn('- Workers:', result.stdout)
+
+    # Killed after round 2's checkpoint: the next round fails once the worker has been
+    # unreachable for 3 s, and nothing past the checkpoint is released.
+    distributed = os.path.join(self.tmp, 'distributed')
+    workers = f'--workers={",".join(self.workers.addresses)}'
+    proc = subprocess.Popen(
+        _command('train_federated', *self._flags(distributed, workers, '--worker_timeout=3')),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
+    checkpoint = os.path.join(distributed, 'checkpoints', 'program_state_2')
+    deadline = time.monotonic() + 600
+    while not os.path.isdir(checkpoint) and proc.poll() is None:
+      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 2 appeared')
+      time.sleep(0.05)
+    self.workers.kill(1)
+    try:
+      _, err = proc.communicate(timeout=300)
+    finally:
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    self.assertNotEqual(proc.returncode, 0, msg='the run went on without its worker')
+    self.assertIn(f'TFF worker {self.workers.addresses[1]} has been unreachable for 3 s', err)
+    self.assertIn('resume from the last checkpoint', err)
+    self.assertFalse(os.path.exists(os.path.join(distributed, 'model.npz')))
+    released = _metrics_keys(distributed)
+    self.assertIn(released, (['0', '1', '2'], ['0', '1', '2', '3']), msg=released)
+
+    self.workers.restart(1)
+    result = _run('train_federated', *self._flags(distributed, workers))
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
+    self.assertIn('Resuming from the checkpoint of round', result.stdout)
+    self.assertIn(f'- Workers: the rounds ran on 2 TFF workers ({self.workers.addresses[0]}',
+                  result.stdout)
+    self.assertEqual(_metrics_keys(distributed), ['0', '1', '2', '3', '4'])
+    model = models.build_ctc_transformer('tiny', 29)
+    want = model_io.load_weights(os.path.join(local, 'model.npz'), model)
+    got = model_io.load_weights(os.path.join(distributed, 'model.npz'), model)
+    # The same noise (once per round, after the merge, from the same secret) and the same
+    # clients; partial sums merge in completion order, so floats may differ in the last bits.
+    for a, b in zip(want.trainable, got.trainable, strict=True):
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+  def test_flag_errors(self):
+    out = os.path.join(self.tmp, 'bad')
+    workers = f'--workers={",".join(self.workers.addresses)}'
+    cases = [
+        ('train_federated', [workers, '--clients_in_parallel=2'], '--clients_in_parallel'),
+        ('train_federated', ['--workers=localhost'], "'localhost' is not host:port"),
+        ('train_federated', [workers, f'--workers_file={out}.txt'], 'not both'),
+        ('train_federated', ['--worker_tls_root_certs=/no/ca.pem'], 'apply to --workers'),
+        ('train_federated', [workers, '--worker_tls_root_certs=/no/ca.pem'], 'Cannot read'),
+        ('train_federated', ['--workers=localhost:1', '--worker_timeout=0.5'],
+         'localhost:1 is not reachable after 0.5 s'),
+        ('train_retriever', [workers, '--rounds=1'], 'local DP state'),
+        ('demo', [workers], '--workers: the demo runs on one machine'),
+    ]
+    procs = [subprocess.Popen(_command(binary, *self._flags(out, *extra)) if binary ==
+                              'train_federated' else _command(binary, f'--output_dir={out}',
+                                                              *extra),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(), cwd=_ROOT) for binary, extra, _ in cases]
+    for proc, (binary, extra, expected) in zip(procs, cases, strict=True):
+      stdout, stderr = proc.communicate(timeout=300)
+      self.assertNotEqual(proc.returncode, 0, msg=(binary, extra))
+      self.assertIn(expected, stderr + stdout, msg=(binary, extra))
+    self.assertFalse(os.path.exists(os.path.join(out, 'checkpoints')))
+
+
+if __name__ == '__main__':
+  absltest.main()

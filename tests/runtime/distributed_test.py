@@ -1,0 +1,212 @@
+"""TFF's distributed runtime over workers on loopback ports: the same DP rounds as on one local
+worker, byte counts, a worker that dies named within the timeout, TLS channels, flag parsing."""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from absl.testing import absltest
+import numpy as np
+import portpicker
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fedasr_tff import aggregators
+from fedasr_tff import runtime
+from tests.runtime import workers as workers_lib
+
+_NAMES = ['hidden/kernel', 'hidden/bias', 'output/kernel', 'output/bias']
+
+
+def _model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(8, activation='relu'),
+      tf.keras.layers.Dense(3),
+  ])
+  return tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32)))
+
+
+def _process():
+  # The project's per-layer DP with the adaptive clip, seeded so that runs can be compared.
+  return tff.learning.algorithms.build_unweighted_fed_avg(
+      _model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=aggregators.PerLayerDPFactory.gaussian_adaptive(
+          0.5, 5, 0.1, allocation='dim', clipped_count_stddev=2.0, leaf_names=_NAMES,
+          noise_seed=7))
+
+
+def _datasets(count=5, seed=9):
+  rng = np.random.default_rng(seed)
+  return [tf.data.Dataset.from_tensor_slices(
+      (rng.normal(size=(6, 4)).astype(np.float32),
+       rng.integers(0, 3, size=6).astype(np.int32))).batch(3) for _ in range(count)]
+
+
+def _initial_state(process):
+  # Keras draws a new initialisation in every `initialize`: start every run from the same one.
+  rng = np.random.default_rng(0)
+  weights = [(0.3 * rng.normal(size=shape)).astype(np.float32)
+             for shape in ((4, 8), (8,), (8, 3), (3,))]
+  return process.set_model_weights(
+      process.initialize(), tff.learning.models.ModelWeights(trainable=weights,
+                                                             non_trainable=[]))
+
+
+def _run(rounds=3, cohort=5):
+  process = _process()
+  state = _initial_state(process)
+  data = _datasets(cohort)
+  for _ in range(rounds):
+    output = process.next(state, data)
+    state = output.state
+  return state, output.metrics
+
+
+class ParseWorkersTest(absltest.TestCase):
+
+  def test_lists_and_files(self):
+    self.assertEqual(runtime.parse_workers(' a:1, b.example:8000 ,'),
+                     ['a:1', 'b.example:8000'])
+    self.assertEqual(runtime.parse_workers('[::1]:7000'), ['[::1]:7000'])
+    path = os.path.join(tempfile.mkdtemp(), 'workers.txt')
+    with open(path, 'w') as f:
+      f.write('# the cluster\nhost-a:8000\n\nhost-b:8000, host-c:8001  # rack 2\n')
+    self.assertEqual(runtime.read_workers_file(path),
+                     ['host-a:8000', 'host-b:8000', 'host-c:8001'])
+
+  def test_errors_name_the_source_and_entry(self):
+    for spec, expected in (('a', "--workers: 'a' is not host:port"),
+                           ('a:0', "'a:0' is not host:port"),
+                           ('a:x', "'a:x'"), (':80', "':80'"),
+                           ('a:1,a:1', "worker 'a:1' is listed twice"),
+                           (' , ', '--workers lists no worker')):
+      with self.assertRaisesRegex(ValueError, expected, msg=spec):
+        runtime.parse_workers(spec)
+    path = os.path.join(tempfile.mkdtemp(), 'workers.txt')
+    with open(path, 'w') as f:
+      f.write('a:1\n# fine\nb:99999\n')
+    with self.assertRaisesRegex(ValueError, f'{path} line 3:'):
+      runtime.read_workers_file(path)
+    with self.assertRaisesRegex(ValueError, '--workers_file: cannot read'):
+      runtime.read_workers_file(path + '.missing')
+
+  def test_tls_needs_key_and_certificate_together(self):
+    with self.assertRaisesRegex(ValueError, 'both the private key and the certificate'):
+      runtime.TLSCredentials(b'ca', private_key=b'key')
+    with self.assertRaisesRegex(ValueError, 'Cannot read'):
+      runtime.TLSCredentials.from_files('/no/such/ca.pem')
+
+
+class DistributedRoundsTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.workers = workers_lib.Workers(3)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.workers.stop()
+    runtime.set_local_cpp_execution_context()
+    super().tearDownClass()
+
+  def test_dp_rounds_equal_the_local_run_up_to_summation_order(self):
+    runtime.set_local_cpp_execution_context()
+    local_state, local_metrics = _run()
+    context = runtime.set_distributed_execution_context(self.workers.addresses[:2])
+    state, metrics = _run()
+    # The same noise (drawn once, after the merge, from the same seed) and the same adaptive
+    # clip; the partial sums are merged in completion order, so float sums may differ in the
+    # last bits: 1e-6 is far below the noise (std 0.5 x clip / 5 clients, about 0.01 here).
+    for a, b in zip(local_state.global_model_weights.trainable,
+                    state.global_model_weights.trainable, strict=True):
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    initial = _initial_state(_process()).global_model_weights.trainable
+    self.assertGreater(np.abs(np.asarray(local_state.global_model_weights.trainable[0]) -
+                              initial[0]).max(), 0.01)
+    dp_metrics = metrics['aggregator']['dp_query_metrics']
+    local_dp_metrics = local_metrics['aggregator']['dp_query_metrics']
+    # The clip went on adapting from the merged clipped count, as on one worker.
+    np.testing.assert_allclose(
+        tf.nest.flatten(dp_metrics['per_group']), tf.nest.flatten(local_dp_metrics['per_group']),
+        rtol=1e-5)
+    self.assertEqual(metrics['client_work']['train']['num_examples'],
+                     local_metrics['client_work']['train']['num_examples'])
+    self.assertGreater(context.bytes_sent(), 10_000)   # the computations and the client data
+    self.assertGreater(context.bytes_received(), 0)
+
+  def test_a_cohort_smaller_than_the_workers_still_runs(self):
+    runtime.set_local_cpp_execution_context()
+    local_state, _ = _run(rounds=1, cohort=2)
+    runtime.set_distributed_execution_context(self.workers.addresses)
+    state, _ = _run(rounds=1, cohort=2)
+    for a, b in zip(local_state.global_model_weights.trainable,
+                    state.global_model_weights.trainable, strict=True):
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+  def test_a_dead_worker_is_named_within_the_timeout(self):
+    victim = workers_lib.Workers(1)
+    try:
+      runtime.set_distributed_execution_context(
+          [self.workers.addresses[0], victim.addresses[0]], worker_timeout=3.0)
+      process = _process()
+      state = process.next(_initial_state(process), _datasets()).state
+      victim.kill(0)
+      started = time.monotonic()
+      with self.assertRaisesRegex(runtime.WorkerUnavailableError,
+                                  f'{victim.addresses[0]} has been unreachable for 3 s'):
+        process.next(state, _datasets())
+      # TFF alone would retry forever; 3 s of timeout, plus the other worker's subround.
+      self.assertLess(time.monotonic() - started, 60)
+    finally:
+      victim.stop()
+
+  def test_an_unreachable_worker_is_named_at_start(self):
+    address = f'localhost:{portpicker.pick_unused_port()}'
+    started = time.monotonic()
+    with self.assertRaisesRegex(runtime.WorkerUnavailableError,
+                                f'{address} is not reachable after 0.5 s'):
+      runtime.set_distributed_execution_context([self.workers.addresses[0], address],
+                                                worker_timeout=0.5)
+    self.assertLess(time.monotonic() - started, 10)
+
+
+@absltest.skipUnless(shutil.which('openssl'), 'needs the openssl command to make certificates')
+class TLSTest(absltest.TestCase):
+  """TLS channels to a TLS-terminating proxy in front of a worker (the deployment the README
+  describes; the test's proxy is `workers.TLSProxy`)."""
+
+  def test_rounds_run_over_tls_and_plaintext_is_not_served(self):
+    directory = tempfile.mkdtemp()
+    key, certificate = (os.path.join(directory, name) for name in ('key.pem', 'cert.pem'))
+    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
+                    '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost',
+                    '-keyout', key, '-out', certificate], check=True, capture_output=True)
+    worker = workers_lib.Workers(1)
+    proxy = workers_lib.TLSProxy(worker.ports[0], certificate, key)
+    try:
+      tls = runtime.TLSCredentials.from_files(certificate)
+      runtime.set_distributed_execution_context([f'localhost:{proxy.port}'], tls=tls)
+      runtime.set_local_cpp_execution_context()
+      local_state, _ = _run(rounds=1)
+      runtime.set_distributed_execution_context([f'localhost:{proxy.port}'], tls=tls)
+      state, _ = _run(rounds=1)
+      for a, b in zip(local_state.global_model_weights.trainable,
+                      state.global_model_weights.trainable, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+      # A plaintext channel to the proxy never becomes ready.
+      with self.assertRaisesRegex(runtime.WorkerUnavailableError, 'not reachable after 1 s'):
+        runtime.set_distributed_execution_context([f'localhost:{proxy.port}'],
+                                                  worker_timeout=1.0)
+    finally:
+      proxy.stop()
+      worker.stop()
+
+
+if __name__ == '__main__':
+  absltest.main()

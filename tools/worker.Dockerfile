@@ -1,0 +1,27 @@
+# One TFF worker of a distributed fedasr-tff run (README, "Past one machine").
+#
+#   docker build -f tools/worker.Dockerfile -t fedasr-tff-worker .
+#   docker run --rm -p 8000:8000 fedasr-tff-worker            # serves on port 8000
+#   docker run --rm -p 9000:9000 fedasr-tff-worker --port=9000 --max_concurrent_computation_calls=4
+#
+# The worker needs the project's Python stack at the driver's exact versions (the lock and TFF
+# 0.87.0, installed as tools/setup.sh does), nothing else: no data, no audio tools, no Bazel. It
+# serves plaintext gRPC and runs any TensorFlow graph it is sent: publish its port to the
+# driver alone (a private network, a NetworkPolicy), or put a TLS proxy in front of it.
+FROM python:3.11.7-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 TF_CPP_MIN_LOG_LEVEL=2
+WORKDIR /opt/fedasr-tff
+COPY requirements.lock .
+RUN pip install -q "pip==23.2.1" \
+ && pip install -q --no-deps -r requirements.lock \
+ && pip install -q --no-deps "tensorflow-federated==0.87.0"
+# setpriv (util-linux) is not needed: the worker is the container's main process.
+COPY fedasr_tff/ fedasr_tff/
+ENV PYTHONPATH=/opt/fedasr-tff
+# Not root: the worker needs no privilege.
+RUN useradd --system --no-create-home worker
+USER worker
+EXPOSE 8000
+ENTRYPOINT ["python", "-m", "fedasr_tff.runtime.worker"]
+CMD ["--port=8000"]
