@@ -64,13 +64,10 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import memory
-from fedasr_tff import algorithms
+from benchmarks import speech_rounds
 from fedasr_tff import data
 from fedasr_tff import models
-from fedasr_tff import optimizers
 from fedasr_tff.algorithms import local_training
-from fedasr_tff.data import synthetic
-from fedasr_tff.program import cohorts as cohorts_lib
 from fedasr_tff.runtime import execution_context
 
 _COHORTS = flags.DEFINE_list('cohorts', ['8', '32', '128'], 'Clients per round to time.')
@@ -107,50 +104,8 @@ _CORPUS_DIR = flags.DEFINE_string(
     'corpus_dir', None, 'Folder for the synthetic corpora (made there if it has none); default: '
     'a temporary folder, removed at the end.')
 
-_MODEL = 'tiny'
-_CLIENT_LEARNING_RATE = 0.05
-_CLIP_NORM = 1.0
-_SERVER_LEARNING_RATE = 1.0
 _MEMORY_BASELINE_ROUND = 20
 _MAX_FIRST_ROUND_DIFFERENCE = 1e-4
-_SEED = 0
-
-
-def _corpus(root, name, speakers, utterances):
-  """The utterances of a synthetic corpus of `speakers` x `utterances` under root/name."""
-  corpus_dir = os.path.join(root, name)
-  ls_dir = os.path.join(corpus_dir, 'librispeech')
-  if not os.path.isdir(os.path.join(ls_dir, 'train')):
-    synthetic.make_corpus(corpus_dir, num_speakers=speakers, mean_utterances=utterances,
-                          skew=0.0, seed=_SEED)
-  found = data.read_librispeech(ls_dir, 'train', strict=True)
-  if len({u.speaker for u in found}) < speakers:
-    raise app.UsageError(f'{corpus_dir} has fewer than {speakers} speakers.')
-  return found
-
-
-class _Cohorts:
-  """The runner's data path: per round, every cohort entry's dataset from its round seed."""
-
-  def __init__(self, client_data, max_batches):
-    self.client_data = client_data
-    self.max_batches = max_batches
-    self.round = 0
-
-  def build(self, size):
-    """The datasets of the next round's cohort of `size` (cycling the clients)."""
-    self.round += 1
-    ids = self.client_data.client_ids
-    return [self.client_data.create_tf_dataset_for_client(
-        ids[i % len(ids)], seed=cohorts_lib.client_seed(_SEED, self.round, f'entry{i}'),
-        max_batches=self.max_batches) for i in range(size)]
-
-
-def _fill_cache(client_data):
-  """Featurises every utterance into the cache: a run does it once, on an utterance's first use;
-  here before any timing."""
-  for client in client_data.client_ids:
-    client_data.create_tf_dataset_for_client(client, seed=0)
 
 
 def _empty_like(dataset):
@@ -175,10 +130,10 @@ class _Floor:
       logits = self._model((batch['features'], batch['feature_lengths']), training=True,
                            seed=local_training.local_step_seed(batch['seed'], step))
       loss = models.ctc_loss(batch['labels'], batch['label_lengths'], logits,
-                             models.output_lengths(batch['feature_lengths'], _MODEL))
-    grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), _CLIP_NORM)
+                             models.output_lengths(batch['feature_lengths'], speech_rounds.MODEL))
+    grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), speech_rounds.CLIP_NORM)
     for variable, grad in zip(variables, grads, strict=True):
-      variable.assign_sub(_CLIENT_LEARNING_RATE * grad)
+      variable.assign_sub(speech_rounds.CLIENT_LEARNING_RATE * grad)
 
   @tf.function(reduce_retracing=True)
   def _client_update(self, initial_weights, dataset):
@@ -201,15 +156,8 @@ class _Floor:
   def next(self, weights, datasets):
     deltas = [self._client_update(weights, dataset) for dataset in datasets]
     count = float(len(deltas))
-    return [w - _SERVER_LEARNING_RATE * tf.add_n(list(d)) / count
+    return [w - speech_rounds.SERVER_LEARNING_RATE * tf.add_n(list(d)) / count
             for w, d in zip(weights, zip(*deltas, strict=True), strict=True)]
-
-
-def _serialize(datasets):
-  """Every client's dataset as a GraphDef, as TFF ships it to the worker; total bytes."""
-  return sum(
-      len(tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(d)).numpy())
-      for d in datasets)
 
 
 def _check_first_round(process, state, floors, clients):
@@ -227,10 +175,6 @@ def _check_first_round(process, state, floors, clients):
           f'{difference:.1e}')
     if difference > _MAX_FIRST_ROUND_DIFFERENCE:
       raise RuntimeError(f'The {name} does not compute what the federated round computes.')
-
-
-def _summary(values):
-  return f'{statistics.median(values):7.3f} [{min(values):.3f}, {max(values):.3f}]'
 
 
 def _measure_rounds(process, floors, cohort_data, cohorts, reduce_cohorts):
@@ -261,7 +205,7 @@ def _measure_rounds(process, floors, cohort_data, cohorts, reduce_cohorts):
         elif name == 'empty':
           process.next(state, empty)
         elif name == 'serialize':
-          serialized_bytes = _serialize(clients)
+          serialized_bytes = speech_rounds.serialize(clients)
         else:
           floor_weights[name] = floors[name].next(floor_weights[name], clients)
         timed[name] = time.perf_counter() - start
@@ -281,7 +225,8 @@ def _measure_rounds(process, floors, cohort_data, cohorts, reduce_cohorts):
                         ('empty', '    empty round'), ('client steps', '    client steps'),
                         ('floor', 'floor'), ('reduce floor', 'floor, dataset.reduce loop')):
       if name in times:
-        print(f'  {label:28s} {_summary(times[name])}  {row[name] / cohort * 1e3:7.1f} ms/client')
+        print(f'  {label:28s} {speech_rounds.summary(times[name])}  '
+              f'{row[name] / cohort * 1e3:7.1f} ms/client')
     print(f'  client steps / round         {row["client steps"] / row["round"]:7.1%}')
     print(f'  ratio round / floor          {row["round"] / row["floor"]:7.2f}')
     if 'reduce floor' in row:
@@ -313,7 +258,7 @@ def _measure_client_sizes(process, state, utterances, vocab, cache_dir):
         f'{_SIZE_ROUNDS.value} timed rounds each after 1 warm-up, features cached before, '
         'seconds (data + TFF), median [min, max]')
   medians = {name: [] for name in paths}
-  _fill_cache(data.SpeechClientData(utterances, vocab, feature_cache_dir=cache_dir))
+  speech_rounds.fill_cache(data.SpeechClientData(utterances, vocab, feature_cache_dir=cache_dir))
   for size in sizes:
     clients = [data.Utterance(u.path, u.transcript, f'{speaker}-{size}')
                for speaker, speaker_utterances in by_speaker.items()
@@ -322,7 +267,7 @@ def _measure_client_sizes(process, state, utterances, vocab, cache_dir):
       client_data = data.SpeechClientData(clients, vocab,
                                           max_batch_seconds=_MAX_BATCH_SECONDS.value,
                                           feature_cache_dir=path['feature_cache_dir'])
-      cohort_data = _Cohorts(client_data, path['max_batches'])
+      cohort_data = speech_rounds.Cohorts(client_data, path['max_batches'])
       times = []
       for round_num in range(1 + _SIZE_ROUNDS.value):
         start = time.perf_counter()
@@ -330,7 +275,7 @@ def _measure_client_sizes(process, state, utterances, vocab, cache_dir):
         if round_num:
           times.append(time.perf_counter() - start)
       medians[name].append(statistics.median(times))
-      print(f'  {size:4d} utterances per client, {name:33s} {_summary(times)}')
+      print(f'  {size:4d} utterances per client, {name:33s} {speech_rounds.summary(times)}')
   for name, values in medians.items():
     print(f'  {name}: largest / smallest client {values[-1] / values[0]:.2f}')
   return state
@@ -374,40 +319,35 @@ def main(argv):
     raise app.UsageError(f'--cohorts must be positive integers, got {_COHORTS.value}.')
   execution_context.set_local_cpp_execution_context()
   started = time.perf_counter()
-  tf.keras.utils.set_random_seed(_SEED)
+  tf.keras.utils.set_random_seed(speech_rounds.SEED)
   vocab = data.Vocabulary('en')
   root = _CORPUS_DIR.value or tempfile.mkdtemp(prefix='round_overhead_')
   cache_dir = tempfile.mkdtemp(prefix='round_overhead_cache_')
   try:
     client_data = data.SpeechClientData(
-        _corpus(root, f'speakers{_SPEAKERS.value}x{_UTTERANCES.value}', _SPEAKERS.value,
-                _UTTERANCES.value),
+        speech_rounds.corpus(root, f'speakers{_SPEAKERS.value}x{_UTTERANCES.value}',
+                             _SPEAKERS.value, _UTTERANCES.value),
         vocab, max_batch_seconds=_MAX_BATCH_SECONDS.value, strict=True,
         feature_cache_dir=cache_dir)
-    cohort_data = _Cohorts(client_data, _LOCAL_STEPS.value)
-    _fill_cache(client_data)
+    cohort_data = speech_rounds.Cohorts(client_data, _LOCAL_STEPS.value)
+    speech_rounds.fill_cache(client_data)
     shapes = [tuple(b['features'].shape) for b in cohort_data.build(1)[0]]
-    print(f'{_MODEL} model; {len(client_data.client_ids)} distinct clients of '
+    print(f'{speech_rounds.MODEL} model; {len(client_data.client_ids)} distinct clients of '
           f'{_UTTERANCES.value} synthetic utterances (a round\'s batches of one: {shapes}); '
           f'{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}')
     start = time.perf_counter()
-    process = algorithms.build_fed_avg_process(
-        models.build_tff_model_fn(_MODEL, vocab.tokens),
-        client_learning_rate=_CLIENT_LEARNING_RATE,
-        local_steps=_LOCAL_STEPS.value,
-        local_clip_norm=_CLIP_NORM,
-        server_optimizer=optimizers.build('sgd', _SERVER_LEARNING_RATE))
+    process = speech_rounds.build_process(vocab, _LOCAL_STEPS.value)
     print(f'building the process (tracing its computations): {time.perf_counter() - start:.1f} s')
     # After the process: TFF builds models in graphs, which invalidates Keras models made before.
-    model = models.build_ctc_transformer(_MODEL, vocab.size)
+    model = models.build_ctc_transformer(speech_rounds.MODEL, vocab.size)
     floors = {'floor': _Floor(model, _LOCAL_STEPS.value, reduce_loop=False)}
     if reduce_cohorts & set(cohorts):
       floors['reduce floor'] = _Floor(model, _LOCAL_STEPS.value, reduce_loop=True)
     state = _measure_rounds(process, floors, cohort_data, cohorts, reduce_cohorts)
     if _CLIENT_SIZES.value:
       sizes = max(int(n) for n in _CLIENT_SIZES.value)
-      utterances = _corpus(root, f'speakers{_SIZE_SPEAKERS.value}x{sizes}', _SIZE_SPEAKERS.value,
-                           sizes)
+      utterances = speech_rounds.corpus(root, f'speakers{_SIZE_SPEAKERS.value}x{sizes}',
+                                        _SIZE_SPEAKERS.value, sizes)
       state = _measure_client_sizes(process, state, utterances, vocab, cache_dir)
     if _MEMORY_ROUNDS.value:
       _measure_memory(process, state, cohort_data)

@@ -190,8 +190,10 @@ class _ThreadedContext(tff.framework.AsyncContext):
 
 @dataclasses.dataclass
 class DistributedContext:
-  """What `set_distributed_execution_context` set: the workers and their byte counters."""
+  """TFF's mergeable-computation context over `workers` (`context`, for
+  `tff.framework.set_default_context`), and the byte counters of their channels."""
   workers: List[str]
+  context: tff.framework.SyncContext
   _watches: List[_WorkerWatch]
 
   def bytes_sent(self) -> int:
@@ -208,6 +210,22 @@ def set_distributed_execution_context(
     tls: Optional[TLSCredentials] = None,
     num_subrounds: Optional[int] = None) -> DistributedContext:
   """Sets TFF's default context to the mergeable-computation context over `workers`.
+
+  Arguments, errors and result as `create_distributed_execution_context`.
+  """
+  distributed = create_distributed_execution_context(
+      workers, worker_timeout=worker_timeout, tls=tls, num_subrounds=num_subrounds)
+  tff.framework.set_default_context(distributed.context)
+  return distributed
+
+
+def create_distributed_execution_context(
+    workers: Sequence[str], *,
+    worker_timeout: float = DEFAULT_WORKER_TIMEOUT_SECONDS,
+    tls: Optional[TLSCredentials] = None,
+    num_subrounds: Optional[int] = None) -> DistributedContext:
+  """TFF's mergeable-computation context over `workers`, connected but not set: a program
+  that switches between contexts passes `.context` to `tff.framework.set_default_context`.
 
   Args:
     workers: 'host:port' of running TFF workers (`parse_workers`).
@@ -246,6 +264,6 @@ def set_distributed_execution_context(
     stub = tff.framework.RemoteExecutorGrpcStub(grpc.intercept_channel(channel, watch))
     contexts.append(_ThreadedContext(execution_context.remote_context(stub, asynchronous=True)))
     watches.append(watch)
-  tff.framework.set_default_context(
-      tff.backends.native.create_mergeable_comp_execution_context(contexts, num_subrounds))
-  return DistributedContext(workers, watches)
+  return DistributedContext(
+      workers, tff.backends.native.create_mergeable_comp_execution_context(contexts, num_subrounds),
+      watches)

@@ -55,16 +55,10 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: int | None
   if threading.current_thread() is not threading.main_thread():
     raise RuntimeError('Call from the main thread: the worker dies with the thread that starts it.')
   _stop_worker()
-  # setpriv sets PR_SET_PDEATHSIG between fork and exec, running no Python in the forked child.
-  pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
-  if not pdeathsig:
-    logging.warning('setpriv not found: the TFF worker will outlive this process if it is killed.')
   port = portpicker.pick_unused_port()
-  args = [WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls or -1}']
   log = tempfile.TemporaryFile()
   global _worker
-  _worker = worker = subprocess.Popen([*pdeathsig, *args], stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=log, start_new_session=True)
+  _worker = worker = start_worker(port, calls, log)
   atexit.unregister(_stop_worker)  # registered once, however often the context is set
   atexit.register(_stop_worker)
   stub = tff.framework.RemoteExecutorGrpcStub(
@@ -80,6 +74,26 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: int | None
       raise RuntimeError(_failure(worker, log))
 
   tff.framework.set_default_context(remote_context(stub, check=check_worker))
+
+
+def worker_command(port: int, max_concurrent_computation_calls: int | None = None) -> list:
+  """The command line of TFF's worker serving on `port` (None: no limit on concurrent calls)."""
+  calls = max_concurrent_computation_calls or -1
+  return [WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls}']
+
+
+def start_worker(port: int, max_concurrent_computation_calls: int | None = None,
+                 log=None) -> subprocess.Popen:
+  """Starts TFF's worker on `port`, killed by the kernel when the calling thread exits (module
+  docstring), in its own session, its output to the file `log` (None: discarded)."""
+  # setpriv sets PR_SET_PDEATHSIG between fork and exec, running no Python in the forked child.
+  pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
+  if not pdeathsig:
+    logging.warning('setpriv not found: the TFF worker will outlive this process if it is killed.')
+  output = subprocess.DEVNULL if log is None else log
+  return subprocess.Popen([*pdeathsig, *worker_command(port, max_concurrent_computation_calls)],
+                          stdin=subprocess.DEVNULL, stdout=output, stderr=output,
+                          start_new_session=True)
 
 
 def remote_context(stub, asynchronous: bool = False, check=None):

@@ -35,19 +35,12 @@ _CALLS = flags.DEFINE_integer(
     'no limit); bound it to what fits in its memory.', lower_bound=1)
 
 
-def worker_command(port: int, max_concurrent_computation_calls=None) -> list:
-  """The command line of TFF's worker serving on `port`."""
-  calls = max_concurrent_computation_calls or -1
-  return [execution_context.WORKER_PATH, f'--port={port}',
-          f'--max_concurrent_computation_calls={calls}']
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if _PORT.value is None:
     raise app.UsageError('--port must be given.')
-  command = worker_command(_PORT.value, _CALLS.value)
+  command = execution_context.worker_command(_PORT.value, _CALLS.value)
   print(f'fedasr-tff worker: tensorflow-federated {tff.__version__}, port {_PORT.value}, '
         f'pid {os.getpid()}', flush=True)
   sys.stdout.flush()

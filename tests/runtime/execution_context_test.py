@@ -119,7 +119,7 @@ class SetLocalCppExecutionContextTest(parameterized.TestCase):
     self.addCleanup(os.remove, script.name)
     os.chmod(script.name, 0o755)
     self.addCleanup(execution_context.set_local_cpp_execution_context)
-    with mock.patch.object(execution_context, '_WORKER_PATH', script.name):
+    with mock.patch.object(execution_context, 'WORKER_PATH', script.name):
       with self.assertRaisesRegex(RuntimeError, r'exit status 3\):\nno such flag: --port='):
         execution_context.set_local_cpp_execution_context()
 

@@ -1,0 +1,87 @@
+"""The speech round the round benchmarks time, as `fedasr_tff.program.federated_training` runs it.
+
+The `tiny` CTC transformer trained by `fedasr_tff.algorithms.build_fed_avg_process` (local SGD
+with global-norm clipping at `CLIP_NORM`, the server's SGD at learning rate 1), its clients the
+speakers of a synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`), every round's cohort
+built as the runner builds it: each entry's dataset a seeded sample of `max_batches` batches of
+its speaker's utterances, features read from the feature cache.
+"""
+
+import os
+import statistics
+
+from absl import app
+import tensorflow as tf
+
+from fedasr_tff import algorithms
+from fedasr_tff import data
+from fedasr_tff import models
+from fedasr_tff import optimizers
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import cohorts as cohorts_lib
+
+MODEL = 'tiny'
+CLIENT_LEARNING_RATE = 0.05
+CLIP_NORM = 1.0
+SERVER_LEARNING_RATE = 1.0
+SEED = 0
+
+
+def corpus(root, name, speakers, utterances):
+  """The utterances of a synthetic corpus of `speakers` x `utterances` under root/name."""
+  corpus_dir = os.path.join(root, name)
+  ls_dir = os.path.join(corpus_dir, 'librispeech')
+  if not os.path.isdir(os.path.join(ls_dir, 'train')):
+    synthetic.make_corpus(corpus_dir, num_speakers=speakers, mean_utterances=utterances,
+                          skew=0.0, seed=SEED)
+  found = data.read_librispeech(ls_dir, 'train', strict=True)
+  if len({u.speaker for u in found}) < speakers:
+    raise app.UsageError(f'{corpus_dir} has fewer than {speakers} speakers.')
+  return found
+
+
+class Cohorts:
+  """The runner's data path: per round, every cohort entry's dataset from its round seed."""
+
+  def __init__(self, client_data, max_batches):
+    self.client_data = client_data
+    self.max_batches = max_batches
+    self.round = 0
+
+  def build(self, size):
+    """The datasets of the next round's cohort of `size` (cycling the clients)."""
+    self.round += 1
+    ids = self.client_data.client_ids
+    return [self.client_data.create_tf_dataset_for_client(
+        ids[i % len(ids)], seed=cohorts_lib.client_seed(SEED, self.round, f'entry{i}'),
+        max_batches=self.max_batches) for i in range(size)]
+
+
+def fill_cache(client_data):
+  """Featurises every utterance into the cache: a run does it once, on an utterance's first use;
+  here before any timing."""
+  for client in client_data.client_ids:
+    client_data.create_tf_dataset_for_client(client, seed=0)
+
+
+def build_process(vocab, local_steps, model_aggregator=None):
+  """The FedAvg process on the `tiny` model (`model_aggregator` as `build_fed_avg_process`)."""
+  return algorithms.build_fed_avg_process(
+      models.build_tff_model_fn(MODEL, vocab.tokens),
+      client_learning_rate=CLIENT_LEARNING_RATE,
+      local_steps=local_steps,
+      local_clip_norm=CLIP_NORM,
+      server_optimizer=optimizers.build('sgd', SERVER_LEARNING_RATE),
+      model_aggregator=model_aggregator)
+
+
+def serialize(datasets):
+  """Every client's dataset as a GraphDef, as TFF ships it to the worker; total bytes."""
+  return sum(
+      len(tf.raw_ops.DatasetToGraphV2(input_dataset=tf.data.experimental.to_variant(d)).numpy())
+      for d in datasets)
+
+
+def summary(values):
+  """'median [min, max]' of seconds."""
+  return f'{statistics.median(values):7.3f} [{min(values):.3f}, {max(values):.3f}]'
