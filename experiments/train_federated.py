@@ -89,6 +89,9 @@ def main(argv):
                     else None)
     validation_data = (config.central.load(config.data, vocab, spec_augment=False)
                        if config.dga.rl else None)
+    refusal = federated_training.distributed_refusal(config)
+    if workers is not None and refusal is not None:
+      raise app.UsageError(f'--workers: {refusal}')
     run = federated_training.build_run(config, train_data, vocab, common.OUTPUT_DIR.value,
                                        initial_weights=initial_weights,
                                        central_data=central_data,

@@ -345,6 +345,18 @@ class FederatedRun:
     return _train(self, eval_data, show_progress, log)
 
 
+def distributed_refusal(config: config_lib.FederatedConfig) -> Optional[str]:
+  """Why a run of `config` cannot use TFF's distributed runtime (`runtime.distributed`,
+  `--workers`), or None. Each algorithm was run on two workers against the local worker (README,
+  "Past one machine"): FedAvg with DP (fixed or adaptive, per-layer or global clips, server or
+  client noise), DGA softmax, rehearsal and DGA-RL ended bit-identical; mixed FL did not."""
+  if config.mixed.enabled:
+    return ('--mixed runs on one machine: under TFF\'s mergeable form its server-side central '
+            'step runs, but the model moves off the local run\'s (by 0.023 in a weight of the '
+            'tiny model after 2 rounds of --mixed=two_way).')
+  return None
+
+
 def build_run(config: config_lib.FederatedConfig,
               train_data: pipeline.SpeechClientData,
               vocabulary: text_lib.Vocabulary,

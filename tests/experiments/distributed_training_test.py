@@ -121,6 +121,9 @@ class DistributedTrainingTest(absltest.TestCase):
         ('train_federated', [workers, '--worker_tls_root_certs=/no/ca.pem'], 'Cannot read'),
         ('train_federated', ['--workers=localhost:1', '--worker_timeout=0.5'],
          'localhost:1 is not reachable after 0.5 s'),
+        ('train_federated', [workers, '--speakers=federated', '--mixed=two_way',
+                             '--central_split=train', '--central_speakers=seed'],
+         '--workers: --mixed runs on one machine'),
         ('train_retriever', [workers, '--rounds=1'], 'local DP state'),
         ('demo', [workers], '--workers: the demo runs on one machine'),
     ]
