@@ -3,6 +3,7 @@ it: the same final model as the local run, a worker killed mid-run stops the run
 naming it, and the run resumes from its checkpoint once the worker is back; binaries that cannot
 run distributed refuse the flag."""
 
+import csv
 import os
 import signal
 import subprocess
@@ -38,6 +39,14 @@ def _run(binary, *args, timeout=600):
 def _metrics_keys(output_dir):
   with open(os.path.join(output_dir, 'metrics.csv')) as f:
     return [line.split(',')[0] for line in f.read().splitlines()[1:]]
+
+
+def _metrics(output_dir):
+  """{(round, column): value} of metrics.csv, without the timings."""
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    rows = list(csv.DictReader(f))
+  return {(row['key'], column): float(value) for row in rows for column, value in row.items()
+          if column != 'key' and not column.startswith('time/') and value != ''}
 
 
 class DistributedTrainingTest(absltest.TestCase):
@@ -109,6 +118,13 @@ class DistributedTrainingTest(absltest.TestCase):
     # clients; partial sums merge in completion order, so floats may differ in the last bits.
     for a, b in zip(want.trainable, got.trainable, strict=True):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    # The same released metrics (privacy, clip, noise std, update norm, evaluation).
+    want_metrics, got_metrics = _metrics(local), _metrics(distributed)
+    self.assertEqual(sorted(want_metrics), sorted(got_metrics))
+    self.assertIn(('4', 'dp/noise_stddev'), got_metrics)
+    for key, value in want_metrics.items():
+      self.assertAlmostEqual(got_metrics[key], value, delta=1e-5 * max(1.0, abs(value)),
+                             msg=key)
 
   def test_flag_errors(self):
     out = os.path.join(self.tmp, 'bad')
