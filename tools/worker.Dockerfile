@@ -8,17 +8,21 @@
 # 0.87.0, installed as tools/setup.sh does), nothing else: no data, no audio tools, no Bazel. It
 # serves plaintext gRPC and runs any TensorFlow graph it is sent: publish its port to the
 # driver alone (a private network, a NetworkPolicy), or put a TLS proxy in front of it.
-FROM python:3.11.7-slim
+#
+# BASE_IMAGE: any image with Python 3.11 and its venv module (default the official one; e.g. a
+# Debian bookworm image with python3-venv where Docker Hub is not reachable).
+ARG BASE_IMAGE=python:3.11.7-slim
+FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 TF_CPP_MIN_LOG_LEVEL=2
 WORKDIR /opt/fedasr-tff
 COPY requirements.lock .
-RUN pip install -q "pip==23.2.1" \
- && pip install -q --no-deps -r requirements.lock \
- && pip install -q --no-deps "tensorflow-federated==0.87.0"
-# setpriv (util-linux) is not needed: the worker is the container's main process.
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install -q "pip==23.2.1" \
+ && /opt/venv/bin/pip install -q --no-deps -r requirements.lock \
+ && /opt/venv/bin/pip install -q --no-deps "tensorflow-federated==0.87.0"
 COPY fedasr_tff/ fedasr_tff/
-ENV PYTHONPATH=/opt/fedasr-tff
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/opt/fedasr-tff
 # Not root: the worker needs no privilege.
 RUN useradd --system --no-create-home worker
 USER worker
