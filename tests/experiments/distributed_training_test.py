@@ -19,21 +19,15 @@ from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
 from tests.runtime import workers as workers_lib
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _env():
-  path = os.pathsep.join([_ROOT] + [p for p in sys.path if p])
-  return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL='2')
-
 
 def _command(binary, *args):
   return [sys.executable, '-m', f'experiments.{binary}', *args]
 
 
 def _run(binary, *args, timeout=600):
-  return subprocess.run(_command(binary, *args), capture_output=True, text=True, env=_env(),
-                        cwd=_ROOT, timeout=timeout, check=False)
+  return subprocess.run(_command(binary, *args), capture_output=True, text=True,
+                        env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT, timeout=timeout,
+                        check=False)
 
 
 def _metrics_keys(output_dir):
@@ -85,7 +79,8 @@ class DistributedTrainingTest(absltest.TestCase):
     workers = f'--workers={",".join(self.workers.addresses)}'
     proc = subprocess.Popen(
         _command('train_federated', *self._flags(distributed, workers, '--worker_timeout=3')),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT)
     checkpoint = os.path.join(distributed, 'checkpoints', 'program_state_1')
     deadline = time.monotonic() + 600
     while not os.path.isdir(checkpoint) and proc.poll() is None:
@@ -138,11 +133,15 @@ class DistributedTrainingTest(absltest.TestCase):
          '--workers: --mixed runs on one machine'),
         ('train_retriever', [workers, '--rounds=1'], 'local DP state'),
     ]
-    procs = [subprocess.Popen(_command(binary, *self._flags(out, *extra)) if binary ==
-                              'train_federated' else _command(binary, f'--output_dir={out}',
-                                                              *extra),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=_env(), cwd=_ROOT) for binary, extra, _ in cases]
+    def command(binary, extra):
+      if binary == 'train_federated':
+        return _command(binary, *self._flags(out, *extra))
+      return _command(binary, f'--output_dir={out}', *extra)
+
+    procs = [subprocess.Popen(command(binary, extra), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT)
+             for binary, extra, _ in cases]
     for proc, (binary, extra, expected) in zip(procs, cases, strict=True):
       stdout, stderr = proc.communicate(timeout=300)
       self.assertNotEqual(proc.returncode, 0, msg=(binary, extra))
