@@ -163,8 +163,8 @@ def main(argv):
         else contextlib.nullcontext(sys.stdout)) as out:
     try:
       for result in transcription.transcribe_files(
-          transcriber.transcribe, tokens, entries, _DECODER.value, _BEAM_WIDTH.value, _TOP_PATHS.value,
-          word_list, _SKIP_UNREADABLE.value):
+          transcriber.transcribe, tokens, entries, _DECODER.value, _BEAM_WIDTH.value,
+          _TOP_PATHS.value, word_list, _SKIP_UNREADABLE.value):
         results.append(result)
         if result.error is not None:
           print(f'Skipped {result.error}', file=sys.stderr)
