@@ -129,19 +129,14 @@ class DistributedTrainingTest(absltest.TestCase):
   def test_flag_errors(self):
     out = os.path.join(self.tmp, 'bad')
     workers = f'--workers={",".join(self.workers.addresses)}'
+    # Each case is an interpreter start (CI has 2 cores): parsing, TLS files and unreachable
+    # workers are covered in-process by `tests/runtime/distributed_test.py`.
     cases = [
         ('train_federated', [workers, '--clients_in_parallel=2'], '--clients_in_parallel'),
-        ('train_federated', ['--workers=localhost'], "'localhost' is not host:port"),
-        ('train_federated', [workers, f'--workers_file={out}.txt'], 'not both'),
-        ('train_federated', ['--worker_tls_root_certs=/no/ca.pem'], 'apply to --workers'),
-        ('train_federated', [workers, '--worker_tls_root_certs=/no/ca.pem'], 'Cannot read'),
-        ('train_federated', ['--workers=localhost:1', '--worker_timeout=0.5'],
-         'localhost:1 is not reachable after 0.5 s'),
         ('train_federated', [workers, '--speakers=federated', '--mixed=two_way',
                              '--central_split=train', '--central_speakers=seed'],
          '--workers: --mixed runs on one machine'),
         ('train_retriever', [workers, '--rounds=1'], 'local DP state'),
-        ('demo', [workers], '--workers: the demo runs on one machine'),
     ]
     procs = [subprocess.Popen(_command(binary, *self._flags(out, *extra)) if binary ==
                               'train_federated' else _command(binary, f'--output_dir={out}',
