@@ -64,6 +64,11 @@ from fedasr_tff import data
 from fedasr_tff import runtime
 from fedasr_tff.runtime import execution_context
 
+_LOCAL_STEPS = speech_rounds.LOCAL_STEPS
+_SPEAKERS = speech_rounds.SPEAKERS
+_UTTERANCES = speech_rounds.UTTERANCES
+_MAX_BATCH_SECONDS = speech_rounds.MAX_BATCH_SECONDS
+_CORPUS_DIR = speech_rounds.CORPUS_DIR
 _COHORTS = flags.DEFINE_list('cohorts', ['32', '128'], 'Clients per round to time.')
 _WORKERS_COUNTS = flags.DEFINE_list('workers_counts', ['1', '2', '4'],
                                     'Local TFF workers of each distributed context.')
@@ -72,24 +77,12 @@ _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed rounds of each context per co
 _WARMUP_ROUNDS = flags.DEFINE_integer(
     'warmup_rounds', 1, 'Untimed rounds of each context per cohort before timing (the first '
     'compiles on the workers).', lower_bound=1)
-_LOCAL_STEPS = flags.DEFINE_integer('local_steps', 2, 'Local SGD steps (batches) per client.',
-                                    lower_bound=1)
-_SPEAKERS = flags.DEFINE_integer('speakers', 16, 'Distinct synthetic speakers (clients); '
-                                 'larger cohorts cycle through them.', lower_bound=1)
-_UTTERANCES = flags.DEFINE_integer('utterances_per_speaker', 4, 'Utterances of every speaker.',
-                                   lower_bound=1)
-_MAX_BATCH_SECONDS = flags.DEFINE_float('max_batch_seconds', 4.0,
-                                        'Audio per client batch (dynamic batching).',
-                                        lower_bound=0.1)
 _ASSUMED_GBPS = flags.DEFINE_float('assumed_gbps', 10.0, 'Bandwidth of the driver\'s link in '
                                    'the estimate, Gbit/s.', lower_bound=1e-3)
 _MACHINES = flags.DEFINE_list('machines', ['1', '2', '4', '8', '16', '32'],
                               'Machine counts N of the estimate.')
 _WORKER_TIMEOUT = flags.DEFINE_float('worker_timeout', 60.0, 'Seconds a started worker may '
                                      'take to serve.', lower_bound=1.0)
-_CORPUS_DIR = flags.DEFINE_string(
-    'corpus_dir', None, 'Folder for the synthetic corpus (made there if it has none); default: '
-    'a temporary folder, removed at the end.')
 
 _LOCAL = 'local'
 _NOISE_MULTIPLIER = 1.0

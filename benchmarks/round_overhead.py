@@ -70,6 +70,11 @@ from fedasr_tff import models
 from fedasr_tff.algorithms import local_training
 from fedasr_tff.runtime import execution_context
 
+_LOCAL_STEPS = speech_rounds.LOCAL_STEPS
+_SPEAKERS = speech_rounds.SPEAKERS
+_UTTERANCES = speech_rounds.UTTERANCES
+_MAX_BATCH_SECONDS = speech_rounds.MAX_BATCH_SECONDS
+_CORPUS_DIR = speech_rounds.CORPUS_DIR
 _COHORTS = flags.DEFINE_list('cohorts', ['8', '32', '128'], 'Clients per round to time.')
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed rounds of each per cohort.', lower_bound=1)
 _WARMUP_ROUNDS = flags.DEFINE_integer(
@@ -78,15 +83,6 @@ _WARMUP_ROUNDS = flags.DEFINE_integer(
 _REDUCE_FLOOR_COHORTS = flags.DEFINE_list(
     'reduce_floor_cohorts', [], 'Cohorts (of --cohorts) at which to time the floor with a '
     '`dataset.reduce` loop too (slow).')
-_LOCAL_STEPS = flags.DEFINE_integer('local_steps', 2, 'Local SGD steps (batches) per client.',
-                                    lower_bound=1)
-_SPEAKERS = flags.DEFINE_integer('speakers', 16, 'Distinct synthetic speakers (clients); '
-                                 'larger cohorts cycle through them.', lower_bound=1)
-_UTTERANCES = flags.DEFINE_integer('utterances_per_speaker', 4, 'Utterances of every speaker.',
-                                   lower_bound=1)
-_MAX_BATCH_SECONDS = flags.DEFINE_float('max_batch_seconds', 4.0,
-                                        'Audio per client batch (dynamic batching).',
-                                        lower_bound=0.1)
 _CLIENT_SIZES = flags.DEFINE_list('client_sizes', ['10', '100', '500'],
                                   'Utterances per client of the client-size rounds (empty: skip).')
 _SIZE_SPEAKERS = flags.DEFINE_integer('size_speakers', 4, 'Speakers of the client-size corpus.',
@@ -100,9 +96,6 @@ _MEMORY_ROUNDS = flags.DEFINE_integer('memory_rounds', 200,
                                       lower_bound=0)
 _MEMORY_COHORT = flags.DEFINE_integer('memory_cohort', 32,
                                       'Clients per round while measuring memory.', lower_bound=1)
-_CORPUS_DIR = flags.DEFINE_string(
-    'corpus_dir', None, 'Folder for the synthetic corpora (made there if it has none); default: '
-    'a temporary folder, removed at the end.')
 
 _MEMORY_BASELINE_ROUND = 20
 _MAX_FIRST_ROUND_DIFFERENCE = 1e-4

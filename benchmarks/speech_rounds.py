@@ -11,6 +11,7 @@ import os
 import statistics
 
 from absl import app
+from absl import flags
 import tensorflow as tf
 
 from fedasr_tff import algorithms
@@ -25,6 +26,20 @@ CLIENT_LEARNING_RATE = 0.05
 CLIP_NORM = 1.0
 SERVER_LEARNING_RATE = 1.0
 SEED = 0
+
+# Flags of every speech-round benchmark (each benchmark is its own process).
+LOCAL_STEPS = flags.DEFINE_integer('local_steps', 2, 'Local SGD steps (batches) per client.',
+                                   lower_bound=1)
+SPEAKERS = flags.DEFINE_integer('speakers', 16, 'Distinct synthetic speakers (clients); '
+                                'larger cohorts cycle through them.', lower_bound=1)
+UTTERANCES = flags.DEFINE_integer('utterances_per_speaker', 4, 'Utterances of every speaker.',
+                                  lower_bound=1)
+MAX_BATCH_SECONDS = flags.DEFINE_float('max_batch_seconds', 4.0,
+                                       'Audio per client batch (dynamic batching).',
+                                       lower_bound=0.1)
+CORPUS_DIR = flags.DEFINE_string(
+    'corpus_dir', None, 'Folder for the synthetic corpora (made there if it has none); default: '
+    'a temporary folder, removed at the end.')
 
 
 def corpus(root, name, speakers, utterances):

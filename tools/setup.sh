@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(bazel-bootstrap bazel-platforms espeak-ng sox flac libsox-fmt-mp3 fortunes)
+APT_PACKAGES=(bazel-bootstrap bazel-platforms espeak-ng sox flac libsox-fmt-mp3 fortunes openssl)
 TFF_VERSION=0.87.0
 VENV=.venv
 STAMP="$VENV/.fedasr-setup-stamp"

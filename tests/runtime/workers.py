@@ -13,11 +13,12 @@ import time
 import grpc
 import portpicker
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _env():
-  path = os.pathsep.join([_ROOT] + [p for p in sys.path if p])
+def subprocess_env():
+  """The environment of a subprocess that runs this project's modules (`python -m ...`)."""
+  path = os.pathsep.join([ROOT] + [p for p in sys.path if p])
   return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL='2')
 
 
@@ -26,8 +27,8 @@ def start_worker(port: int) -> subprocess.Popen:
   pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
   return subprocess.Popen([*pdeathsig, sys.executable, '-m', 'fedasr_tff.runtime.worker',
                            f'--port={port}'], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
-                          cwd=_ROOT, start_new_session=True)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=subprocess_env(), cwd=ROOT, start_new_session=True)
 
 
 def wait_until_serving(port: int, timeout: float = 120) -> None:
