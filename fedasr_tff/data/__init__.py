@@ -11,8 +11,10 @@ References:
 
 from fedasr_tff.data.audio import AudioError
 from fedasr_tff.data.audio import load_audio
+from fedasr_tff.data.corpora import AudioListEntry
 from fedasr_tff.data.corpora import ReadReport
 from fedasr_tff.data.corpora import Utterance
+from fedasr_tff.data.corpora import read_audio_list
 from fedasr_tff.data.corpora import read_common_voice
 from fedasr_tff.data.corpora import read_librispeech
 from fedasr_tff.data.corpora import read_manifest

@@ -6,6 +6,9 @@
   `path`, `sentence`; the speaker is `client_id`).
 * Manifest: a TSV with a header and columns `path`, `transcript`, `speaker` (paths relative to
   the manifest's folder unless absolute).
+* Audio list (files to transcribe, `read_audio_list`): one audio path per line, optionally
+  followed by a tab and its reference transcript; no header, blank lines skipped, paths relative
+  to the list's folder unless absolute.
 
 Readers list utterances (metadata only; no audio is decoded). Problems with single utterances (a
 missing `.trans.txt`, an audio file without a transcript line or the reverse, an empty
@@ -141,3 +144,51 @@ def read_manifest(path: str, strict: bool = False,
   return _utterances_from_tsv(path, os.path.dirname(os.path.abspath(path)),
                               ('path', 'transcript', 'speaker'), strict,
                               ReadReport() if report is None else report)
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioListEntry:
+  """A file to transcribe, where it was listed (`FILE:LINE`), and its reference if given."""
+  path: str
+  where: str
+  reference: Optional[str] = None
+
+
+def read_audio_list(path: str) -> List[AudioListEntry]:
+  """The entries of an audio list (module docstring), in order.
+
+  Either every entry has a reference or none has. Audio files are not opened here.
+
+  Raises:
+    ValueError: naming `path:line` for a line with an empty path, an empty reference, more than
+      two tab-separated fields, or a reference where earlier lines have none (or the reverse);
+      naming `path` if it cannot be read or lists no file.
+  """
+  try:
+    with open(path, encoding='utf-8') as f:
+      lines = f.read().splitlines()
+  except (OSError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path}: cannot read the audio list: {e}') from e
+  folder = os.path.dirname(os.path.abspath(path))
+  entries = []
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    where = f'{path}:{number}'
+    fields = line.split('\t')
+    if len(fields) > 2:
+      raise ValueError(f'{where}: expected "AUDIO_PATH" or "AUDIO_PATH<TAB>REFERENCE", got '
+                       f'{len(fields)} tab-separated fields.')
+    audio = fields[0].strip()
+    if not audio:
+      raise ValueError(f'{where}: empty audio path.')
+    reference = fields[1].strip() if len(fields) == 2 else None
+    if reference == '':
+      raise ValueError(f'{where}: empty reference transcript after the tab.')
+    if entries and (reference is None) != (entries[0].reference is None):
+      raise ValueError(f'{where}: {"no" if reference is None else "a"} reference transcript, '
+                       f'unlike {entries[0].where}; give references on every line or on none.')
+    entries.append(AudioListEntry(os.path.join(folder, audio), where, reference))
+  if not entries:
+    raise ValueError(f'{path}: the audio list names no file.')
+  return entries

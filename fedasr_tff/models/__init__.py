@@ -11,8 +11,11 @@ from fedasr_tff.models.configs import CONFIGS
 from fedasr_tff.models.configs import TransformerConfig
 from fedasr_tff.models.configs import get_config
 from fedasr_tff.models.ctc import BLANK_INDEX
+from fedasr_tff.models.ctc import beam_search_decode
 from fedasr_tff.models.ctc import ctc_loss
 from fedasr_tff.models.ctc import greedy_decode
+from fedasr_tff.models.ctc import greedy_decode_with_scores
+from fedasr_tff.models.ctc import ids_to_texts
 from fedasr_tff.models.tff_model import CTCSpeechModel
 from fedasr_tff.models.tff_model import build_tff_model_fn
 from fedasr_tff.models.transformer import BLOCK_PARAMETERS

@@ -52,8 +52,7 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
 
   def __init__(self, keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
     self._model = keras_model
-    # Token id -> character; id 0 (the blank) maps to the empty string.
-    self._token_table = tf.constant([''] + list(tokens))
+    self._tokens = list(tokens)
     self._metric_vars = collections.OrderedDict(
         (name, tf.Variable(0.0, trainable=False, name=name)) for name in _METRIC_NAMES)
     num_mels = keras_model.config.num_mels
@@ -79,9 +78,6 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
   @property
   def input_spec(self):
     return self._input_spec
-
-  def _texts(self, ragged_ids: tf.RaggedTensor) -> tf.Tensor:
-    return tf.strings.reduce_join(tf.gather(self._token_table, ragged_ids), axis=-1)
 
   # reduce_retracing: dynamic batches differ in shape, so trace once with relaxed shapes.
   @tf.function(reduce_retracing=True)
@@ -109,9 +105,10 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
     self._metric_vars['loss_sum'].assign_add(loss * utterances)
     self._metric_vars['utterances'].assign_add(utterances)
     if not training:
-      references = self._texts(
-          tf.RaggedTensor.from_tensor(batch_input['labels'], lengths=batch_input['label_lengths']))
-      hypotheses = self._texts(ctc.greedy_decode(logits, logit_lengths))
+      references = ctc.ids_to_texts(
+          tf.RaggedTensor.from_tensor(batch_input['labels'], lengths=batch_input['label_lengths']),
+          self._tokens)
+      hypotheses = ctc.ids_to_texts(ctc.greedy_decode(logits, logit_lengths), self._tokens)
       for unit, edits_name, total_name in (('word', 'word_edits', 'words'),
                                            ('char', 'char_edits', 'chars')):
         edits, total = metrics.error_counts(references, hypotheses, unit)

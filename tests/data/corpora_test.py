@@ -122,6 +122,35 @@ class CorporaTest(absltest.TestCase):
       with self.assertRaisesRegex(data.AudioError, os.path.basename(path)):
         data.load_audio(path)
 
+  def _audio_list(self, text):
+    path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'list.tsv')
+    with open(path, 'w') as f:
+      f.write(text)
+    return path
+
+  def test_audio_list_paths_and_references(self):
+    path = self._audio_list('a.wav\tHello there\n\n/abs/b.flac\tone\n')
+    entries = data.read_audio_list(path)
+    folder = os.path.dirname(path)
+    self.assertEqual([(e.path, e.where, e.reference) for e in entries],
+                     [(os.path.join(folder, 'a.wav'), f'{path}:1', 'Hello there'),
+                      ('/abs/b.flac', f'{path}:3', 'one')])
+    self.assertIsNone(data.read_audio_list(self._audio_list('a.wav\n'))[0].reference)
+
+  def test_audio_list_errors_name_file_and_line(self):
+    cases = [('a.wav\tone\nb.wav\tx\ty\n', ':2', 'tab-separated'),
+             ('a.wav\n\tone\n', ':2', 'empty audio path'),
+             ('a.wav\t \n', ':1', 'empty reference'),
+             ('a.wav\tone\nb.wav\n', ':2', 'on every line or on none'),
+             ('a.wav\nb.wav\tone\n', ':2', 'on every line or on none')]
+    for text, line, message in cases:
+      path = self._audio_list(text)
+      with self.assertRaisesRegex(ValueError, f'{path}{line}: .*{message}', msg=text):
+        data.read_audio_list(path)
+    for path in (self._audio_list('\n \n'), '/no/such/list.tsv'):
+      with self.assertRaisesRegex(ValueError, path):
+        data.read_audio_list(path)
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -1,0 +1,189 @@
+r"""Transcribes audio files with a trained model, and exports the model as a TF SavedModel.
+
+  python -m experiments.transcribe --model=/tmp/run/model.npz --model_config=tiny a.wav b.flac
+  python -m experiments.transcribe --model=/tmp/run/model.npz --manifest=/tmp/test.tsv \
+      --decoder=beam --beam_width=16 --top_paths=8 --word_list=/tmp/words.txt --output=/tmp/hyp
+  python -m experiments.transcribe --model=/tmp/run/model.npz --export_saved_model=/tmp/asr
+  python -m experiments.transcribe --saved_model=/tmp/asr c.mp3
+
+Audio: WAV, FLAC or MP3, any sample rate (read and resampled to 16 kHz mono by
+`data.load_audio`), given as arguments, with --audio (comma-separated) and/or in --manifest (one
+path per line, optionally `<TAB>reference transcript`; paths relative to the manifest's folder).
+A missing file stops the run before any file is transcribed, and an unreadable one (corrupt,
+unsupported, shorter than 25 ms) when it is reached, with an error naming the file (the
+transcripts before it are written); with --skip_unreadable either is reported on stderr and left
+out instead.
+
+Output: `PATH<TAB>TRANSCRIPT` per file (the absolute path), in input order, each written as soon
+as it is done, on stdout or in --output. With references, the corpus-level WER and CER against
+the normalised references follow on stderr.
+
+Decoding (`fedasr_tff.decoding`): greedy (best path) or CTC prefix beam search; --word_list
+restricts the words of the transcripts as that module's docstring says (the first of the
+--top_paths candidates whose words are all listed, else the best candidate with each unlisted
+word replaced by the nearest listed word in edit distance).
+
+--export_saved_model: a SavedModel of --model (`fedasr_tff.program.transcription`):
+`serving_default` takes `waveforms` [B, S] float32 (16 kHz mono) and `lengths` [B] int32 and
+returns `transcripts` [B] tf.string (greedy), `logits` and `logit_lengths`; `transcribe_beam`
+returns the best beam-search `transcripts` (beam of --beam_width) and `log_probabilities`.
+"""
+
+import contextlib
+import os
+import sys
+
+from absl import app
+from absl import flags
+import tensorflow as tf
+
+from experiments import common
+from experiments import config_flags
+from fedasr_tff import data
+from fedasr_tff import decoding
+from fedasr_tff import metrics
+from fedasr_tff import models
+from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import model_io
+from fedasr_tff.program import transcription
+
+FLAGS = flags.FLAGS
+
+_AUDIO = flags.DEFINE_list('audio', [], 'Audio files to transcribe (also as arguments).')
+_MANIFEST = flags.DEFINE_string(
+    'manifest', None, 'File listing audio to transcribe: one path per line, optionally followed '
+    'by a tab and the reference transcript (then WER and CER are printed); paths relative to the '
+    "manifest's folder.")
+_MODEL = flags.DEFINE_string('model', None, 'Weights (model.npz) of a --model_config model.')
+_SAVED_MODEL = flags.DEFINE_string('saved_model', None, 'A SavedModel written by '
+                                   '--export_saved_model, instead of --model.')
+_DECODER = flags.DEFINE_enum('decoder', 'greedy', decoding.DECODERS, 'greedy: the best path; '
+                             'beam: CTC prefix beam search.')
+_BEAM_WIDTH = flags.DEFINE_integer('beam_width', 16, 'Prefixes kept per frame by beam search '
+                                   '(and in the SavedModel\'s transcribe_beam).', lower_bound=1)
+_TOP_PATHS = flags.DEFINE_integer('top_paths', 1, 'Beam-search candidates --word_list chooses '
+                                  'from (<= --beam_width).', lower_bound=1)
+_WORD_LIST = flags.DEFINE_string('word_list', None, 'File of allowed words, one per line '
+                                 '(see fedasr_tff/decoding.py for what the restriction does).')
+_OUTPUT = flags.DEFINE_string('output', None, 'Write the transcripts here instead of stdout.')
+_SKIP_UNREADABLE = flags.DEFINE_bool('skip_unreadable', False, 'Report unreadable or missing '
+                                     'audio on stderr and go on, instead of stopping.')
+_EXPORT_SAVED_MODEL = flags.DEFINE_string('export_saved_model', None, 'Write --model as a '
+                                          'SavedModel to this (new or empty) folder.')
+
+
+def _check_flags(audio_args):
+  if (_MODEL.value is None) == (_SAVED_MODEL.value is None):
+    raise app.UsageError('Give exactly one of --model and --saved_model.')
+  if _SAVED_MODEL.value is not None:
+    for name in ('model_config', 'export_saved_model'):
+      if FLAGS[name].present:
+        raise app.UsageError(f'--{name} applies to --model, not --saved_model.')
+  if not (audio_args or _AUDIO.value or _MANIFEST.value or _EXPORT_SAVED_MODEL.value):
+    raise app.UsageError('Nothing to do: give audio files (arguments, --audio or --manifest) '
+                         'or --export_saved_model.')
+  if _TOP_PATHS.value > 1 and (_DECODER.value != 'beam' or _WORD_LIST.value is None):
+    raise app.UsageError('--top_paths > 1 needs --decoder=beam and --word_list (the candidates '
+                         'the word list chooses from); without them only the best is printed.')
+  if _TOP_PATHS.value > _BEAM_WIDTH.value:
+    raise app.UsageError(f'--top_paths ({_TOP_PATHS.value}) must be <= --beam_width '
+                         f'({_BEAM_WIDTH.value}).')
+
+
+def _entries(audio_args):
+  entries = [data.AudioListEntry(os.path.abspath(p), 'argument')
+             for p in list(audio_args) + _AUDIO.value]
+  if _MANIFEST.value:
+    try:
+      entries += data.read_audio_list(_MANIFEST.value)
+    except ValueError as e:
+      raise app.UsageError(f'--manifest: {e}') from e
+  if not _SKIP_UNREADABLE.value:
+    for entry in entries:
+      if not os.path.isfile(entry.path):
+        raise app.UsageError(f'{entry.path}: no such audio file ({entry.where}; '
+                             '--skip_unreadable goes on without it).')
+  return entries
+
+
+def _load(vocab):
+  """(the `Transcriber` of --model (exported if asked) or the loaded --saved_model, its tokens).
+
+  The caller keeps the returned object: a loaded SavedModel's functions hold its variables only
+  weakly.
+  """
+  if _SAVED_MODEL.value is not None:
+    try:
+      loaded = tf.saved_model.load(_SAVED_MODEL.value)
+      tokens = [t.decode('utf-8') for t in loaded.tokens.numpy()]
+    except (OSError, ValueError, AttributeError) as e:
+      raise app.UsageError(f'--saved_model {_SAVED_MODEL.value!r}: not a SavedModel written by '
+                           f'--export_saved_model: {e}') from e
+    if tuple(tokens) != vocab.tokens:
+      raise app.UsageError(f'--saved_model has the vocabulary {"".join(tokens)!r}, --language='
+                           f'{vocab.language} has {"".join(vocab.tokens)!r}.')
+    return loaded, tokens
+  with config_flags.flag_errors():
+    model_config = config_flags.config_from_flags(config_lib.ModelConfig).model_config
+    keras_model = models.build_ctc_transformer(model_config, vocab.size)
+    try:
+      weights = model_io.load_weights(_MODEL.value, keras_model, source='--model')
+    except ValueError as e:
+      raise ValueError(f'{e} (--model_config={model_config})') from e
+    weights.assign_weights_to(keras_model)
+    transcriber = transcription.Transcriber(keras_model, vocab.tokens, _BEAM_WIDTH.value)
+    if _EXPORT_SAVED_MODEL.value:
+      try:
+        transcription.export_saved_model(transcriber, _EXPORT_SAVED_MODEL.value)
+      except ValueError as e:
+        raise ValueError(f'--export_saved_model: {e}') from e
+      print(f'SavedModel written to {_EXPORT_SAVED_MODEL.value}', file=sys.stderr)
+  return transcriber, vocab.tokens
+
+
+def main(argv):
+  audio_args = argv[1:]
+  common.start_binary(distributed_refusal='transcription runs no federated round.')
+  _check_flags(audio_args)
+  vocab = config_flags.config_from_flags(config_lib.DataConfig).vocabulary()
+  entries = _entries(audio_args)
+  word_list = None
+  if _WORD_LIST.value:
+    try:
+      word_list = decoding.WordList.from_file(_WORD_LIST.value, vocab)
+    except ValueError as e:
+      raise app.UsageError(f'--word_list: {e}') from e
+  transcriber, tokens = _load(vocab)
+  if not entries:
+    return
+  if _OUTPUT.value:
+    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  results = []
+  with (open(_OUTPUT.value, 'w', encoding='utf-8') if _OUTPUT.value
+        else contextlib.nullcontext(sys.stdout)) as out:
+    try:
+      for result in transcription.transcribe_files(
+          transcriber.transcribe, tokens, entries, _DECODER.value, _BEAM_WIDTH.value,
+          _TOP_PATHS.value, word_list, _SKIP_UNREADABLE.value):
+        results.append(result)
+        if result.error is not None:
+          print(f'Skipped {result.error}', file=sys.stderr)
+        else:
+          out.write(f'{result.entry.path}\t{result.text}\n')
+          out.flush()
+    except data.AudioError as e:
+      raise app.UsageError(f'{e} (--skip_unreadable goes on without it)') from e
+  scored = [r for r in results if r.error is None and r.entry.reference is not None]
+  if scored:
+    references = [data.normalize_transcript(r.entry.reference, vocab.language) for r in scored]
+    hypotheses = [r.text for r in scored]
+    print(f'WER {100 * metrics.word_error_rate(references, hypotheses):.2f}%  '
+          f'CER {100 * metrics.character_error_rate(references, hypotheses):.2f}%  '
+          f'({len(scored)} utterances)', file=sys.stderr)
+  skipped = len(results) - sum(r.error is None for r in results)
+  if skipped:
+    print(f'{skipped} of {len(results)} files skipped as unreadable.', file=sys.stderr)
+
+
+if __name__ == '__main__':
+  app.run(main)

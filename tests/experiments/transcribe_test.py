@@ -1,0 +1,116 @@
+"""The transcription binary end to end, in subprocesses (as users run it).
+
+A random `tiny` model (what is checked is the plumbing, not accuracy): a manifest with references
+(transcripts and WER/CER), the SavedModel it exports giving the same transcripts, a word list,
+unreadable audio, and flag errors that name the flag or the file and line.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+from fedasr_tff import data
+from fedasr_tff import models
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import model_io
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _start(*args):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
+             PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
+  return subprocess.Popen([sys.executable, '-m', 'experiments.transcribe', *args],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          cwd=_ROOT)
+
+
+def _finish(proc):
+  stdout, stderr = proc.communicate(timeout=300)
+  return proc.returncode, stdout, stderr
+
+
+class TranscribeTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.tmp, num_speakers=1, mean_utterances=2, skew=0.0, seed=0,
+                          words_per_utterance=(1, 2))
+    cls.utterances = data.read_librispeech(os.path.join(cls.tmp, 'librispeech'), 'train')
+    cls.manifest = os.path.join(cls.tmp, 'list.tsv')
+    with open(cls.manifest, 'w') as f:
+      for u in cls.utterances:
+        f.write(f'{os.path.relpath(u.path, cls.tmp)}\t{u.transcript}\n')
+    model = models.build_ctc_transformer('tiny', data.Vocabulary('en').size)
+    cls.model = os.path.join(cls.tmp, 'model.npz')
+    model_io.save_weights(cls.model, model, model_io.model_weights(model))
+    cls.corrupt = os.path.join(cls.tmp, 'corrupt.wav')
+    with open(cls.corrupt, 'wb') as f:
+      f.write(b'RIFF not really')
+    cls.words = os.path.join(cls.tmp, 'words.txt')
+    with open(cls.words, 'w') as f:
+      f.write('yes\nno\n')
+
+  def test_manifest_export_and_saved_model_give_the_same_transcripts(self):
+    output = os.path.join(self.tmp, 'out', 'hyp.tsv')
+    saved_model = os.path.join(self.tmp, 'saved_model')
+    code, _, stderr = _finish(_start(f'--model={self.model}', f'--manifest={self.manifest}',
+                                     f'--output={output}', f'--export_saved_model={saved_model}'))
+    self.assertEqual(code, 0, msg=stderr[-3000:])
+    self.assertRegex(stderr, r'WER \d+\.\d\d%  CER \d+\.\d\d%  \(2 utterances\)')
+    with open(output) as f:
+      lines = [line.rstrip('\n').split('\t') for line in f]
+    self.assertEqual([path for path, _ in lines], [u.path for u in self.utterances])
+    # The SavedModel (greedy, arguments and --audio) and beam search with a word list.
+    runs = [_start(f'--saved_model={saved_model}', self.utterances[0].path,
+                   f'--audio={self.utterances[1].path}'),
+            _start(f'--saved_model={saved_model}', f'--manifest={self.manifest}',
+                   '--decoder=beam', '--beam_width=4', '--top_paths=4',
+                   f'--word_list={self.words}')]
+    code, stdout, stderr = _finish(runs[0])
+    self.assertEqual(code, 0, msg=stderr[-3000:])
+    self.assertEqual([line.split('\t') for line in stdout.splitlines()], lines)
+    code, stdout, stderr = _finish(runs[1])
+    self.assertEqual(code, 0, msg=stderr[-3000:])
+    for line in stdout.splitlines():
+      self.assertTrue(set(line.split('\t')[1].split()) <= {'yes', 'no'}, msg=line)
+
+  def test_unreadable_audio_stops_naming_the_file_or_is_skipped(self):
+    good = self.utterances[0].path
+    runs = [_start(f'--model={self.model}', self.corrupt, good),
+            _start(f'--model={self.model}', self.corrupt, good, '--skip_unreadable')]
+    code, stdout, stderr = _finish(runs[0])
+    self.assertNotEqual(code, 0)
+    self.assertIn(self.corrupt, stderr)
+    self.assertEqual(stdout, '')
+    code, stdout, stderr = _finish(runs[1])
+    self.assertEqual(code, 0, msg=stderr[-3000:])
+    self.assertEqual([line.split('\t')[0] for line in stdout.splitlines()], [good])
+    self.assertIn(f'Skipped {self.corrupt}', stderr)
+    self.assertIn('1 of 2 files skipped', stderr)
+
+  def test_bad_flags_and_files_are_named(self):
+    # A few, each an interpreter start (CI has 2 cores): manifest and word-list lines are
+    # named by `tests/data/corpora_test.py` and `tests/decoding_test.py`.
+    audio = self.utterances[0].path
+    model = f'--model={self.model}'
+    cases = [
+        ([model, f'--saved_model={self.tmp}', audio], '--model and --saved_model'),
+        ([model, '--top_paths=2', audio], '--top_paths'),
+        ([model, '/no/such/audio.wav'], '/no/such/audio.wav'),
+        ([model, '--model_config=small', audio], '--model_config=small'),
+    ]
+    procs = [_start(*args) for args, _ in cases]
+    for proc, (args, expected) in zip(procs, cases, strict=True):
+      code, stdout, stderr = _finish(proc)
+      self.assertNotEqual(code, 0, msg=args)
+      self.assertIn(expected, stderr + stdout, msg=args)
+
+
+if __name__ == '__main__':
+  absltest.main()
