@@ -66,5 +66,32 @@ class ConfigFlagsTest(absltest.TestCase):
                      '--sigma_dp must be a finite number >= 0; `not_a_flag` is not.')
 
 
+  def test_impossible_flag_combinations_are_usage_errors_naming_the_flags(self):
+    # What the binaries do at start-up (`flag_errors` around `config_from_flags`), in-process;
+    # tests/experiments/train_federated_test.py runs the checks that need the whole binary.
+    cases = [
+        (['--sigma_dp=0.1', '--noise_multiplier=1'], '--sigma_dp, --noise_multiplier'),
+        (['--sigma_dp=0.1', '--target_epsilon=8'], '--sigma_dp, --target_epsilon'),
+        (['--clipping=none', '--sigma_dp=0.1'], '--clipping=none'),
+        # Client noise is calibrated for exactly S clients and protects only the sum.
+        (['--noise_placement=client', '--sigma_dp=0.1'], '--sampling=poisson'),
+        (['--noise_placement=client', '--sigma_dp=0.1', '--sampling=fixed',
+          '--adaptive_clipping'], '--adaptive_clipping'),
+        (['--noise_placement=client', '--sigma_dp=0.1', '--sampling=fixed',
+          '--release_client_diagnostics'], '--release_client_diagnostics'),
+    ]
+    for argv, expected in cases:
+      flag_values = _flag_values(*argv)
+      with self.assertRaises(app.UsageError, msg=argv) as raised:
+        with config_flags.flag_errors(flag_values):
+          config_flags.config_from_flags(config_lib.FederatedConfig, flag_values)
+      self.assertIn(expected, str(raised.exception), msg=argv)
+    # The same flags one at a time are a configuration.
+    flag_values = _flag_values('--noise_placement=client', '--sigma_dp=0.1', '--sampling=fixed')
+    with config_flags.flag_errors(flag_values):
+      config = config_flags.config_from_flags(config_lib.FederatedConfig, flag_values)
+    self.assertEqual(config.dp.noise_placement, 'client')
+
+
 if __name__ == '__main__':
   absltest.main()
