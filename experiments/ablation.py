@@ -58,22 +58,23 @@ _CLIPPINGS = flags.DEFINE_list(
 _OPTIMIZERS = flags.DEFINE_list('optimizers', ['lamb', 'adam', 'sgd'],
                                 'Server optimizers of the DP cells.')
 _SERVER_LRS = flags.DEFINE_list(
-    'server_lrs', ['lamb:0.003', 'adam:0.001', 'sgd:1.0', 'lars:0.05'],
+    'server_lrs', ['lamb:0.005', 'adam:0.002', 'sgd:5.0', 'lars:0.05'],
     'Server learning rate of each optimizer, optimizer:lr (replaces the demo\'s --fl_server_lr).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds: one run of each cell per seed.')
 _REFERENCE = flags.DEFINE_string('reference', 'dim:lamb', 'clipping:optimizer of the no-noise '
                                  'reference cell; empty for none.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Cells run at once.', lower_bound=1)
 _STEP_SECONDS = flags.DEFINE_float(
-    'seconds_per_client_step', 0.1, 'Calibration of the time estimate: seconds of a cell per '
+    'seconds_per_client_step', 0.22, 'Calibration of the time estimate: seconds of a cell per '
     'client and local step (rounds x cohort x local steps of them a cell).', lower_bound=0.0)
 _OVERHEAD_SECONDS = flags.DEFINE_float(
-    'cell_overhead_seconds', 40.0, 'Calibration of the time estimate: seconds of a cell outside '
+    'cell_overhead_seconds', 90.0, 'Calibration of the time estimate: seconds of a cell outside '
     'its rounds (start-up, tracing, evaluations).', lower_bound=0.0)
 
 # The ablation's size on a shared 2-core machine (39 cells in about an hour at --parallel=2;
 # README, "The paper's findings in miniature"); the demo's flags keep their own defaults there.
-_DEFAULTS = dict(fl_rounds=20, fl_eval_every=10, fl_sigma_dp=3e-3)
+_DEFAULTS = dict(held_out_speakers=12, fl_rounds=15, fl_eval_every=15, fl_local_steps=3,
+                 fl_clip=0.1, fl_sigma_dp=5e-3)
 for _name, _value in _DEFAULTS.items():
   flags.FLAGS.set_default(_name, _value)
 
@@ -162,8 +163,9 @@ def _cells(variants, seeds, data_config, seed_model, output_dir):
   """{(variant, seed): study.Cell}: `experiments.train_federated` with the cell's flags."""
   server_lrs = _server_lrs()
   cells = {}
-  for variant in variants:
-    for seed in seeds:
+  # Seed-major: a study stopped early has every variant at its first seeds.
+  for seed in seeds:
+    for variant in variants:
       config = _cell_config(variant, seed, data_config, seed_model, server_lrs)
       cell_dir = os.path.join(output_dir, 'cells', f'{variant.folder}_s{seed}')
       argv = [sys.executable, '-m', 'experiments.train_federated',

@@ -101,8 +101,8 @@ def run_cells(cells: Sequence[Cell], parallel: int, *, env: Optional[Mapping[str
     cells: the study's cells; names must be unique. Finished ones are skipped.
     parallel: how many cells run at once.
     env: the cells' environment (None: this process's).
-    log: where a line per started and finished cell goes, with the time left (estimated from
-      the cells finished so far).
+    log: where a line per started and finished cell goes, with the time left (the cells left,
+      `parallel` at a time, at the mean wall time of the cells finished so far).
     poll_seconds: how often the running cells are checked.
 
   Returns:
@@ -139,7 +139,9 @@ def run_cells(cells: Sequence[Cell], parallel: int, *, env: Optional[Mapping[str
       with open(os.path.join(cell.output_dir, _SECONDS_FILE), 'w') as f:
         json.dump({'seconds': seconds[name]}, f)
       elapsed = time.monotonic() - started_all
-      left = elapsed / len(seconds) * (len(todo) - len(seconds) - len(failed))
+      # The cells left, `parallel` at a time, at the mean wall time of those finished.
+      left = (statistics.mean(seconds.values()) * (len(todo) - len(seconds) - len(failed))
+              / parallel)
       log(f'[{len(seconds)}/{len(todo)}] finished {name} in {seconds[name]:.0f} s; '
           f'{elapsed / 60:.1f} min so far, about {left / 60:.1f} min left')
     if failed:
