@@ -58,7 +58,7 @@ _CLIPPINGS = flags.DEFINE_list(
 _OPTIMIZERS = flags.DEFINE_list('optimizers', ['lamb', 'adam', 'sgd'],
                                 'Server optimizers of the DP cells.')
 _SERVER_LRS = flags.DEFINE_list(
-    'server_lrs', ['lamb:0.005', 'adam:0.002', 'sgd:5.0', 'lars:0.05'],
+    'server_lrs', ['lamb:0.005', 'adam:0.002', 'sgd:5.0'],
     'Server learning rate of each optimizer, optimizer:lr (replaces the demo\'s --fl_server_lr).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds: one run of each cell per seed.')
 _REFERENCE = flags.DEFINE_string('reference', 'dim:lamb', 'clipping:optimizer of the no-noise '

@@ -37,7 +37,7 @@ class AblationTest(absltest.TestCase):
     self.assertRegex(out, r'== 2 cells \(2 x 1 seeds\), 2 to run, 2 at once: about \d+ min '
                           r'\(calibrated \d+ s a cell\)')
     self.assertRegex(out, r'\| dim / lamb / no noise \| 0 \| \d+\.\d ± 0\.0 \|')
-    self.assertRegex(out, r'\| dim / lamb \| 0\.003 \| .* \| \d\S* / \d\S* \|')  # both epsilons
+    self.assertRegex(out, r'\| dim / lamb \| 0\.005 \| .* \| \d\S* / \d\S* \|')  # both epsilons
     self.assertIn('noise costs accuracy: dim / lamb / no noise < dim / lamb: ', out)
     self.assertIn('OUTSIDE the DP guarantee', out)
     self.assertRegex(out, r'\| wqkv kernel \| \d')
