@@ -72,3 +72,22 @@ def flag_errors(flag_values=flags.FLAGS):
   except ValueError as e:
     message = _BACKTICKED.sub(lambda m: f'--{m[1]}' if m[1] in flag_values else m[0], str(e))
     raise app.UsageError(message) from e
+
+
+def argv_from_config(config) -> list:
+  """The flags that make a binary rebuild `config` with `config_from_flags`: `--name=value` for
+  every field that differs from its default (the inverse of `config_from_flags`).
+
+  Raises:
+    ValueError: a field is None where its default is not (an unset flag means the default).
+  """
+  defaults = config_lib.to_flat(type(config)())
+  argv = []
+  for name, value in config_lib.to_flat(config).items():
+    if value == defaults[name]:
+      continue
+    if value is None:
+      raise ValueError(f'`{name}` is None, which no flag can give (its default is '
+                       f'{defaults[name]!r}).')
+    argv.append(f'--{name}={value}')
+  return argv

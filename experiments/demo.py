@@ -64,7 +64,9 @@ _EVAL_EVERY = flags.DEFINE_integer('fl_eval_every', 10, 'Rounds between evaluati
 _TRAIN_SPLIT, _HELD_OUT_SPLIT = 'train', 'dev'
 
 
-def _corpus(root: str) -> str:
+def corpus(root: str) -> str:
+  """The synthetic corpus under `root` (written if absent): its LibriSpeech-layout folder, with
+  the training split (--train_speakers) and the held-out split (--held_out_speakers)."""
   librispeech = os.path.join(root, 'librispeech')
   if not os.path.isdir(os.path.join(librispeech, _HELD_OUT_SPLIT)):
     print(f'writing the synthetic corpus to {root}')
@@ -77,24 +79,69 @@ def _corpus(root: str) -> str:
   return librispeech
 
 
-def _federated(name, sigma_dp, seed_weights, data_config, train_data, eval_data, vocab,
-               output_dir):
-  config = config_lib.FederatedConfig(
+def seed_model(seed_data, eval_data, vocab, seed_dir):
+  """The seed model (weights, held-out evaluation): read from `seed_dir/model.npz` if there,
+  else trained centrally on `seed_data` (Adam with step decay, --central_steps, --central_lr)."""
+  seed_path = os.path.join(seed_dir, 'model.npz')
+  print(f'== seed model: central training on {len(seed_data.client_ids)} speakers '
+        f'({_CENTRAL_STEPS.value} steps)')
+  if os.path.isfile(seed_path):
+    print(f'reusing {seed_path}')
+    model = models.build_tff_model_fn(common.FLAGS.model_config, vocab.tokens)()
+    weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
+    return weights, evaluation.evaluate(model, eval_data, weights)
+  seed = central_training.train(
+      central_training.CentralConfig(
+          steps=_CENTRAL_STEPS.value, model_config=common.FLAGS.model_config,
+          optimizer='adam', learning_rate=_CENTRAL_LR.value, schedule='step', decay_rate=0.5,
+          decay_every=max(1, _CENTRAL_STEPS.value // 3),
+          decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.seed_or_zero(),
+          eval_every_steps=max(1, _CENTRAL_STEPS.value // 4)),
+      seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
+  return seed.weights, seed.evaluation
+
+
+def federated_config(data_config, sigma_dp, *, clipping='dim', normalize=False,
+                     server_optimizer='lamb', server_lr=None, seed=None,
+                     release_client_diagnostics=False) -> config_lib.FederatedConfig:
+  """The demo's federated run (the --fl_* flags; LAMB at --fl_server_lr, "dim" clipping, --seed)
+  with noise `sigma_dp`; the ablation (`experiments.ablation`) varies the rest."""
+  return config_lib.FederatedConfig(
       data=data_config,
       model=config_lib.ModelConfig(model_config=common.FLAGS.model_config),
       client=config_lib.ClientConfig(local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value),
-      server=config_lib.ServerConfig(server_optimizer='lamb', server_lr=_SERVER_LR.value),
-      dp=config_lib.DPConfig(clipping='dim', clip=_CLIP.value, sigma_dp=sigma_dp, delta=1e-9,
+      server=config_lib.ServerConfig(server_optimizer=server_optimizer,
+                                     server_lr=server_lr or _SERVER_LR.value),
+      dp=config_lib.DPConfig(clipping=clipping, normalize=normalize, clip=_CLIP.value,
+                             sigma_dp=sigma_dp, delta=1e-9,
                              population=_DECLARED_POPULATION.value,
-                             population_cohort_size=_DECLARED_COHORT.value),
+                             population_cohort_size=_DECLARED_COHORT.value,
+                             release_client_diagnostics=release_client_diagnostics),
       run=config_lib.RunConfig(rounds=_ROUNDS.value, cohort_size=_COHORT.value,
-                               seed=common.FLAGS.seed, eval_every=_EVAL_EVERY.value,
-                               checkpoint_every=_EVAL_EVERY.value))
+                               seed=common.FLAGS.seed if seed is None else seed,
+                               eval_every=_EVAL_EVERY.value, checkpoint_every=_EVAL_EVERY.value))
+
+
+def _federated(name, sigma_dp, seed_weights, data_config, train_data, eval_data, vocab,
+               output_dir):
+  config = federated_config(data_config, sigma_dp)
   print(f'\n== federated training, {name}: {_ROUNDS.value} rounds, {_COHORT.value} of '
         f'{len(train_data.client_ids)} speakers a round, sigma_dp={sigma_dp:g}')
   return federated_training.train(config, train_data, vocab, os.path.join(output_dir, name),
                                   eval_data=eval_data, initial_weights=seed_weights,
                                   show_progress=common.PROGRESS.value)
+
+
+def demo_data(output_dir: str) -> config_lib.DataConfig:
+  """The demo's data: the synthetic corpus (`corpus`, under --corpus_dir or
+  `output_dir/corpus`), its seed speakers (10%) and held-out split, the features cached in
+  `output_dir/feature_cache`."""
+  root = common.FLAGS.corpus_dir or os.path.join(output_dir, 'corpus')
+  return config_lib.DataConfig(
+      corpus_dir=corpus(root), layout='librispeech', split=_TRAIN_SPLIT, seed_fraction=0.1,
+      split_seed=common.seed_or_zero(), language='en',
+      max_batch_seconds=common.FLAGS.max_batch_seconds,
+      feature_cache_dir=os.path.join(output_dir, 'feature_cache'), eval_split=_HELD_OUT_SPLIT)
 
 
 def main(argv):
@@ -105,12 +152,7 @@ def main(argv):
   common.require('output_dir')
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
-  root = common.FLAGS.corpus_dir or os.path.join(output_dir, 'corpus')
-  data_config = config_lib.DataConfig(
-      corpus_dir=_corpus(root), layout='librispeech', split=_TRAIN_SPLIT, seed_fraction=0.1,
-      split_seed=common.seed_or_zero(), language='en',
-      max_batch_seconds=common.FLAGS.max_batch_seconds,
-      feature_cache_dir=os.path.join(output_dir, 'feature_cache'), eval_split=_HELD_OUT_SPLIT)
+  data_config = demo_data(output_dir)
   vocab = data_config.vocabulary()
   seed_data = data_config.load_client_data(_TRAIN_SPLIT, vocab, speakers='seed',
                                            spec_augment=True)
@@ -119,24 +161,7 @@ def main(argv):
   eval_data = data_config.load_eval_data(vocab)
 
   seed_dir = os.path.join(output_dir, 'seed')
-  seed_path = os.path.join(seed_dir, 'model.npz')
-  print(f'== seed model: central training on {len(seed_data.client_ids)} speakers '
-        f'({_CENTRAL_STEPS.value} steps)')
-  if os.path.isfile(seed_path):
-    print(f'reusing {seed_path}')
-    model = models.build_tff_model_fn(common.FLAGS.model_config, vocab.tokens)()
-    seed_weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
-    seed_eval = evaluation.evaluate(model, eval_data, seed_weights)
-  else:
-    seed = central_training.train(
-        central_training.CentralConfig(
-            steps=_CENTRAL_STEPS.value, model_config=common.FLAGS.model_config,
-            optimizer='adam', learning_rate=_CENTRAL_LR.value, schedule='step', decay_rate=0.5,
-            decay_every=max(1, _CENTRAL_STEPS.value // 3),
-            decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.seed_or_zero(),
-            eval_every_steps=max(1, _CENTRAL_STEPS.value // 4)),
-        seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
-    seed_weights, seed_eval = seed.weights, seed.evaluation
+  seed_weights, seed_eval = seed_model(seed_data, eval_data, vocab, seed_dir)
 
   no_noise = _federated('fl_no_noise', 0.0, seed_weights, data_config, fl_data, eval_data, vocab,
                         output_dir)

@@ -230,13 +230,17 @@ def _series_order(key: tuple[str, str]) -> tuple[int, str, int, str]:
   return _rank(param, models.BLOCK_PARAMETERS), param, _rank(variable, _VARIABLES), variable
 
 
+def _outer_order(layer: str) -> tuple[int, str, int, str]:
+  """Sort key of a layer outside the blocks: forward-pass order, then weights before biases."""
+  prefix, _, variable = layer.rpartition('/')
+  return (_rank(layer.split('/')[0], models.OUTER_LAYERS), prefix, _rank(variable, _VARIABLES),
+          variable)
+
+
 def _outer_layers(layers: Sequence[str]) -> list[str]:
   """The layers outside the blocks, in forward-pass order (unknown ones last, by name)."""
-  def order(layer: str) -> tuple[int, str, int, str]:
-    prefix, _, variable = layer.rpartition('/')
-    return (_rank(layer.split('/')[0], models.OUTER_LAYERS), prefix, _rank(variable, _VARIABLES),
-            variable)
-  return sorted((layer for layer in layers if models.block_tensor(layer) is None), key=order)
+  return sorted((layer for layer in layers if models.block_tensor(layer) is None),
+                key=_outer_order)
 
 
 def _series_style(key: tuple[str, str], colours: Mapping[str, str]) -> dict[str, object]:
@@ -318,6 +322,92 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
               for column in by_layer.values())
   fig.suptitle(f'Per-layer client update norms, averaged over rounds: {label or csv_path}'
                + ('\n(exact client statistics: outside any DP guarantee)' if exact else ''))
+  return _save(fig, png_path)
+
+
+def _profile_group(layer: str) -> str:
+  """'wqkv kernel' for `block_03/wqkv/kernel` (blocks pooled); a layer outside the blocks as is."""
+  tensor = models.block_tensor(layer)
+  return layer if tensor is None else f'{tensor.parameter} {tensor.variable}'
+
+
+def _profile_order(group: str) -> tuple[int, tuple]:
+  """Block parameter types in forward-pass order (weights before biases), then the others."""
+  param, _, variable = group.partition(' ')
+  if variable and param in models.BLOCK_PARAMETERS:
+    return 0, _series_order((param, variable))
+  return 1, _outer_order(group)
+
+
+def layer_norm_profile(csv_paths: Sequence[str],
+                       metric: str = 'norm_before_clip') -> dict[str, float]:
+  """The numbers behind `plot_layer_norms` (the paper's Figure 6), pooled: the mean of `metric`
+  per parameter type, over the blocks, the rounds that released it and the runs `csv_paths`.
+
+  Returns:
+    {parameter type ('ln1 gamma', 'wqkv kernel', ...; a tensor outside the blocks by its name):
+    mean}, block types in forward-pass order first; empty when the runs have no per-layer
+    columns of `metric` other than the single 'all' group of global clipping.
+  """
+  pooled = {}
+  for csv_path in csv_paths:
+    metrics = read_metrics(csv_path)
+    for layer, column in _per_layer_columns(metrics).get(metric, {}).items():
+      if layer != aggregators.GLOBAL_GROUP:
+        _, values = _present(metrics, column)
+        pooled.setdefault(_profile_group(layer), []).extend(values.tolist())
+  return {group: float(np.mean(values)) for group, values in
+          sorted(pooled.items(), key=lambda item: _profile_order(item[0])) if values}
+
+
+def plot_study(error_rates: Mapping[str, Mapping[str, tuple[float, float]]],
+               profiles: Mapping[str, Mapping[str, float]], png_path: str,
+               profile_title: str) -> str:
+  """A study's summary: error rates per cell with error bars, and per-layer norm profiles.
+
+  Args:
+    error_rates: {metric ('WER (%)', ...): {cell: (mean, std)}}, one panel per metric, a
+      horizontal bar per cell (in order, top to bottom).
+    profiles: {run label: `layer_norm_profile`}, one line each over the parameter types (log
+      scale); no panel if empty.
+    png_path: Where to write the PNG.
+    profile_title: the profile panel's title (say there whether the norms are exact client
+      statistics outside the DP guarantee).
+
+  Returns:
+    `png_path`.
+  """
+  if not error_rates:
+    raise ValueError('plot_study needs at least one metric in `error_rates`.')
+  cells = list(dict.fromkeys(cell for by_cell in error_rates.values() for cell in by_cell))
+  panels = len(error_rates) + bool(profiles)
+  fig = mpl_figure.Figure(figsize=(5.0 * panels, 1.5 + 0.32 * max(len(cells), 8)),
+                          layout='constrained')
+  axes_row = fig.subplots(1, panels, squeeze=False)[0]
+  positions = np.arange(len(cells))[::-1]
+  for axes, (metric, by_cell) in zip(axes_row, error_rates.items(), strict=False):
+    means = [by_cell.get(cell, (math.nan, 0.0))[0] for cell in cells]
+    stds = [by_cell.get(cell, (math.nan, 0.0))[1] for cell in cells]
+    axes.barh(positions, means, xerr=stds, color='C0', alpha=0.7, capsize=3)
+    axes.set_yticks(positions, cells, fontsize='small')
+    finite = [m for m in means if math.isfinite(m)]
+    if finite:
+      axes.set_xlim(0.9 * min(finite) - 1.0, 1.05 * max(finite) + max(stds) + 0.5)
+    axes.set_xlabel(f'{metric}, mean ± std over seeds')
+    axes.grid(True, axis='x', alpha=0.3)
+  if profiles:
+    axes = axes_row[-1]
+    groups = list(dict.fromkeys(g for profile in profiles.values() for g in profile))
+    groups.sort(key=_profile_order)
+    for i, (label, profile) in enumerate(profiles.items()):
+      axes.plot([profile.get(g, math.nan) for g in groups], range(len(groups))[::-1],
+                marker='o', color=f'C{(i + 1) % 10}', label=label)
+    axes.set_yticks(range(len(groups))[::-1], groups, fontsize='small')
+    axes.set_xscale('log')
+    axes.set_xlabel('client update L2 norm before clipping (mean)')
+    axes.set_title(profile_title, fontsize='small')
+    axes.grid(True, which='both', alpha=0.3)
+    axes.legend(fontsize='small')
   return _save(fig, png_path)
 
 

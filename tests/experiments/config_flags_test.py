@@ -65,6 +65,23 @@ class ConfigFlagsTest(absltest.TestCase):
     self.assertEqual(str(raised.exception),
                      '--sigma_dp must be a finite number >= 0; `not_a_flag` is not.')
 
+  def test_argv_from_config_rebuilds_the_configuration(self):
+    config = config_lib.FederatedConfig(
+        client=config_lib.ClientConfig(client_lr=0.3),
+        dp=config_lib.DPConfig(clipping='uniform', normalize=True, sigma_dp=1e-3,
+                               release_client_diagnostics=True),
+        run=config_lib.RunConfig(cohort_size=4, seed=5))
+    argv = config_flags.argv_from_config(config)
+    self.assertIn('--normalize=True', argv)
+    self.assertNotIn('--rounds=100', argv)  # defaults are left out
+    self.assertEqual(config_flags.config_from_flags(config_lib.FederatedConfig,
+                                                    _flag_values(*argv)), config)
+
+  def test_argv_from_config_refuses_a_none_no_flag_can_give(self):
+    config = config_lib.FederatedConfig(data=config_lib.DataConfig(layout=None))
+    with self.assertRaisesRegex(ValueError, '`layout` is None'):
+      config_flags.argv_from_config(config)
+
 
   def test_impossible_flag_combinations_are_usage_errors_naming_the_flags(self):
     # What the binaries do at start-up (`flag_errors` around `config_from_flags`), in-process;

@@ -195,6 +195,32 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(sorted(series, key=report._series_order)[:4],
                      [('ln1', 'gamma'), ('ln1', 'beta'), ('wqkv', 'kernel'), ('wf', 'kernel')])
 
+  def test_layer_norm_profile_pools_blocks_rounds_and_runs_in_forward_order(self):
+    layers = _model_layers(num_blocks=2)
+    one = _run(self.path('one.csv'), layers)
+    # Layer i's norm before clipping is (i + 1) x round: a mean of 2.5 (i + 1) over rounds 1-4.
+    profile = report.layer_norm_profile([one])
+    self.assertEqual(list(profile)[:3], ['ln1 gamma', 'ln1 beta', 'wqkv kernel'])
+    self.assertEqual(list(profile)[len(_BLOCK_LAYERS):len(_BLOCK_LAYERS) + 2],
+                     ['input_norm/scale', 'input_norm/bias'])
+    # ln1 gamma is layer 0 in block 0 and layer 8 in block 1: (2.5 + 22.5) / 2.
+    self.assertAlmostEqual(profile['ln1 gamma'], 12.5)
+    self.assertAlmostEqual(profile['output/bias'], 2.5 * (layers.index('output/bias') + 1))
+    # Two identical runs pool to the same means.
+    two = _run(self.path('two.csv'), layers)
+    self.assertEqual(report.layer_norm_profile([one, two]), profile)
+    self.assertEqual(report.layer_norm_profile([_run(self.path('all.csv'), ['all'])]), {})
+
+  def test_study_plot(self):
+    png = self.path('study.png')
+    rates = {'CER (%)': {'a': (30.0, 1.0), 'b': (35.0, 2.0)}, 'WER (%)': {'a': (90.0, 3.0)}}
+    profile = report.layer_norm_profile([_run(self.path('one.csv'), _model_layers())])
+    self.assertEqual(report.plot_study(rates, {'a': profile}, png, 'exact client statistics'),
+                     png)
+    self.assertPng(png)
+    with self.assertRaisesRegex(ValueError, 'error_rates'):
+      report.plot_study({}, {}, png, '')
+
   def test_privacy_plot_only_for_dp_runs(self):
     png = self.path('privacy.png')
     self.assertIsNone(report.plot_privacy(_run(self.path('fl.csv'), ['all'], dp=False), png))
