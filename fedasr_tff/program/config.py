@@ -149,8 +149,8 @@ class DataConfig:
 class ModelConfig:
   """The transformer and the weights it starts from."""
   model_config: str = field(
-      'tiny', 'Transformer size (Pelikan et al. 2025, App. F and App. H.7, Table 21; tiny and '
-      'small are ours, for CPUs).', tuple(models.CONFIGS))
+      'tiny', 'Transformer size (Pelikan et al. 2025, App. F and App. H.7, Table 21; tiny, '
+      'tiny_deep and small are ours, for CPUs).', tuple(models.CONFIGS))
   seed_model: Optional[str] = field(
       None, 'Weights to start from (model.npz of train_central or train_federated); default '
       'random init.', fingerprint=False)
