@@ -146,8 +146,12 @@ def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, up
     for name in ('weight_sum', 'weight_denominator'):
       if name in dp:  # DGA weights: the noised weight sum (`aggregators.bounded_weight_dp`).
         values['dp'][name] = float(dp[name])
-    if config.dp.adaptive_clipping and len(dp['per_group']) > 1:
-      values['per_layer'] = {name: {'clip': float(group['clip'])}
+    if len(dp['per_group']) > 1:
+      # Public too: norms of the released (noised) average update per layer, the noise's
+      # expected share of them, and the adaptive clips.
+      keys = ['released_norm'] + ['noise_norm'] * config.dp.adds_noise + (
+          ['clip'] * config.dp.adaptive_clipping)
+      values['per_layer'] = {name: {key: float(group[key]) for key in keys}
                              for name, group in dp['per_group'].items()}
     if config.client_diagnostics:
       statistics = dp['client_statistics']
