@@ -37,7 +37,8 @@ guarantee:
   behind the cohorts and client seeds is drawn from OS entropy and kept only in the checkpoints
   (owner-only); a `seed` fixed by the user makes it public, and the statement says so.
 * Released metrics: in a run with noise only held-out evaluation, privacy figures, server
-  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips;
+  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips,
+  per-layer norms of the noised average update and the noise's expected share of them;
   mixed FL's `mixed/*`: central loss on server data, norms of the central and federated deltas
   and of the augmenting gradients) and round times (a labelled side channel). Mixed FL's
   central data is the server's: no guarantee covers it, and the statement says so.
