@@ -189,8 +189,11 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
     metrics = self._value_query.derive_metrics(global_state.value_state)
     # The value query reports the std on the sum divided by S; here the sum is divided by the
     # round's denominator.
-    metrics['noise_stddev'] = (metrics['noise_stddev'] * self._clients_per_round /
-                               global_state.denominator)
+    rescale = self._clients_per_round / global_state.denominator
+    metrics['noise_stddev'] = metrics['noise_stddev'] * rescale
+    for group in metrics['per_group'].values():
+      group['released_norm'] = group['released_norm'] * rescale
+      group['noise_norm'] = group['noise_norm'] * rescale
     metrics['weight_sum'] = global_state.weight_sum
     metrics['weight_denominator'] = global_state.denominator
     if self._diagnostics:

@@ -129,6 +129,9 @@ leaf tensors), scalars as scalars:
       <group name>
         clip            C_h of the round
         next_clip       C_h of the next round (equal to clip unless adaptive)
+        released_norm   ||ũ_h||, the norm of group h of the released (noised) sum divided by S
+        noise_norm      sqrt(d_h)·σ_DP·C, the expected norm of the noise alone in that group
+                        (d_h its coordinates), so E||ũ_h||^2 = ||u_h||^2 + noise_norm^2
     client_statistics   (only with diagnostics)
       clipped_fraction  fraction of the clients clipped, mean over the groups
       nonfinite_clients clients whose delta held NaN or Inf
@@ -140,7 +143,8 @@ leaf tensors), scalars as scalars:
           clipped_fraction   fraction of the clients whose group h was clipped
 
 Everything outside `client_statistics` is public: the clips are constants or the noised adaptive
-state, and the noise std is a function of them. `client_statistics` are exact (un-noised) sums
+state, the noise std is a function of them, and `released_norm` is computed from the noised
+release alone (post-processing). `client_statistics` are exact (un-noised) sums
 over the round's clients carried in the global state when `diagnostics=True` (the default), for
 the per-layer norm plots. They never feed back into the model or the clips, but releasing them is
 outside the DP guarantee. Pass `diagnostics=False` where they must not leave the server.
@@ -163,7 +167,8 @@ NOISE_PLACEMENTS = ('server', 'client')
 NOISE_DRAWS = 7
 
 _GlobalState = collections.namedtuple(
-    '_GlobalState', ['group_clips', 'round_clips', 'diagnostics', 'noise_seed'])
+    '_GlobalState', ['group_clips', 'round_clips', 'diagnostics', 'noise_seed', 'released_norms',
+                     'noise_norms'])
 
 
 def fresh_noise_seed() -> int:
@@ -350,7 +355,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
   def initial_global_state(self):
     seed = tf.constant([0, self._noise_seed], tf.int64)
     clips = tf.constant(self._initial_group_clips)
-    return _GlobalState(clips, clips, self._zero_diagnostics(), seed)
+    zeros = tf.zeros([self._num_groups], tf.float32)
+    return _GlobalState(clips, clips, self._zero_diagnostics(), seed, zeros, zeros)
 
   def derive_sample_params(self, global_state):
     return global_state.group_clips
@@ -449,7 +455,17 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
                                             1.0)
       new_clips = group_clips * tf.exp(-self._learning_rate *
                                        (unclipped_fraction - self._target_quantile))
-    return value_sum, _GlobalState(new_clips, group_clips, diagnostics, seeds[-1]), event
+    # Post-processing of the release: the norm of each group of the noised sum, over S, and
+    # the part the noise alone is expected to contribute, sqrt(d_h)·σ_DP·C.
+    released = tf.nest.flatten(value_sum)
+    _, exponents, norms = _scaled_group_norms(released, self._group_ids, self._num_groups)
+    released_norms = tf.cast(_unscaled(norms, exponents) / self._clients_per_round, tf.float32)
+    sizes = np.bincount(self._group_ids, [x.shape.num_elements() for x in released],
+                        self._num_groups)
+    noise_norms = tf.constant(np.sqrt(sizes), tf.float32) * tf.cast(
+        self._value_stddev(group_clips), tf.float32) / self._clients_per_round
+    return value_sum, _GlobalState(new_clips, group_clips, diagnostics, seeds[-1],
+                                   released_norms, noise_norms), event
 
   def _per_group(self, **vectors):
     """{group name: {key: vectors[key][h]}} for vectors of length H."""
@@ -471,7 +487,9 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     metrics = collections.OrderedDict(
         noise_stddev=noise_stddev,
         clip=tf.norm(round_clips),
-        per_group=self._per_group(clip=round_clips, next_clip=global_state.group_clips))
+        per_group=self._per_group(clip=round_clips, next_clip=global_state.group_clips,
+                                  released_norm=global_state.released_norms,
+                                  noise_norm=global_state.noise_norms))
     if not self._diagnostics:
       return metrics
     d = global_state.diagnostics

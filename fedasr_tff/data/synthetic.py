@@ -11,6 +11,7 @@ Layouts written under `output_dir`:
 * `common_voice/clips/*.mp3` + `common_voice/SPLIT.tsv` (client_id, path, sentence), optional.
 """
 
+import concurrent.futures
 import dataclasses
 import os
 import shutil
@@ -118,32 +119,52 @@ def make_corpus(output_dir: str,
         pitch=int(rng.integers(25, 75)),
         speed=int(rng.integers(140, 190)))
   counts = np.maximum(1, np.round(mean_utterances * rng.lognormal(0.0, skew, num_speakers)))
+  # Every sentence is drawn first, in a fixed order, so the synthesis can run in parallel and the
+  # corpus stays a function of `seed`.
+  sentences = {speaker: [' '.join(rng.choice(words, size=int(rng.integers(low, high + 1))))
+                         for _ in range(count)]
+               for speaker, count in zip(voices, counts.astype(int), strict=True)}
+  clips = os.path.join(output_dir, 'common_voice', 'clips')
+  if 'common_voice' in layouts:
+    os.makedirs(clips, exist_ok=True)
   cv_rows = []
   with tempfile.TemporaryDirectory() as tmp:
-    for speaker, count in zip(voices, counts.astype(int), strict=True):
+
+    def synthesise(speaker, utt, sentence):
       voice = voices[speaker]
-      ls_dir = os.path.join(output_dir, 'librispeech', split, speaker, '1')
-      transcript_lines = []
-      for utt in range(count):
-        sentence = ' '.join(rng.choice(words, size=int(rng.integers(low, high + 1))))
-        utterance_id = f'{speaker}-1-{utt:04d}'
-        wav = os.path.join(tmp, f'{utterance_id}.wav')
-        _run(['espeak-ng', '-v', voice.voice, '-p', str(voice.pitch), '-s', str(voice.speed),
-              '-w', wav, sentence])
-        if 'librispeech' in layouts:
-          os.makedirs(ls_dir, exist_ok=True)
-          _run(['sox', wav, '-r', '16000', '-b', '16', '-c', '1',
-                os.path.join(ls_dir, f'{utterance_id}.flac')])
-          transcript_lines.append(f'{utterance_id} {sentence.upper()}')
-        if 'common_voice' in layouts:
-          clips = os.path.join(output_dir, 'common_voice', 'clips')
-          os.makedirs(clips, exist_ok=True)
-          clip = f'common_voice_{language}_{utterance_id}.mp3'
-          _run(['sox', wav, '-r', '22050', os.path.join(clips, clip)])
-          cv_rows.append((f'client-{speaker}', clip, sentence.capitalize() + '.'))
-      if transcript_lines:
-        with open(os.path.join(ls_dir, f'{speaker}-1.trans.txt'), 'w', encoding='utf-8') as f:
-          f.write('\n'.join(transcript_lines) + '\n')
+      utterance_id = f'{speaker}-1-{utt:04d}'
+      wav = os.path.join(tmp, f'{utterance_id}.wav')
+      _run(['espeak-ng', '-v', voice.voice, '-p', str(voice.pitch), '-s', str(voice.speed),
+            '-w', wav, sentence])
+      if 'librispeech' in layouts:
+        _run(['sox', wav, '-r', '16000', '-b', '16', '-c', '1',
+              os.path.join(output_dir, 'librispeech', split, speaker, '1',
+                           f'{utterance_id}.flac')])
+      if 'common_voice' in layouts:
+        _run(['sox', wav, '-r', '22050',
+              os.path.join(clips, f'common_voice_{language}_{utterance_id}.mp3')])
+      os.remove(wav)
+
+    if 'librispeech' in layouts:
+      for speaker in voices:
+        os.makedirs(os.path.join(output_dir, 'librispeech', split, speaker, '1'), exist_ok=True)
+    # The work is in the espeak-ng and sox processes, so threads keep every core busy.
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+      jobs = [pool.submit(synthesise, speaker, utt, sentence)
+              for speaker, said in sentences.items() for utt, sentence in enumerate(said)]
+      for job in jobs:
+        job.result()
+  for speaker, said in sentences.items():
+    utterance_ids = [f'{speaker}-1-{utt:04d}' for utt in range(len(said))]
+    if 'librispeech' in layouts:
+      with open(os.path.join(output_dir, 'librispeech', split, speaker, '1',
+                             f'{speaker}-1.trans.txt'), 'w', encoding='utf-8') as f:
+        f.write(''.join(f'{u} {sentence.upper()}\n'
+                        for u, sentence in zip(utterance_ids, said, strict=True)))
+    if 'common_voice' in layouts:
+      cv_rows += [(f'client-{speaker}', f'common_voice_{language}_{u}.mp3',
+                   sentence.capitalize() + '.') for u, sentence in zip(utterance_ids, said,
+                                                                       strict=True)]
   if cv_rows:
     with open(os.path.join(output_dir, 'common_voice', f'{split}.tsv'), 'w',
               encoding='utf-8') as f:

@@ -37,7 +37,8 @@ guarantee:
   behind the cohorts and client seeds is drawn from OS entropy and kept only in the checkpoints
   (owner-only); a `seed` fixed by the user makes it public, and the statement says so.
 * Released metrics: in a run with noise only held-out evaluation, privacy figures, server
-  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips;
+  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips,
+  per-layer norms of the noised average update and the noise's expected share of them;
   mixed FL's `mixed/*`: central loss on server data, norms of the central and federated deltas
   and of the augmenting gradients) and round times (a labelled side channel). Mixed FL's
   central data is the server's: no guarantee covers it, and the statement says so.
@@ -146,8 +147,12 @@ def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, up
     for name in ('weight_sum', 'weight_denominator'):
       if name in dp:  # DGA weights: the noised weight sum (`aggregators.bounded_weight_dp`).
         values['dp'][name] = float(dp[name])
-    if config.dp.adaptive_clipping and len(dp['per_group']) > 1:
-      values['per_layer'] = {name: {'clip': float(group['clip'])}
+    if len(dp['per_group']) > 1:
+      # Public too: norms of the released (noised) average update per layer, the noise's
+      # expected share of them, and the adaptive clips.
+      keys = ['released_norm'] + ['noise_norm'] * config.dp.adds_noise + (
+          ['clip'] * config.dp.adaptive_clipping)
+      values['per_layer'] = {name: {key: float(group[key]) for key in keys}
                              for name, group in dp['per_group'].items()}
     if config.client_diagnostics:
       statistics = dp['client_statistics']

@@ -295,7 +295,8 @@ class PrivacyLedger:
     else:
       lines.append('- Released: held-out evaluation (server data), privacy figures, and server '
                    'quantities derived from the noised aggregate (update norm, learning rate, '
-                   'noise std, clips). No un-noised client statistic is released.')
+                   'noise std, clips, per-layer norms of the noised average update). No '
+                   'un-noised client statistic is released.')
     lines.append('- Round timings depend on client data (utterance lengths, example counts): '
                  'they are a side channel outside the guarantee.')
     if disclosures.pseudo_clients:

@@ -33,9 +33,10 @@ _KEY = 'key'
 _WER = 'eval/wer'
 _CER = 'eval/cer'
 # Exact client norms are released under `client/` (outside the DP guarantee, an opt-in in DP
-# runs); the adaptive clips are the noised state, released without the prefix.
+# runs); the norms of the released update and the adaptive clips come from the noised release,
+# without the prefix.
 _PER_LAYER = re.compile(r'^(?:client/)?per_layer/(?P<layer>.+)/(?P<metric>norm_before_clip|'
-                        r'norm_after_clip|clipped_fraction|clip)$')
+                        r'norm_after_clip|clipped_fraction|released_norm|noise_norm|clip)$')
 # Within a layer, the multiplicative weight first.
 _VARIABLES = ('kernel', 'scale', 'gamma', 'bias', 'beta')
 _LAYER_ROWS = (
@@ -44,6 +45,10 @@ _LAYER_ROWS = (
      'L2 norm (mean over rounds)', True),
     ('clipped_fraction', 'Fraction of clients clipped', 'clipped clients (%, mean over rounds)',
      False),
+    ('released_norm', 'Released (noised) average update (inside the DP guarantee)',
+     'L2 norm (mean over rounds)', True),
+    ('noise_norm', 'Its expected noise part, sqrt(d_h)·σ_DP·C (public)',
+     'L2 norm (mean over rounds)', True),
     ('clip', 'Adaptive per-layer clip C_h (noised state, inside the DP guarantee)',
      'clip (mean over rounds)', True),
 )
@@ -59,6 +64,8 @@ _COLUMN_TITLES = {'model': 'Model', 'wer': 'WER (%)', 'cer': 'CER (%)', 'rounds'
                   'epsilon': 'ε', 'epsilon_run': 'ε (this run)',
                   'epsilon_declared': 'ε (declared population)'}
 _PERCENT_COLUMNS = ('wer', 'cer')
+# The word error rate is the headline figure, so it leads the table.
+_LEADING_COLUMNS = ('model', 'wer', 'cer')
 _MISSING = '—'
 
 
@@ -253,10 +260,11 @@ def _series_style(key: tuple[str, str], colours: Mapping[str, str]) -> dict[str,
 
 
 def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) -> Optional[str]:
-  """Plots per-layer client-update norms by parameter type and block (the paper's Figure 6).
+  """Plots per-layer update norms by parameter type and block (the paper's Figure 6).
 
   Reads the `[client/]per_layer/<layer>/norm_before_clip`, `.../norm_after_clip`,
-  `.../clipped_fraction` and `.../clip` columns and averages every value over the rounds that
+  `.../clipped_fraction`, `.../released_norm`, `.../noise_norm` and `.../clip` columns and
+  averages every value over the rounds that
   released it (NaN-aware mean). Each metric present gets a row of two panels sharing a y axis:
 
   * left: x = transformer block index, one line per parameter type (ln1, wqkv, wf, ln2, w1, w2
@@ -269,8 +277,11 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
   the second row shows the per-layer bounds wherever the third row (the clipped fraction, in %)
   is near 100%. Those three rows are exact client statistics (`client/per_layer/...`), released
   only by runs without noise or with the opt-in, and the title says they are outside any DP
-  guarantee. A DP run with adaptive clipping releases instead the per-layer clips
-  (`per_layer/<layer>/clip`, the noised state), drawn as the last row.
+  guarantee. What a DP run releases is drawn instead: the norm ||ũ_h|| of each layer of the
+  released (noised) average update (`per_layer/<layer>/released_norm`), the norm the noise alone
+  is expected to have there, sqrt(d_h)·σ_DP·C (`.../noise_norm`; E||ũ_h||^2 = ||u_h||^2 +
+  noise_norm^2 for the un-noised average u_h), and with adaptive clipping the per-layer clips
+  (`.../clip`, the noised state), drawn as the last row. The title says which kind it shows.
 
   Args:
     csv_path: A metrics CSV of a run with per-layer clipping.
@@ -320,8 +331,9 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
                title='parameter type (LayerNorm gamma solid, beta dashed)', fontsize='small')
   exact = any(column.startswith('client/') for by_layer in columns.values()
               for column in by_layer.values())
-  fig.suptitle(f'Per-layer client update norms, averaged over rounds: {label or csv_path}'
-               + ('\n(exact client statistics: outside any DP guarantee)' if exact else ''))
+  fig.suptitle(f'Per-layer update norms, averaged over rounds: {label or csv_path}'
+               + ('\n(exact client statistics: outside any DP guarantee)' if exact else
+                  '\n(released quantities only: inside the DP guarantee)'))
   return _save(fig, png_path)
 
 
@@ -496,9 +508,11 @@ def _results_table(results: Sequence[Mapping[str, object]]) -> str:
   """A Markdown table with one row per result; columns are the rows' keys in first-seen order.
 
   Known keys get readable headers ('wer' -> 'WER (%)', 'epsilon' -> 'ε', ...); a key missing
-  from a row, or None, shows as '—'.
+  from a row, or None, shows as '—'. WER leads: the columns 'model', 'wer', 'cer' come first,
+  whatever order the rows give them.
   """
   columns = list(dict.fromkeys(key for row in results for key in row))
+  columns.sort(key=lambda c: _rank(c, _LEADING_COLUMNS))
   lines = ['| ' + ' | '.join(_COLUMN_TITLES.get(c, c) for c in columns) + ' |',
            '|' + '|'.join('---' for _ in columns) + '|']
   for row in results:
@@ -525,9 +539,9 @@ def _figures(output_dir: str, runs: Mapping[str, str], layer_norm_run: Optional[
   layer_norm_label = next((label for label, path in runs.items() if path == layer_norm_run),
                           None)
   if layer_norm_run and plot_layer_norms(layer_norm_run, layer_norms_png, layer_norm_label):
-    figures.append(('Per-layer client update norms', 'layer_norms.png',
-                    f'Client update norms per parameter type and block, averaged over rounds, '
-                    f'from `{layer_norm_run}`.'))
+    figures.append(('Per-layer update norms', 'layer_norms.png',
+                    f'Update norms per parameter type and block, averaged over rounds, from '
+                    f'`{layer_norm_run}`.'))
   for label, csv_path in runs.items():
     if plot_privacy(csv_path, os.path.join(output_dir, 'privacy.png'), label):
       figures.append(('Privacy loss', 'privacy.png', f'ε spent over rounds by run "{label}".'))
@@ -535,14 +549,34 @@ def _figures(output_dir: str, runs: Mapping[str, str], layer_norm_run: Optional[
   return figures
 
 
+def headline(results: Sequence[Mapping[str, object]], decoding: str = 'greedy decoding') -> str:
+  """One sentence with the WER of every result that has one, CER in parentheses.
+
+  For example 'WER (greedy decoding): seed 60.1% (CER 20.3%); FL + DP 41.0% (CER 12.2%).'
+  """
+  parts = []
+  for row in results:
+    wer = row.get('wer')
+    if wer is None or not math.isfinite(float(wer)):
+      continue
+    part = f'{row.get("model", "?")} {100.0 * float(wer):.1f}%'
+    cer = row.get('cer')
+    if cer is not None and math.isfinite(float(cer)):
+      part += f' (CER {100.0 * float(cer):.1f}%)'
+    parts.append(part)
+  return f'WER ({decoding}): ' + '; '.join(parts) + '.' if parts else ''
+
+
 def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, object]],
                  privacy_statement: str, runs: Mapping[str, str],
                  layer_norm_run: Optional[str] = None, notes: Sequence[str] = (),
-                 references: Optional[Mapping[str, tuple[float, float]]] = None) -> str:
+                 references: Optional[Mapping[str, tuple[float, float]]] = None,
+                 decoding: str = 'greedy decoding') -> str:
   """Writes `output_dir/report.md` and its figures (PNGs in the same directory).
 
-  Sections: the title; "Results", a table of `results` (see `_results_table`; WER and CER are
-  fractions and shown in % with one decimal); "Privacy", with `privacy_statement` (Markdown)
+  Sections: the title; "Results", led by the WER of every result in one sentence (`headline`,
+  with `decoding` named), then a table of `results` (see `_results_table`: WER first; WER and CER
+  are fractions and shown in % with one decimal); "Privacy", with `privacy_statement` (Markdown)
   inserted verbatim (only surrounding blank space trimmed); "Figures", each embedded with a link
   relative to the report (error_rates.png, layer_norms.png, privacy.png, whichever apply, see
   `_figures`; `references` go to the error-rate plot as in `plot_error_rates`); "Metrics
@@ -552,7 +586,9 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
     The path of report.md.
   """
   os.makedirs(output_dir, exist_ok=True)
-  sections = [f'# {title}', '## Results', _results_table(results) if results else '_No results._',
+  lead = headline(results, decoding)
+  sections = [f'# {title}', '## Results'] + ([f'**{lead}**'] if lead else []) + [
+      _results_table(results) if results else '_No results._',
               '## Privacy', privacy_statement.strip()]
   figures = _figures(output_dir, runs, layer_norm_run, references)
   if figures:

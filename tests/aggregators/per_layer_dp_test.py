@@ -339,7 +339,25 @@ class MeasurementsTest(parameterized.TestCase):
     np.testing.assert_allclose(metrics['clip'], clip, rtol=1e-5)
     self.assertLen(metrics['per_group'], len(_SHAPES))
     for values in metrics['per_group'].values():
-      self.assertEqual(set(values), {'clip', 'next_clip'})
+      self.assertEqual(set(values), {'clip', 'next_clip', 'released_norm', 'noise_norm'})
+
+  @parameterized.parameters('fixed', 'adaptive')
+  def test_released_norms_are_those_of_the_noised_average(self, kind):
+    cohort, clip, z = 4, 0.5, 1.0
+    if kind == 'fixed':
+      factory = aggregators.PerLayerDPFactory.gaussian_fixed(z, cohort, clip, 'dim',
+                                                             diagnostics=False)
+    else:
+      factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
+          z, cohort, clip, clipped_count_stddev=10.0, diagnostics=False)
+    rng = np.random.default_rng(15)
+    output = _run_round(factory, [_random_delta(rng) for _ in range(cohort)])
+    metrics = output.measurements['dp_query_metrics']
+    # Post-processing of the release: the norms of the aggregate the process hands on.
+    np.testing.assert_allclose(_per_group(metrics['per_group'], 'released_norm'),
+                               _group_norms(output.result), rtol=1e-5)
+    np.testing.assert_allclose(_per_group(metrics['per_group'], 'noise_norm'),
+                               np.sqrt(_SIZES) * metrics['noise_stddev'], rtol=1e-5)
 
   @parameterized.parameters('fixed', 'adaptive')
   def test_diagnostics_add_the_client_statistics(self, kind):

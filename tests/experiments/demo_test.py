@@ -13,7 +13,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 class DemoTest(absltest.TestCase):
 
-  def test_short_demo_prints_three_cers_and_epsilon_and_writes_the_report(self):
+  def test_short_demo_prints_three_error_rates_and_epsilon_and_writes_the_report(self):
     output_dir = tempfile.mkdtemp()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
                PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
@@ -34,6 +34,12 @@ class DemoTest(absltest.TestCase):
     with open(report) as f:
       text = f.read()
     self.assertIn('FL + DP', text)
+    # WER leads, and the per-layer figure shows only what the DP run releases.
+    self.assertIn('## Results\n\n**WER (greedy decoding): seed (central', text)
+    self.assertIn('| Model | WER (%) | CER (%) |', text)
+    self.assertIn('figure shows what the DP run releases', text)
+    self.assertIn('averaged over rounds, from `' + os.path.join(output_dir, 'fl_dp', 'metrics.csv'),
+                  text)
     self.assertIn('ε (RDP)', text)
     self.assertIn('ε (this run)', text)
     self.assertIn('ε (declared population)', text)

@@ -84,6 +84,9 @@ class FederatedTrainingTest(absltest.TestCase):
                    'time/round_seconds'):
       self.assertIn(public, columns)
     self.assertTrue({c for c in columns if c.startswith('per_layer/') and c.endswith('/clip')})
+    # Per-layer norms of the noised average update, and the noise's expected share of them.
+    for released in ('/released_norm', '/noise_norm'):
+      self.assertTrue({c for c in columns if c.startswith('per_layer/') and c.endswith(released)})
     for name in ('norm_before_clip', 'norm_after_clip', 'clipped_fraction', 'nonfinite',
                  'examples', 'loss', 'delta_norm', 'grad_norm', 'clients'):
       self.assertFalse([c for c in columns if name in c and not c.startswith('eval/')], name)
@@ -111,7 +114,10 @@ class FederatedTrainingTest(absltest.TestCase):
     self.assertIn('client/train/loss', columns)
     self.assertIn('client/dp/clipped_fraction', columns)
     self.assertTrue([c for c in columns if c.startswith('client/per_layer/')])
-    self.assertFalse([c for c in columns if c.startswith(('train/', 'per_layer/'))])
+    self.assertFalse([c for c in columns if c.startswith('train/')])
+    # Without the prefix only the norms computed from the noised release.
+    self.assertFalse([c for c in columns if c.startswith('per_layer/') and
+                      not c.endswith(('/released_norm', '/noise_norm'))])
     statement = result.privacy_statement()
     self.assertIn('Outside the guarantee', statement)
     self.assertIn('`client/train/*', statement)

@@ -35,9 +35,10 @@ def _eval(wer, cer, epsilon=None):
   return value
 
 
-def _train(round_num, layers, client=True, adaptive=False):
+def _train(round_num, layers, client=True, adaptive=False, released=False):
   """A round's released values: client statistics under `client/` (as the runner releases them
-  in runs without noise or with the opt-in), adaptive clips (the noised state) without."""
+  in runs without noise or with the opt-in); adaptive clips (the noised state) and the norms of
+  the noised average update (`released`) without."""
   value = {'dp': {'noise_stddev': 0.01, 'clip': 1.0}, 'time': {'round_seconds': 1.5}}
   per_layer = {}
   for i, layer in enumerate(layers):
@@ -48,9 +49,14 @@ def _train(round_num, layers, client=True, adaptive=False):
   if client:
     value['client'] = {'train': {'loss': 5.0 / round_num, 'examples': 64, 'delta_norm': 2.0},
                        'dp': {'clipped_fraction': 0.5}, 'per_layer': per_layer}
+  public = {}
   if adaptive:
-    value['per_layer'] = {f'{layer}/clip': 0.1 * (i + 1) / round_num
-                          for i, layer in enumerate(layers)}
+    public.update({f'{layer}/clip': 0.1 * (i + 1) / round_num for i, layer in enumerate(layers)})
+  if released:
+    public.update({f'{layer}/released_norm': 0.2 * (i + 1) for i, layer in enumerate(layers)})
+    public.update({f'{layer}/noise_norm': 0.01 * (i + 1) for i, layer in enumerate(layers)})
+  if public:
+    value['per_layer'] = public
   return value
 
 
@@ -172,6 +178,27 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(report.plot_layer_norms(csv_path, png), png)
     self.assertPng(png)
 
+  def test_layer_norm_plot_from_the_released_update_alone(self):
+    # A DP run with fixed clips and no client statistics: the per-layer norms of its noised
+    # average update and their expected noise part, and the title says they are released ones.
+    csv_path = _run(self.path('dp_released.csv'), _model_layers(), client=False, released=True)
+    metrics = report.read_metrics(csv_path)
+    self.assertFalse([c for c in metrics if c.startswith('client/')])
+    self.assertEqual(set(report._per_layer_columns(metrics)), {'released_norm', 'noise_norm'})
+    titles = []
+    real_suptitle = report.mpl_figure.Figure.suptitle
+
+    def spy(fig, text, *args, **kwargs):
+      titles.append(text)
+      return real_suptitle(fig, text, *args, **kwargs)
+
+    png = self.path('layer_norms.png')
+    with absltest.mock.patch.object(report.mpl_figure.Figure, 'suptitle', spy):
+      self.assertEqual(report.plot_layer_norms(csv_path, png, label='FL + DP'), png)
+    self.assertPng(png)
+    self.assertIn('released quantities only', titles[0])
+    self.assertNotIn('exact client statistics', titles[0])
+
   def test_layer_norm_plot_skips_global_clipping_and_missing_data(self):
     png = self.path('layer_norms.png')
     self.assertIsNone(report.plot_layer_norms(_run(self.path('all.csv'), ['all']), png))
@@ -263,7 +290,8 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(report_path, os.path.join(out_dir, 'report.md'))
     with open(report_path) as f:
       text = f.read()
-    self.assertStartsWith(text, '# Run 42\n')
+    self.assertStartsWith(text, '# Run 42\n\n## Results\n\n**WER (greedy decoding): seed '
+                          '(central) 41.0% (CER 18.0%); FL + DP 23.5% (CER 9.5%).**\n')
     self.assertIn('| Model | WER (%) | CER (%) | Rounds | ε |\n|---|---|---|---|---|\n'
                   '| seed (central) | 41.0 | 18.0 | 0 | — |\n'
                   '| FL + DP | 23.5 | 9.5 | 4 | 1.68 |\n', text)
@@ -274,6 +302,11 @@ class ReportTest(absltest.TestCase):
     self.assertCountEqual(links, ['error_rates.png', 'layer_norms.png', 'privacy.png'])
     for link in links:
       self.assertPng(os.path.join(out_dir, link))
+
+  def test_wer_leads_the_table_whatever_the_rows_order(self):
+    table = report._results_table([{'rounds': 4, 'cer': 0.1, 'wer': 0.3, 'model': 'FL'}])
+    self.assertStartsWith(table, '| Model | WER (%) | CER (%) | Rounds |\n')
+    self.assertEqual(report.headline([{'model': 'FL', 'cer': 0.1}]), '')
 
   def test_report_links_only_figures_that_apply(self):
     runs = {'FL, no noise': _run(self.path('fl.csv'), ['all'], dp=False)}
