@@ -21,7 +21,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import time
@@ -31,6 +30,8 @@ from typing import Mapping
 from typing import Optional
 from typing import Sequence
 from typing import Tuple
+
+from fedasr_tff.runtime import execution_context
 
 DONE_FILE = 'summary.json'
 _LOG_FILE = 'cell.log'
@@ -80,10 +81,9 @@ def estimate_seconds(cells: Sequence[Cell], parallel: int,
 
 def _start(cell: Cell, env: Optional[Mapping[str, str]]) -> Tuple[subprocess.Popen, float]:
   os.makedirs(cell.output_dir, exist_ok=True)
-  # setpriv sets PR_SET_PDEATHSIG between fork and exec: the cell dies with this process.
-  pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
   with open(cell.log_path, 'a') as log:
-    process = subprocess.Popen([*pdeathsig, *cell.argv], stdin=subprocess.DEVNULL, stdout=log,
+    process = subprocess.Popen(execution_context.dying_with_parent(cell.argv, 'the cell'),
+                               stdin=subprocess.DEVNULL, stdout=log,
                                stderr=subprocess.STDOUT, env=None if env is None else dict(env))
   return process, time.monotonic()
 

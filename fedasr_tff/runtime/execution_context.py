@@ -82,16 +82,24 @@ def worker_command(port: int, max_concurrent_computation_calls: int | None = Non
   return [WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls}']
 
 
+def dying_with_parent(command: list, what: str) -> list:
+  """`command` run under `setpriv --pdeathsig KILL`: the kernel kills it when the thread that
+  started it exits, however the process ends (SIGKILL too). setpriv sets PR_SET_PDEATHSIG between
+  fork and exec, running no Python in the forked child. Without setpriv (util-linux), `command`
+  as it is, with a warning naming `what` would outlive a killed parent."""
+  if shutil.which('setpriv'):
+    return ['setpriv', '--pdeathsig', 'KILL', '--', *command]
+  logging.warning('setpriv not found: %s will outlive this process if it is killed.', what)
+  return list(command)
+
+
 def start_worker(port: int, max_concurrent_computation_calls: int | None = None,
                  log=None) -> subprocess.Popen:
   """Starts TFF's worker on `port`, killed by the kernel when the calling thread exits (module
   docstring), in its own session, its output to the file `log` (None: discarded)."""
-  # setpriv sets PR_SET_PDEATHSIG between fork and exec, running no Python in the forked child.
-  pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
-  if not pdeathsig:
-    logging.warning('setpriv not found: the TFF worker will outlive this process if it is killed.')
   output = subprocess.DEVNULL if log is None else log
-  return subprocess.Popen([*pdeathsig, *worker_command(port, max_concurrent_computation_calls)],
+  return subprocess.Popen(dying_with_parent(worker_command(port, max_concurrent_computation_calls),
+                                            'the TFF worker'),
                           stdin=subprocess.DEVNULL, stdout=output, stderr=output,
                           start_new_session=True)
 
