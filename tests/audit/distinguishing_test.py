@@ -23,6 +23,10 @@ _DELTA = 1e-6
 _SHAPES = planted_bugs.SMALL_LEAF_SHAPES
 # The expected cohort S only divides the sum (the adaptive clips' count noise defaults to 0.05 S).
 _COHORT = 100
+# Correct mechanisms audited here: global, dim and adaptive dim clipping; the one-run audit
+# (one_run_test.py) audits every configuration of planted_bugs.CORRECT_DP_FLAGS (CI's time).
+_CORRECT = [case for case in planted_bugs.CORRECT_DP_FLAGS
+            if case[0] in ('global', 'dim', 'dim_adaptive')]
 
 
 def _audit(query, **kwargs):
@@ -43,7 +47,7 @@ def _production_query(cohort_size, **dp):
 
 class DistinguishingAuditTest(parameterized.TestCase):
 
-  @parameterized.named_parameters(*planted_bugs.CORRECT_DP_FLAGS)
+  @parameterized.named_parameters(*_CORRECT)
   def test_correct_mechanism_stays_below_its_claim(self, dp):
     result = _audit(_production_query(_COHORT, **dp))
     self.assertLess(result.lower_bound, result.claimed_epsilon)
