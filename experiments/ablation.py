@@ -10,8 +10,8 @@ which beats global clipping (Sec. 3, Table 1); that the layer-wise adaptive serv
 balanced (Fig. 6). Here, on the demo's synthetic corpus (`experiments.demo`: its corpus, seed
 and --fl_* flags):
 
-1. one `tiny` seed model trained centrally on 10% of the speakers (`demo.seed_model`), which
-   every cell starts from;
+1. one seed model (--model_config: `tiny`, or `tiny_deep` for depth) trained centrally on 10%
+   of the speakers (`demo.seed_model`), which every cell starts from;
 2. the grid --clippings x --optimizers at σ_DP = --fl_sigma_dp, plus the no-noise --reference,
    each for every --seed: a cell is one `experiments.train_federated` run in its own folder
    (`OUTPUT_DIR/cells/<cell>_s<seed>`), from the demo's federated configuration
