@@ -24,12 +24,12 @@ with the unfinished cells. `--cells` picks cells by name.
 import csv
 import json
 import os
-import statistics
 
 from absl import app
 from absl import flags
 
 from experiments import common
+from fedasr_tff.program import study
 from fedasr_tff.retrieval import training
 
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (one run of each cell per seed).')
@@ -141,8 +141,7 @@ def main(argv):
            'epsilon': _epsilon(results[0])}
     for metric in metrics:
       values = [100 * r['eval'][metric] for r in results]
-      row[metric] = (f'{statistics.mean(values):.1f} ± '
-                     f'{statistics.stdev(values) if len(values) > 1 else 0.0:.1f}')
+      row[metric] = str(study.mean_std(values))
       row[f'{metric}_values'] = ' '.join(f'{v:.1f}' for v in values)
     rows.append(row)
     print(f'{name}: ' + ', '.join(f'{m} {row[m]}' for m in metrics) + f' ({row["epsilon"]})',
