@@ -224,7 +224,8 @@ def main(argv):
       f'WER (greedy decoding): seed {wers[0]:.1f}% → FL {wers[1]:.1f}% → FL + DP '
       f'{wers[2]:.1f}%: federated training ' + ('improves on' if wers[2] < wers[0] else
                                                'does NOT improve on') + ' the seed model with '
-      f'DP, and the noise costs {wers[2] - wers[1]:+.1f} WER points.',
+      f'DP; the cost of the noise (DP run minus run without noise) is {wers[2] - wers[1]:+.1f} WER '
+      'points.',
       f'ε (RDP, δ = 1e-9): `epsilon_run` is the DP run\'s own guarantee ({ledger.cohort_size} '
       f'of {ledger.population} clients a round, Poisson-sampled); `epsilon_declared` is the '
       f'extrapolation to K\' = {ledger.declared_population:,}, S\' = '
