@@ -136,12 +136,14 @@ def make_corpus(output_dir: str,
       wav = os.path.join(tmp, f'{utterance_id}.wav')
       _run(['espeak-ng', '-v', voice.voice, '-p', str(voice.pitch), '-s', str(voice.speed),
             '-w', wav, sentence])
+      # -R: sox dithers when it cuts the bit depth; repeatable mode draws the dither from a
+      # fixed seed, so the audio, like the transcripts, is a function of `seed`.
       if 'librispeech' in layouts:
-        _run(['sox', wav, '-r', '16000', '-b', '16', '-c', '1',
+        _run(['sox', '-R', wav, '-r', '16000', '-b', '16', '-c', '1',
               os.path.join(output_dir, 'librispeech', split, speaker, '1',
                            f'{utterance_id}.flac')])
       if 'common_voice' in layouts:
-        _run(['sox', wav, '-r', '22050',
+        _run(['sox', '-R', wav, '-r', '22050',
               os.path.join(clips, f'common_voice_{language}_{utterance_id}.mp3')])
       os.remove(wav)
 
