@@ -283,6 +283,9 @@ def main(argv):
   common.require('output_dir')
   if common.FLAGS['fl_server_lr'].present:
     raise app.UsageError('--fl_server_lr is the demo\'s; the ablation takes --server_lrs.')
+  if common.FLAGS['spec_augment'].present:
+    raise app.UsageError('--spec_augment is the demo\'s; the ablation trains with SpecAugment '
+                         '(its cells are experiments.train_federated runs, which always use it).')
   try:
     seeds = [int(s) for s in _SEEDS.value]
   except ValueError:

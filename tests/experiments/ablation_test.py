@@ -15,11 +15,11 @@ from absl.testing import absltest
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(output_dir):
+def _run(output_dir, *extra_flags):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
              PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
   return subprocess.run(
-      [sys.executable, '-m', 'experiments.ablation', f'--output_dir={output_dir}',
+      [sys.executable, '-m', 'experiments.ablation', f'--output_dir={output_dir}', *extra_flags,
        '--train_speakers=5', '--held_out_speakers=1', '--utterances_per_speaker=2',
        '--central_steps=2', '--fl_rounds=2', '--fl_eval_every=2', '--fl_cohort_size=2',
        '--fl_local_steps=1', '--seeds=0', '--clippings=dim', '--optimizers=lamb',
@@ -60,6 +60,14 @@ class AblationTest(absltest.TestCase):
     self.assertIn('| dim / lamb |', again.stdout)
     self.assertEqual({cell: os.path.getsize(os.path.join(cells, cell, 'cell.log'))
                       for cell in logs}, logs)
+
+  def test_the_demos_spec_augment_flag_is_refused_before_any_work(self):
+    output_dir = tempfile.mkdtemp()
+    result = _run(output_dir, '--nospec_augment')
+    self.assertNotEqual(result.returncode, 0)
+    self.assertIn('--spec_augment is the demo\'s; the ablation trains with SpecAugment',
+                  result.stderr)
+    self.assertEqual(os.listdir(output_dir), [])
 
 
 if __name__ == '__main__':
