@@ -12,8 +12,8 @@ r"""The main job: seed model, federated training without and with DP, report (on
 3. Federated training from the seed over the other 90% as clients (one client per speaker):
    per-layer "dim" clipping, LAMB on the server, local SGD with local clipping; once without
    noise, once with DP noise sigma_dp on the averaged update. 16 clients a round with one local
-   step each: in the exploration behind these defaults (README, "The demo") that improved on the
-   seed where 8 clients with 3-5 local steps did not.
+   step each (an earlier exploration found that improved on the seed where 8 clients with 3-5
+   local steps did not), the deltas clipped at C = 0.2, the most one such step can move them.
 4. Evaluates all three on the held-out speakers (greedy CTC decoding, no word list) and writes
    `report.md`, led by the WER: the WER/CER table, the plots (the per-layer norms are those the
    DP run releases, of its noised average update, unless --layer_norms_from_no_noise_run) and
