@@ -38,6 +38,7 @@ Not thread-safe: set it once, from the main thread, before the first computation
 
 import asyncio
 import dataclasses
+import os
 import threading
 import time
 from typing import List
@@ -93,7 +94,8 @@ class TLSCredentials:
 
 
 def parse_workers(spec: str, source: str = '--workers') -> List[str]:
-  """['host:port', ...] from a comma- or newline-separated list; `source` names it in errors.
+  """['host:port' or 'unix:/path', ...] from a comma- or newline-separated list; `source` names
+  it in errors.
 
   Raises:
     ValueError: naming `source` and the entry that is not host:port with a port in 1..65535,
@@ -106,9 +108,14 @@ def parse_workers(spec: str, source: str = '--workers') -> List[str]:
       if not entry:
         continue
       where = f'{source} line {number}' if '\n' in spec else source
-      host, separator, port = entry.rpartition(':')
-      if not separator or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f'{where}: {entry!r} is not host:port (a port in 1..65535).')
+      if entry.startswith('unix:'):  # a worker started with --unix_socket (worker.py)
+        if not os.path.isabs(entry[len('unix:'):]):
+          raise ValueError(f'{where}: {entry!r} is not unix:/absolute/path.')
+      else:
+        host, separator, port = entry.rpartition(':')
+        if not separator or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+          raise ValueError(f'{where}: {entry!r} is not host:port (a port in 1..65535) or '
+                           'unix:/absolute/path.')
       if entry in workers:
         raise ValueError(f'{where}: worker {entry!r} is listed twice.')
       workers.append(entry)

@@ -12,71 +12,225 @@ own session, so a Ctrl-C or hang-up of the job reaches this process only; with i
 unlinked temporary file, so it holds none of our pipes and an error can quote its last lines. It is
 also killed at normal exit and when the context is set again. A worker that died fails the next
 computation (TFF would start another one, from its background thread).
+
+Isolation (README, "Security"): the worker serves plaintext gRPC with no authentication on every
+interface (TFF 0.87's `worker_binary` has no address or token flag) and runs whatever TensorFlow
+graph it is sent, as this process's user: anyone who reaches its port can read the run's
+checkpoints (the noise seed), raw audio and features, and write files. So by default the worker
+runs in a network namespace of its own (`unshare --net`), where its only interface is its own
+loopback, and this process reaches it through a Unix socket in a fresh owner-only folder, bridged
+to the worker's port inside the namespace (`namespace_bridge.py`). No other host can connect,
+and no other local user but root. Where this machine cannot make a namespace, starting a worker
+raises `WorkerIsolationError` unless the exposure is accepted: `allow_exposed_worker=True`, or
+the environment variable FEDASR_TFF_ALLOW_EXPOSED_WORKER=1 (for pytest, Bazel and scripts);
+the worker then listens as TFF starts it, and a warning says what that exposes.
 """
 
 import atexit
+import dataclasses
+import functools
+import getpass
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 
 from absl import logging
 import grpc
 import portpicker
 import tensorflow_federated as tff
 
+from fedasr_tff.runtime import namespace_bridge
+
 WORKER_PROCESS_NAME = 'worker_binary'
 WORKER_PATH = os.path.join(os.path.dirname(tff.__file__), 'data', WORKER_PROCESS_NAME)
+ALLOW_EXPOSED_WORKER_VARIABLE = 'FEDASR_TFF_ALLOW_EXPOSED_WORKER'
 # Messages up to TFF's 2 GB (gRPC: 4 MB received); a first retry after 50 ms (gRPC: 1 s), as a
 # worker starts fast.
 CHANNEL_OPTIONS = [('grpc.max_receive_message_length', 2 * 10**9),
                    ('grpc.max_send_message_length', 2 * 10**9),
                    ('grpc.initial_reconnect_backoff_ms', 50)]
+_BRIDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'namespace_bridge.py')
+_NAMESPACE_PORT = 8000  # any port: the namespace is new, so nothing else listens in it
+_SOCKET_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less the terminating NUL
 
-_worker = None  # the subprocess.Popen of the context set last
+_worker = None  # the LocalWorker of the context set last
 
 
-def set_local_cpp_execution_context(max_concurrent_computation_calls: int | None = None) -> None:
+class WorkerIsolationError(RuntimeError):
+  """This machine cannot put the worker in a network namespace, and no one accepted the exposure."""
+
+
+@dataclasses.dataclass
+class LocalWorker:
+  """A TFF worker that this process started and owns.
+
+  Attributes:
+    process: The started process (with isolation: the namespace's bridge, whose child the worker
+      is; each dies with the other).
+    target: The gRPC target that reaches it: `unix:PATH` when isolated, else `localhost:PORT`.
+    isolated: Whether it runs in its own network namespace (module docstring).
+    folder: The owner-only folder of its Unix socket (None when not isolated), removed by `stop`.
+  """
+  process: subprocess.Popen
+  target: str
+  isolated: bool
+  folder: Optional[str] = None
+
+  @property
+  def worker_pid(self) -> int:
+    """The pid of `worker_binary` (with isolation the bridge's child; 0 until it has started)."""
+    if not self.isolated:
+      return self.process.pid
+    try:
+      with open(os.path.join(self.folder, namespace_bridge.WORKER_PID_FILE)) as f:
+        return int(f.read())
+    except (OSError, ValueError):
+      return 0
+
+  def stop(self) -> None:
+    """Kills the worker (and its bridge) and removes its socket's folder; idempotent."""
+    self.process.kill()  # kill() and wait() do nothing once it has been reaped
+    self.process.wait()
+    if self.folder is not None:
+      shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[int] = None, *,
+                                    allow_exposed_worker: Optional[bool] = None) -> None:
   """Sets TFF's default context to a local C++ worker that this process starts and owns.
+
+  The worker runs in a network namespace of its own, reachable from this process alone (module
+  docstring).
 
   Args:
     max_concurrent_computation_calls: How many calls of one computation the worker runs at once
       (in a federated round: clients trained in parallel); None for no limit.
+    allow_exposed_worker: Where no network namespace can be made, whether to start the worker as
+      TFF does, serving unauthenticated gRPC on every interface. None: the environment variable
+      FEDASR_TFF_ALLOW_EXPOSED_WORKER decides ('1': yes); by default, no.
 
   Raises:
     ValueError: `max_concurrent_computation_calls` is not None or a positive int.
+    WorkerIsolationError: No network namespace can be made, and the exposure is not accepted.
     RuntimeError: Not called from the main thread, or the worker does not start.
   """
-  calls = max_concurrent_computation_calls
-  if calls is not None and (type(calls) is not int or calls < 1):
-    raise ValueError(f'max_concurrent_computation_calls must be None or an int > 0: {calls!r}')
+  # Refused before the running worker is stopped, so the context set before goes on working.
+  _checked_calls(max_concurrent_computation_calls)
+  _namespace_or_refusal(allow_exposed_worker)
   if threading.current_thread() is not threading.main_thread():
     raise RuntimeError('Call from the main thread: the worker dies with the thread that starts it.')
   _stop_worker()
-  port = portpicker.pick_unused_port()
   log = tempfile.TemporaryFile()
   global _worker
-  _worker = worker = start_worker(port, calls, log)
+  _worker = worker = start_local_worker(max_concurrent_computation_calls, log,
+                                        allow_exposed_worker=allow_exposed_worker)
   atexit.unregister(_stop_worker)  # registered once, however often the context is set
   atexit.register(_stop_worker)
-  stub = tff.framework.RemoteExecutorGrpcStub(
-      grpc.insecure_channel(f'localhost:{port}', CHANNEL_OPTIONS))
+  stub = tff.framework.RemoteExecutorGrpcStub(grpc.insecure_channel(worker.target,
+                                                                    CHANNEL_OPTIONS))
   deadline = time.monotonic() + 120  # seconds; it starts in ~0.2 s
-  while not stub.is_ready and worker.poll() is None and time.monotonic() < deadline:
+  while not stub.is_ready and worker.process.poll() is None and time.monotonic() < deadline:
     time.sleep(0.01)
   if not stub.is_ready:
     raise RuntimeError(_failure(worker, log))  # _stop_worker kills it (at exit, or next time)
 
   def check_worker():
-    if worker.poll() is not None:
+    if worker.process.poll() is not None:
       raise RuntimeError(_failure(worker, log))
 
   tff.framework.set_default_context(remote_context(stub, check=check_worker))
 
 
-def worker_command(port: int, max_concurrent_computation_calls: int | None = None) -> list:
+def start_local_worker(max_concurrent_computation_calls: Optional[int] = None, log=None, *,
+                       allow_exposed_worker: Optional[bool] = None) -> LocalWorker:
+  """Starts TFF's worker for this process alone: in its own network namespace where possible.
+
+  The worker is killed by the kernel when the calling thread exits (module docstring), runs in
+  its own session, and writes its output to `log`.
+
+  Args:
+    max_concurrent_computation_calls: As in `set_local_cpp_execution_context`.
+    log: A file for the worker's output; None discards it.
+    allow_exposed_worker: As in `set_local_cpp_execution_context`.
+
+  Returns:
+    The `LocalWorker`; it may still be starting (connect with retries).
+
+  Raises:
+    ValueError: `max_concurrent_computation_calls` is not None or a positive int.
+    WorkerIsolationError: No network namespace can be made, and the exposure is not accepted.
+  """
+  calls = _checked_calls(max_concurrent_computation_calls)
+  output = subprocess.DEVNULL if log is None else log
+  namespace = _namespace_or_refusal(allow_exposed_worker)
+  if namespace is None:
+    port = portpicker.pick_unused_port()
+    process = _popen(worker_command(port, calls), output)
+    logging.warning(
+        'fedasr-tff: TFF worker %d serves UNAUTHENTICATED gRPC on port %d of EVERY network '
+        'interface (no network namespace here; the exposure was accepted). Anyone who reaches '
+        'this machine on that port can run TensorFlow graphs as user %s: read this run\'s '
+        'checkpoints (the noise seed), data and features, and write files.', process.pid, port,
+        getpass.getuser())
+    return LocalWorker(process, f'localhost:{port}', isolated=False)
+  folder = _socket_folder()
+  socket_path = os.path.join(folder, 'worker.sock')
+  try:
+    process = _popen(isolated_worker_command(socket_path, calls, namespace), output)
+  except BaseException:
+    shutil.rmtree(folder, ignore_errors=True)
+    raise
+  return LocalWorker(process, f'unix:{socket_path}', isolated=True, folder=folder)
+
+
+def isolated_worker_command(socket_path: str,
+                            max_concurrent_computation_calls: Optional[int] = None,
+                            namespace: Optional[tuple] = None) -> list:
+  """The command that runs TFF's worker in a new network namespace, served on `socket_path`.
+
+  Args:
+    socket_path: The Unix socket to create (0600) and serve the worker's gRPC on.
+    max_concurrent_computation_calls: As in `worker_command`.
+    namespace: The `unshare` prefix (default: `network_namespace_prefix()`).
+
+  Raises:
+    WorkerIsolationError: This machine cannot make a network namespace.
+  """
+  namespace = namespace or network_namespace_prefix()
+  if namespace is None:
+    raise WorkerIsolationError('Cannot make a network namespace here (`unshare --net` fails).')
+  # -I -S: the bridge needs the standard library alone, not the driver's environment.
+  return [*namespace, sys.executable, '-I', '-S', _BRIDGE, socket_path, str(_NAMESPACE_PORT),
+          *dying_with_parent(worker_command(_NAMESPACE_PORT, max_concurrent_computation_calls),
+                             'the TFF worker')]
+
+
+@functools.lru_cache(maxsize=None)
+def network_namespace_prefix() -> Optional[tuple]:
+  """The `unshare` command prefix that runs a command in a new network namespace here, or None.
+
+  As root, `unshare --net`; otherwise (or where a container denies it) a user namespace too,
+  `--map-root-user`, which unprivileged users may make where the kernel allows it. Tried once
+  per process, with `true`.
+  """
+  unshare = shutil.which('unshare')
+  if unshare is None:
+    return None
+  candidates = [(unshare, '--net'), (unshare, '--net', '--map-root-user')]
+  for prefix in candidates[0 if os.geteuid() == 0 else 1:]:
+    probe = subprocess.run([*prefix, 'true'], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if probe.returncode == 0:
+      return prefix
+  return None
+
+
+def worker_command(port: int, max_concurrent_computation_calls: Optional[int] = None) -> list:
   """The command line of TFF's worker serving on `port` (None: no limit on concurrent calls)."""
   calls = max_concurrent_computation_calls or -1
   return [WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls}']
@@ -91,17 +245,6 @@ def dying_with_parent(command: list, what: str) -> list:
     return ['setpriv', '--pdeathsig', 'KILL', '--', *command]
   logging.warning('setpriv not found: %s will outlive this process if it is killed.', what)
   return list(command)
-
-
-def start_worker(port: int, max_concurrent_computation_calls: int | None = None,
-                 log=None) -> subprocess.Popen:
-  """Starts TFF's worker on `port`, killed by the kernel when the calling thread exits (module
-  docstring), in its own session, its output to the file `log` (None: discarded)."""
-  output = subprocess.DEVNULL if log is None else log
-  return subprocess.Popen(dying_with_parent(worker_command(port, max_concurrent_computation_calls),
-                                            'the TFF worker'),
-                          stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-                          start_new_session=True)
 
 
 def remote_context(stub, asynchronous: bool = False, check=None):
@@ -124,14 +267,56 @@ def remote_context(stub, asynchronous: bool = False, check=None):
                  transform_result=tff.tensorflow.transform_result)
 
 
-def _failure(worker: subprocess.Popen, log) -> str:
+def _popen(command: list, output) -> subprocess.Popen:
+  return subprocess.Popen(dying_with_parent(command, 'the TFF worker'), stdin=subprocess.DEVNULL,
+                          stdout=output, stderr=output, start_new_session=True)
+
+
+def _namespace_or_refusal(allow_exposed_worker: Optional[bool]) -> Optional[tuple]:
+  """`network_namespace_prefix()`, or None where there is none and the exposure is accepted."""
+  namespace = network_namespace_prefix()
+  if namespace is None and not _exposure_accepted(allow_exposed_worker):
+    raise WorkerIsolationError(
+        'Cannot start the TFF worker in a network namespace of its own (`unshare --net` and '
+        '`unshare --net --map-root-user` both fail here: user namespaces may be disabled, or a '
+        'container forbids them), and without one it serves unauthenticated gRPC on every '
+        'network interface, running any TensorFlow graph it is sent as this user. To accept '
+        'that exposure, pass --allow_exposed_worker to a binary, allow_exposed_worker=True to '
+        f'set_local_cpp_execution_context, or set {ALLOW_EXPOSED_WORKER_VARIABLE}=1 (pytest, '
+        'Bazel, scripts); only on a machine no one else can reach (README, "Security").')
+  return namespace
+
+
+def _checked_calls(calls):
+  if calls is not None and (type(calls) is not int or calls < 1):
+    raise ValueError(f'max_concurrent_computation_calls must be None or an int > 0: {calls!r}')
+  return calls
+
+
+def _exposure_accepted(allow_exposed_worker: Optional[bool]) -> bool:
+  if allow_exposed_worker is not None:
+    return bool(allow_exposed_worker)
+  return os.environ.get(ALLOW_EXPOSED_WORKER_VARIABLE, '') == '1'
+
+
+def _socket_folder() -> str:
+  """A new folder for the worker's socket, 0700 (mkdtemp), in the temporary directory if the
+  socket's path fits there (Bazel's test TMPDIR can be too long), else in /tmp."""
+  folder = tempfile.mkdtemp(prefix='fedasr-tff-worker-')
+  if len(os.path.join(folder, 'worker.sock').encode()) <= _SOCKET_PATH_MAX:
+    return folder
+  os.rmdir(folder)
+  return tempfile.mkdtemp(prefix='fedasr-tff-worker-', dir='/tmp')
+
+
+def _failure(worker: LocalWorker, log) -> str:
   size = os.fstat(log.fileno()).st_size
   tail = os.pread(log.fileno(), 3000, max(0, size - 3000)).decode(errors='replace')
-  state = 'running' if worker.poll() is None else f'exit status {worker.returncode}'
-  return f'TFF {WORKER_PROCESS_NAME} {worker.pid} is not serving ({state}):\n{tail}'
+  process = worker.process  # with isolation it ends as the worker ended (namespace_bridge.py)
+  state = 'running' if process.poll() is None else f'exit status {process.returncode}'
+  return f'TFF {WORKER_PROCESS_NAME} {worker.worker_pid} is not serving ({state}):\n{tail}'
 
 
 def _stop_worker() -> None:
-  if _worker is not None:  # kill() and wait() do nothing once it has been reaped
-    _worker.kill()
-    _worker.wait()
+  if _worker is not None:
+    _worker.stop()

@@ -275,11 +275,14 @@ class RunEndTest(parameterized.TestCase):
     child = self.children[name]
     self.assertTrue(child.wait_until_started(), msg=child.output())
     self.assertIn('result 1', child.output())
-    self.assertLen(child.reported, times, msg=child.output())  # a worker per context set
-    # One running: setting the context again killed and reaped the first worker.
+    # A worker per context set, and with isolation the bridge of its network namespace.
+    per_context = 1 + (execution_context.network_namespace_prefix() is not None)
+    self.assertLen(child.reported, per_context * times, msg=child.output())
+    # One running: setting the context again killed and reaped the first worker (and bridge).
     workers = [p for p in child.descendants if _running(p)]
-    self.assertLen(workers, 1, msg=child.output())
-    self.assertEqual(workers[0].name(), execution_context.WORKER_PROCESS_NAME)
+    self.assertLen(workers, per_context, msg=child.output())
+    self.assertEqual(
+        sum(p.name() == execution_context.WORKER_PROCESS_NAME for p in workers), 1)
     if sig is None:
       child.process.stdin.write(b'go on\n')
       child.process.stdin.flush()
