@@ -14,6 +14,7 @@ from absl import flags
 from absl import logging as absl_logging
 
 from experiments import config_flags
+from experiments import local_worker
 from fedasr_tff import runtime
 from fedasr_tff.program import config as config_lib
 
@@ -65,8 +66,9 @@ def start_binary(max_concurrent_computation_calls=None,
   """What every binary's `main` does first, before any TFF computation; returns the workers
   (None: local).
 
-  Sets TFF's local C++ execution context, whose worker dies with the run however it ends
-  (`fedasr_tff.runtime`; `max_concurrent_computation_calls` as there), or with --workers TFF's
+  Sets TFF's local C++ execution context, whose worker dies with the run however it ends and is
+  reachable from it alone (`local_worker.set_context`; `max_concurrent_computation_calls` as
+  there), or with --workers TFF's
   distributed context over them (`runtime.set_distributed_execution_context`), refused with
   `distributed_refusal` if given (why this binary cannot run distributed). Unless --verbosity
   is given, keeps the log to warnings from our code: TF and TFF log a line per checkpoint file
@@ -79,7 +81,7 @@ def start_binary(max_concurrent_computation_calls=None,
   if remote is None:
     if tls_flags:
       raise app.UsageError(f'{", ".join(tls_flags)} apply to --workers, which is not given.')
-    runtime.set_local_cpp_execution_context(max_concurrent_computation_calls)
+    local_worker.set_context(max_concurrent_computation_calls)
   else:
     if distributed_refusal is not None:
       raise app.UsageError(f'--workers: {distributed_refusal}')

@@ -33,8 +33,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import local_worker
 from fedasr_tff import optimizers
-from fedasr_tff import runtime
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import dga_rl
 
@@ -175,7 +175,7 @@ def table(results, target, rounds) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.set_local_cpp_execution_context()
+  local_worker.set_context()
   names = _RUNS.value or list(RUNS)
   unknown = sorted(set(names) - set(RUNS))
   if unknown:

@@ -32,9 +32,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import local_worker
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
-from fedasr_tff import runtime
 from fedasr_tff.algorithms import mixed_fl
 
 TASKS = ('quadratic', 'label_skew')
@@ -244,7 +244,7 @@ def _label_skew_table(runs):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.set_local_cpp_execution_context()
+  local_worker.set_context()
   results_dir = _RESULTS_DIR.value
   if _TASK.value == 'quadratic':
     results = run_quadratic(_ROUNDS.value or 300)

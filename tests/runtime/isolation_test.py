@@ -10,6 +10,7 @@ exposure is accepted, by argument or environment variable.
 
 import ipaddress
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,11 +24,19 @@ import tensorflow_federated as tff
 from fedasr_tff.runtime import execution_context
 
 _LISTEN = '0A'  # TCP_LISTEN in /proc/net/tcp's `st` column
+_OTHER_USER = 65534  # nobody
 
 
 @tff.tensorflow.computation(np.int32)
 def _add_one(x):
   return x + 1
+
+
+def _maps_uid(uid: int) -> bool:
+  """Whether `uid` exists in this user namespace (Bazel's sandbox maps root alone)."""
+  with open('/proc/self/uid_map') as f:
+    return any(int(inside) <= uid < int(inside) + int(count)
+               for inside, _, count in (line.split() for line in f))
 
 
 def _run_processes():
@@ -129,8 +138,9 @@ class IsolatedWorkerTest(absltest.TestCase):
       for port in ports:
         self.assertFalse(_connects(ip, port), msg=f'{ip} port {port} answers')
 
-  @absltest.skipUnless(os.geteuid() == 0 and os.path.exists('/usr/bin/setpriv'),
-                       'needs root to act as another local user')
+  @absltest.skipUnless(os.geteuid() == 0 and _maps_uid(_OTHER_USER) and shutil.which('setpriv'),
+                       'needs root, and user 65534 mapped (not in Bazel\'s sandbox), to act as '
+                       'another local user')
   def test_another_local_user_cannot_connect_to_the_worker(self):
     target = execution_context._worker.target  # pylint: disable=protected-access
     if target.startswith('unix:'):
@@ -139,9 +149,9 @@ class IsolatedWorkerTest(absltest.TestCase):
       host, port = target.rsplit(':', 1)
       connect = f'import socket; socket.create_connection(({host!r}, {port}), timeout=5)'
     other_user = subprocess.run(
-        ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', sys.executable, '-I',
-         '-S', '-c', connect], capture_output=True, text=True, check=False)
-    self.assertNotEqual(other_user.returncode, 0, msg='user 65534 connected to the worker')
+        ['setpriv', f'--reuid={_OTHER_USER}', f'--regid={_OTHER_USER}', '--clear-groups',
+         sys.executable, '-I', '-S', '-c', connect], capture_output=True, text=True, check=False)
+    self.assertNotEqual(other_user.returncode, 0, msg=f'user {_OTHER_USER} connected to it')
     self.assertIn('PermissionError', other_user.stderr)
 
 
