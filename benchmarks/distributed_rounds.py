@@ -7,8 +7,9 @@ model, 2 local steps, the cohort built as the runner builds it) with the deltas 
 `clients_per_round` the cohort; no client diagnostics, as under DP by default). It runs in
 TFF's local C++ context (`runtime.set_local_cpp_execution_context`, the baseline) and in TFF's
 mergeable-computation context (`runtime.create_distributed_execution_context`) over 1, 2 and 4
-(`--workers_counts`) TFF workers that this script starts on loopback ports
-(`execution_context.start_worker`: killed with it however it ends, and at its end). Every
+(`--workers_counts`) TFF workers that this script starts, each in a network namespace of its own
+behind a Unix socket (`execution_context.start_local_worker`: killed with it however it ends,
+and at its end). Every
 context is built once, its workers kept running; rounds switch TFF's default context between
 them.
 
@@ -54,7 +55,6 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
-import portpicker
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -103,25 +103,23 @@ def _name(workers):
   return f'{workers} worker' + ('s' if workers > 1 else '')
 
 
-def _start_contexts(workers_counts, processes):
-  """{name: DistributedContext} over newly started local workers; appends their Popens to
-  `processes` as they start, so the caller stops them whatever fails."""
+def _start_contexts(workers_counts, workers):
+  """{name: DistributedContext} over newly started local workers; appends each LocalWorker to
+  `workers` as it starts, so the caller stops them whatever fails."""
   contexts = {}
   for count in workers_counts:
     addresses = []
     for _ in range(count):
-      port = portpicker.pick_unused_port()
-      processes.append(execution_context.start_worker(port, log=tempfile.TemporaryFile()))
-      addresses.append(f'localhost:{port}')
+      workers.append(execution_context.start_local_worker(log=tempfile.TemporaryFile()))
+      addresses.append(workers[-1].target)
     contexts[_name(count)] = runtime.create_distributed_execution_context(
         addresses, worker_timeout=_WORKER_TIMEOUT.value)
   return contexts
 
 
-def _stop(processes):
-  for process in processes:
-    process.kill()
-    process.wait()
+def _stop(workers):
+  for worker in workers:
+    worker.stop()
 
 
 def _measure_cohort(cohort, vocab, cohort_data, contexts):
@@ -225,13 +223,13 @@ def main(argv):
   tf.keras.utils.set_random_seed(speech_rounds.SEED)
   root = _CORPUS_DIR.value or tempfile.mkdtemp(prefix='distributed_rounds_')
   cache_dir = tempfile.mkdtemp(prefix='distributed_rounds_cache_')
-  processes = []
+  workers = []
   try:
     runtime.set_local_cpp_execution_context()
     contexts = {_LOCAL: tff.framework.get_context_stack().current}
-    contexts.update(_start_contexts(workers_counts, processes))
+    contexts.update(_start_contexts(workers_counts, workers))
     print(f'{sum(workers_counts)} TFF workers started (pids '
-          f'{", ".join(str(p.pid) for p in processes)}) for the distributed contexts '
+          f'{", ".join(str(w.process.pid) for w in workers)}) for the distributed contexts '
           f'{", ".join(_name(w) for w in workers_counts)}; {os.cpu_count()} CPUs, load average '
           f'{os.getloadavg()[0]:.1f}', flush=True)
     vocab = data.Vocabulary('en')
@@ -276,7 +274,7 @@ def main(argv):
         print(f'  {name:10s} {fixed:7.3f} s + {per_client * 1e3:6.2f} ms x cohort')
     _estimate(cohorts, machines, medians, round_bytes, workers_counts)
   finally:
-    _stop(processes)
+    _stop(workers)
     shutil.rmtree(cache_dir, ignore_errors=True)
     if not _CORPUS_DIR.value:
       shutil.rmtree(root, ignore_errors=True)

@@ -106,8 +106,9 @@ def main(argv):
           f'{100 * result.evaluation.overall.cer:.2f}% on {config.data.eval_split}')
   statement = result.privacy_statement()
   if workers is not None:
-    statement += '\n' + runtime.trust_statement(workers, tls=common.WORKER_TLS_ROOT_CERTS.value
-                                                 is not None)
+    statement += '\n' + runtime.trust_statement(
+        workers, tls=common.WORKER_TLS_ROOT_CERTS.value is not None,
+        mutual_tls=common.WORKER_TLS_CERT.value is not None)
   print(statement)
 
 

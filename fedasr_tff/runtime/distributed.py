@@ -29,9 +29,11 @@ raises `WorkerUnavailableError` naming it, which TFF does not retry: the round f
 resumes from its last checkpoint once the worker is back.
 
 Trust: a worker runs whatever TensorFlow graph it is sent and holds raw client data and
-un-noised partial sums; it is trusted like the server. `tls_root_certificates` (and a client
-certificate for mutual TLS) encrypt the channels to TLS-terminating proxies in front of the
-workers, which serve plaintext gRPC on every interface (README, "Past one machine").
+un-noised partial sums; it is trusted like the server. `tls` credentials encrypt the channels to
+TLS-terminating proxies in front of the workers (which serve plaintext gRPC), and with the
+driver's own certificate authenticate it to them (mutual TLS, which the proxies must require);
+`unix:PATH` workers on the driver's machine are reached through owner-only Unix sockets
+(README, "Security" and "Past one machine").
 
 Not thread-safe: set it once, from the main thread, before the first computation.
 """
@@ -53,13 +55,31 @@ from fedasr_tff.runtime import execution_context
 DEFAULT_WORKER_TIMEOUT_SECONDS = 300.0
 
 
-def trust_statement(workers: Sequence[str], tls: bool) -> str:
-  """The privacy statement's line on the workers of a distributed run."""
+def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False) -> str:
+  """The privacy statement's line on the workers of a distributed run and their channels.
+
+  Args:
+    workers: The run's workers, as given to `set_distributed_execution_context`.
+    tls: Whether the channels use TLS (`tls` credentials were given).
+    mutual_tls: Whether the driver also presented its own certificate (mutual TLS).
+  """
+  if tls and mutual_tls:
+    channel = ('mutual TLS: the driver and the TLS proxies in front of the workers authenticate '
+               'each other')
+  elif tls:
+    channel = ('TLS that authenticates the workers\' proxies to the driver but NOT the driver to '
+               'them (not mutual): whoever reaches a proxy can use its worker')
+  elif all(worker.startswith('unix:') for worker in workers):
+    channel = ('Unix sockets on this machine, reachable by this user\'s processes alone (and '
+               'root)')
+  else:
+    channel = ('plaintext, unauthenticated gRPC: whoever reaches a worker can use it and read '
+               'what it is sent')
   return (f'- Workers: the rounds ran on {len(workers)} TFF workers ({", ".join(workers)}), '
-          f'over {"TLS" if tls else "plaintext gRPC"}. A worker runs the client computation on '
-          'raw client data and holds un-noised partial sums; the guarantee assumes the workers '
-          'are trusted like the server (the noise is added once, after their sums are merged) '
-          'and reachable only by the driver, on a private network.')
+          f'over {channel}. A worker runs the client computation on raw client data and holds '
+          'un-noised partial sums; the guarantee assumes the workers are trusted like the '
+          'server (the noise is added once, after their sums are merged) and reachable only by '
+          'the driver, through mutual TLS or on a private network.')
 
 
 class WorkerUnavailableError(RuntimeError):

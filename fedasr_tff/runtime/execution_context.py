@@ -178,7 +178,7 @@ def start_local_worker(max_concurrent_computation_calls: Optional[int] = None, l
         'checkpoints (the noise seed), data and features, and write files.', process.pid, port,
         getpass.getuser())
     return LocalWorker(process, f'localhost:{port}', isolated=False)
-  folder = _socket_folder()
+  folder = socket_folder()
   socket_path = os.path.join(folder, 'worker.sock')
   try:
     process = _popen(isolated_worker_command(socket_path, calls, namespace), output)
@@ -299,11 +299,11 @@ def _exposure_accepted(allow_exposed_worker: Optional[bool]) -> bool:
   return os.environ.get(ALLOW_EXPOSED_WORKER_VARIABLE, '') == '1'
 
 
-def _socket_folder() -> str:
-  """A new folder for the worker's socket, 0700 (mkdtemp), in the temporary directory if the
+def socket_folder() -> str:
+  """A new folder for workers' Unix sockets, 0700 (mkdtemp), in the temporary directory if a
   socket's path fits there (Bazel's test TMPDIR can be too long), else in /tmp."""
   folder = tempfile.mkdtemp(prefix='fedasr-tff-worker-')
-  if len(os.path.join(folder, 'worker.sock').encode()) <= _SOCKET_PATH_MAX:
+  if len(folder.encode()) + len('/worker-name.sock') <= _SOCKET_PATH_MAX:  # room for a name
     return folder
   os.rmdir(folder)
   return tempfile.mkdtemp(prefix='fedasr-tff-worker-', dir='/tmp')

@@ -1,4 +1,4 @@
-"""The federated training binary over TFF workers on loopback ports (`--workers`), as users run
+"""The federated training binary over TFF workers on Unix sockets (`--workers`), as users run
 it: the same final model as the local run, a worker killed mid-run stops the run with an error
 naming it, and the run resumes from its checkpoint once the worker is back; binaries that cannot
 run distributed refuse the flag."""

@@ -1,5 +1,6 @@
-"""TFF's distributed runtime over workers on loopback ports: the same DP rounds as on one local
-worker, byte counts, a worker that dies named within the timeout, TLS channels, flag parsing."""
+"""TFF's distributed runtime over workers on Unix sockets (each in a network namespace of its
+own): the same DP rounds as on one local worker, byte counts, a worker that dies named within the
+timeout, mutual TLS channels, flag parsing."""
 
 import os
 import shutil
@@ -67,12 +68,27 @@ def _run(rounds=3, cohort=5):
   return state, output.metrics
 
 
+class TrustStatementTest(absltest.TestCase):
+
+  def test_says_whether_the_channel_is_mutually_authenticated(self):
+    remote = ['a:1', 'b:2']
+    self.assertIn('over mutual TLS', runtime.trust_statement(remote, tls=True, mutual_tls=True))
+    self.assertIn('NOT the driver to them (not mutual)',
+                  runtime.trust_statement(remote, tls=True))
+    self.assertIn('over plaintext, unauthenticated gRPC',
+                  runtime.trust_statement(remote, tls=False))
+    self.assertIn('over Unix sockets on this machine',
+                  runtime.trust_statement(['unix:/w.sock'], tls=False))
+    self.assertIn('over plaintext', runtime.trust_statement(['unix:/w.sock', 'a:1'], tls=False))
+
+
 class ParseWorkersTest(absltest.TestCase):
 
   def test_lists_and_files(self):
     self.assertEqual(runtime.parse_workers(' a:1, b.example:8000 ,'),
                      ['a:1', 'b.example:8000'])
     self.assertEqual(runtime.parse_workers('[::1]:7000'), ['[::1]:7000'])
+    self.assertEqual(runtime.parse_workers('unix:/run/w.sock,a:1'), ['unix:/run/w.sock', 'a:1'])
     path = os.path.join(tempfile.mkdtemp(), 'workers.txt')
     with open(path, 'w') as f:
       f.write('# the cluster\nhost-a:8000\n\nhost-b:8000, host-c:8001  # rack 2\n')
@@ -83,6 +99,7 @@ class ParseWorkersTest(absltest.TestCase):
     for spec, expected in (('a', "--workers: 'a' is not host:port"),
                            ('a:0', "'a:0' is not host:port"),
                            ('a:x', "'a:x'"), (':80', "':80'"),
+                           ('unix:w.sock', "'unix:w.sock' is not unix:/absolute/path"),
                            ('a:1,a:1', "worker 'a:1' is listed twice"),
                            (' , ', '--workers lists no worker')):
       with self.assertRaisesRegex(ValueError, expected, msg=spec):
@@ -176,33 +193,42 @@ class DistributedRoundsTest(absltest.TestCase):
     self.assertLess(time.monotonic() - started, 10)
 
 
+def _self_signed(directory: str, name: str):
+  """(key, certificate) files of a self-signed certificate for `name` (its own authority)."""
+  key, certificate = (os.path.join(directory, f'{name}-{part}.pem') for part in ('key', 'cert'))
+  subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
+                  '-subj', f'/CN={name}', '-addext', f'subjectAltName=DNS:{name}',
+                  '-keyout', key, '-out', certificate], check=True, capture_output=True)
+  return key, certificate
+
+
 @absltest.skipUnless(shutil.which('openssl'), 'needs the openssl command to make certificates')
 class TLSTest(absltest.TestCase):
-  """TLS channels to a TLS-terminating proxy in front of a worker (the deployment the README
+  """Mutual TLS to a TLS-terminating proxy in front of a worker (the deployment the README
   describes; the test's proxy is `workers.TLSProxy`)."""
 
-  def test_rounds_run_over_tls_and_plaintext_is_not_served(self):
+  def test_rounds_run_over_mutual_tls_and_nothing_else_is_served(self):
     directory = tempfile.mkdtemp()
-    key, certificate = (os.path.join(directory, name) for name in ('key.pem', 'cert.pem'))
-    subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
-                    '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost',
-                    '-keyout', key, '-out', certificate], check=True, capture_output=True)
+    key, certificate = _self_signed(directory, 'localhost')
+    driver_key, driver_certificate = _self_signed(directory, 'driver')
     worker = workers_lib.Workers(1)
-    proxy = workers_lib.TLSProxy(worker.ports[0], certificate, key)
+    proxy = workers_lib.TLSProxy(worker.addresses[0], certificate, key,
+                                 client_ca=driver_certificate)
+    address = f'localhost:{proxy.port}'
     try:
-      tls = runtime.TLSCredentials.from_files(certificate)
-      runtime.set_distributed_execution_context([f'localhost:{proxy.port}'], tls=tls)
+      tls = runtime.TLSCredentials.from_files(certificate, driver_key, driver_certificate)
+      runtime.set_distributed_execution_context([address], tls=tls)
       runtime.set_local_cpp_execution_context()
       local_state, _ = _run(rounds=1)
-      runtime.set_distributed_execution_context([f'localhost:{proxy.port}'], tls=tls)
+      runtime.set_distributed_execution_context([address], tls=tls)
       state, _ = _run(rounds=1)
       for a, b in zip(local_state.global_model_weights.trainable,
                       state.global_model_weights.trainable, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-      # A plaintext channel to the proxy never becomes ready.
-      with self.assertRaisesRegex(runtime.WorkerUnavailableError, 'not reachable after 1 s'):
-        runtime.set_distributed_execution_context([f'localhost:{proxy.port}'],
-                                                  worker_timeout=1.0)
+      # TLS without the driver's certificate, and plaintext, never become ready.
+      for refused in (runtime.TLSCredentials.from_files(certificate), None):
+        with self.assertRaisesRegex(runtime.WorkerUnavailableError, 'not reachable after 1 s'):
+          runtime.set_distributed_execution_context([address], worker_timeout=1.0, tls=refused)
     finally:
       proxy.stop()
       worker.stop()

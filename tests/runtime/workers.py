@@ -1,5 +1,6 @@
-"""TFF workers on loopback ports for tests (started as users start them: `python -m
-fedasr_tff.runtime.worker`), and a TLS-terminating proxy in front of one."""
+"""TFF workers for tests, each in a network namespace of its own behind a Unix socket (started as
+users start a worker on the driver's machine: `python -m fedasr_tff.runtime.worker
+--unix_socket=PATH`), and a mutual-TLS-terminating proxy on loopback in front of one."""
 
 import asyncio
 import os
@@ -13,6 +14,8 @@ import time
 import grpc
 import portpicker
 
+from fedasr_tff.runtime import execution_context
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -22,48 +25,50 @@ def subprocess_env():
   return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL='2')
 
 
-def start_worker(port: int) -> subprocess.Popen:
-  """A worker serving on `port`, killed by the kernel if the test process dies."""
+def start_worker(socket_path: str) -> subprocess.Popen:
+  """A worker serving on the Unix socket `socket_path`, killed by the kernel if the test dies."""
   pdeathsig = ['setpriv', '--pdeathsig', 'KILL', '--'] if shutil.which('setpriv') else []
   return subprocess.Popen([*pdeathsig, sys.executable, '-m', 'fedasr_tff.runtime.worker',
-                           f'--port={port}'], stdin=subprocess.DEVNULL,
+                           f'--unix_socket={socket_path}'], stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env=subprocess_env(), cwd=ROOT, start_new_session=True)
 
 
-def wait_until_serving(port: int, timeout: float = 120) -> None:
-  with grpc.insecure_channel(f'localhost:{port}') as channel:
+def wait_until_serving(target: str, timeout: float = 120) -> None:
+  with grpc.insecure_channel(target) as channel:
     grpc.channel_ready_future(channel).result(timeout=timeout)
 
 
 class Workers:
-  """`count` workers on free loopback ports, serving when the constructor returns."""
+  """`count` workers on Unix sockets in an owner-only folder, serving when the constructor
+  returns."""
 
   def __init__(self, count: int):
-    self.ports = [portpicker.pick_unused_port() for _ in range(count)]
-    self.processes = [start_worker(port) for port in self.ports]
+    self.folder = execution_context.socket_folder()
+    self.sockets = [os.path.join(self.folder, f'worker{i}.sock') for i in range(count)]
+    self.processes = [start_worker(path) for path in self.sockets]
     try:
-      for port in self.ports:
-        wait_until_serving(port)
+      for address in self.addresses:
+        wait_until_serving(address)
     except Exception:
       self.stop()
       raise
 
   @property
   def addresses(self):
-    return [f'localhost:{port}' for port in self.ports]
+    return [f'unix:{path}' for path in self.sockets]
 
   def kill(self, index: int) -> None:
     self.processes[index].kill()
     self.processes[index].wait()
 
   def restart(self, index: int) -> None:
-    """Starts worker `index` again on its port (after `kill`)."""
+    """Starts worker `index` again on its socket (after `kill`)."""
     deadline = time.monotonic() + 30
-    while True:   # The port may linger a moment after the kill.
-      self.processes[index] = start_worker(self.ports[index])
+    while True:   # The old worker may linger a moment after the kill.
+      self.processes[index] = start_worker(self.sockets[index])
       try:
-        wait_until_serving(self.ports[index], timeout=15)
+        wait_until_serving(self.addresses[index], timeout=15)
         return
       except grpc.FutureTimeoutError:
         self.kill(index)
@@ -74,17 +79,20 @@ class Workers:
     for process in self.processes:
       process.kill()
       process.wait()
+    shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class TLSProxy:
-  """Terminates TLS (with ALPN h2, which gRPC clients require) on a free loopback port and pipes
-  the bytes to a plaintext worker on `target_port`: what haproxy or a service mesh does in front
-  of a worker in a deployment."""
+  """Terminates mutual TLS (with ALPN h2, which gRPC clients require) on a free loopback port and
+  pipes the bytes to a worker's Unix socket `target`: what haproxy or a service mesh does in front
+  of a worker in a deployment. It requires a client certificate signed by `client_ca`."""
 
-  def __init__(self, target_port: int, certificate: str, key: str):
+  def __init__(self, target: str, certificate: str, key: str, client_ca: str):
     self.port = portpicker.pick_unused_port()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(certificate, key)
+    context.load_verify_locations(client_ca)
+    context.verify_mode = ssl.CERT_REQUIRED  # no client certificate, no connection
     context.set_alpn_protocols(['h2'])
     self._loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -98,7 +106,7 @@ class TLSProxy:
         writer.close()
 
     async def handle(client_reader, client_writer):
-      reader, writer = await asyncio.open_connection('127.0.0.1', target_port)
+      reader, writer = await asyncio.open_unix_connection(target.removeprefix('unix:'))
       await asyncio.gather(pipe(client_reader, writer), pipe(reader, client_writer),
                            return_exceptions=True)
 
