@@ -190,9 +190,12 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     """Log-mels of one file (from the cache when there), or None if it was skipped."""
     cache_path = self._cache_path(path) if os.path.isfile(path) else None
     if cache_path is not None and os.path.isfile(cache_path):
+      # A damaged entry (disk error, truncated, empty, not a `.npy`) is computed again below and
+      # replaced: the cache is derived from the audio, so recomputing it loses nothing.
       try:
-        feats = np.load(cache_path)
-      except (OSError, ValueError):  # Unreadable (say, a disk error): computed again below.
+        with open(cache_path, 'rb') as f:
+          feats = np.lib.format.read_array(f)  # `.npy` only: never a zip (np.load's BadZipFile).
+      except (OSError, ValueError):
         feats = None
       if feats is not None and feats.ndim == 2 and feats.shape[1] == features_lib.NUM_MELS:
         if feats.shape[0] > self._max_utterance_frames:  # Cached by a run with a longer limit.

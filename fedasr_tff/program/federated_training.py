@@ -56,7 +56,8 @@ Run management with `tff.program`:
 * `tff.program.FileProgramStateManager` saves the process state and the run secret every
   `checkpoint_every` rounds (and at round 0 and the end). Started again with the same
   configuration, a run resumes from its latest checkpoint and ends in the same state as an
-  uninterrupted one.
+  uninterrupted one; a damaged latest checkpoint is refused, not skipped
+  (`release_journal.load_latest`).
 * Metrics go to `tff.program` release managers: CSV (`metrics.csv`), TensorBoard
   (`tensorboard/`) and a progress bar (which shows computed rounds at once, metrics when
   released).
@@ -497,8 +498,8 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
   state_manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=3,
                                                       keep_first=True)
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
-  restored, start_round = asyncio.run(
-      state_manager.load_latest(run.program_state(state, secret)))
+  restored, start_round = release_journal.load_latest(
+      state_manager, run.program_state(state, secret), checkpoint_dir)
 
   csv_manager = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
   managers = [csv_manager,

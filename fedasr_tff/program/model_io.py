@@ -9,6 +9,8 @@ import os
 from typing import List
 from typing import Mapping
 from typing import Tuple
+import zipfile
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -58,17 +60,23 @@ def load_weights(path: str, model: tf.keras.Model,
     source: how to name the file in errors (for example the flag it came from).
 
   Raises:
-    ValueError: naming `source`, the path and the first tensor that is missing, extra or of a
-      different shape.
+    ValueError: naming `source` and the path when the file is missing, damaged (truncated, for
+      example) or not an `.npz`, and the first tensor that is missing, extra, of a different
+      shape or not finite.
   """
   if not os.path.isfile(path):
     raise ValueError(f'{source} {path!r} does not exist.')
   try:
-    with np.load(path) as stored:
+    stored = np.load(path)
+    if not isinstance(stored, np.lib.npyio.NpzFile):  # A bare `.npy` array.
+      raise ValueError('it holds one array, not named tensors')
+    with stored:
       arrays: Mapping[str, np.ndarray] = {k: stored[k] for k in stored.files}
-  except (OSError, ValueError) as e:
-    raise ValueError(f'{source} {path!r} is not a weights file written by save_weights: '
-                     f'{e}') from e
+  # What NumPy raises for a damaged file: a truncated zip (BadZipFile), a bad CRC (BadZipFile),
+  # an empty file (EOFError), a corrupt member (zlib.error), anything else (pickle refusal).
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise ValueError(f'{source} {path!r} is damaged or not a weights file written by '
+                     f'save_weights ({type(e).__name__}: {e}); write it again.') from e
   trainable_names, non_trainable_names = tensor_names(model)
   expected = [(n, v) for n, v in zip(trainable_names, model.trainable_variables, strict=True)]
   expected += [(_NON_TRAINABLE_PREFIX + n, v)
@@ -80,6 +88,14 @@ def load_weights(path: str, model: tf.keras.Model,
     if tuple(arrays[key].shape) != tuple(variable.shape):
       raise ValueError(f'{source} {path!r}: tensor {key!r} has shape {arrays[key].shape}, the '
                        f'model configuration needs {tuple(variable.shape)}.')
+    # A non-finite seed would make every client delta non-finite (zeroed by the clipping), so
+    # a DP run would spend its budget and end non-finite.
+    if np.issubdtype(arrays[key].dtype, np.inexact):
+      bad = int(np.size(arrays[key]) - np.count_nonzero(np.isfinite(arrays[key])))
+      if bad:
+        raise ValueError(f'{source} {path!r}: tensor {key!r} has {bad} non-finite values (NaN '
+                         f'or Inf) of {np.size(arrays[key])}; a model trained or evaluated '
+                         'from it is not finite.')
   extra = sorted(set(arrays) - {key for key, _ in expected})
   if extra:
     raise ValueError(f'{source} {path!r} has tensors the model does not: {extra[:5]}; it was '

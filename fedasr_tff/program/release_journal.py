@@ -14,8 +14,12 @@ checkpoint at or after that round is saved:
    steps 2's save and its release had not yet released (or had only partly released): the same
    values, read back, so releasing them again reveals nothing new. A journal of any other round
    belongs to a checkpoint that was never saved, and is dropped; those rounds are recomputed.
+
+A damaged latest checkpoint is therefore refused, never skipped (`load_latest`): it covered the
+release of its rounds, which an earlier checkpoint would recompute.
 """
 
+import asyncio
 import json
 import os
 from typing import Any
@@ -23,6 +27,9 @@ from typing import Dict
 from typing import List
 from typing import Optional
 from typing import Tuple
+
+import tensorflow as tf
+import tensorflow_federated as tff
 
 from fedasr_tff import private_files
 
@@ -79,3 +86,48 @@ class ReleaseJournal:
     except (ValueError, KeyError, TypeError) as e:
       raise ValueError(f'Release journal {self._path} is corrupt ({e}); remove it to recompute '
                        'the rounds after the last checkpoint.') from e
+
+
+def load_latest(manager: tff.program.FileProgramStateManager, structure: Any,
+                checkpoint_dir: str) -> Tuple[Any, int]:
+  """(program state, round) of the latest checkpoint of `manager`, or (None, 0) if none.
+
+  Args:
+    manager: the run's state manager, writing to `checkpoint_dir`.
+    structure: the program state's structure (as for `FileProgramStateManager.load`).
+    checkpoint_dir: the manager's folder, named in errors.
+
+  Raises:
+    ValueError: naming the checkpoint folder when the latest checkpoint cannot be read, and
+      saying what the user can do. Nothing on disk is changed.
+  """
+  versions = asyncio.run(manager.get_versions()) or []
+  if not versions:
+    return None, 0
+  latest = versions[-1]
+  try:
+    return asyncio.run(manager.load(latest, structure)), latest
+  # A damaged SavedModel: IndexError (truncated variables.data), tf.errors.DataLossError (bad
+  # checksum), OSError (missing or truncated saved_model.pb or variables.index), ValueError.
+  except (IndexError, OSError, ValueError, tf.errors.OpError) as e:
+    path = os.path.join(checkpoint_dir, f'program_state_{latest}')
+    # Not skipped for the previous checkpoint automatically: once saved, this one covered the
+    # release of its rounds (module docstring), so resuming earlier recomputes released rounds,
+    # and if the recomputation differs (another machine or build), a round released twice in two
+    # versions leaks what the noise hid. Only the user knows whether that can happen.
+    if len(versions) > 1:
+      previous = versions[-2]
+      how = (f'To resume from the checkpoint of round {previous} instead, move {path} out of '
+             f'{checkpoint_dir} (keep it) and run again. The rounds after {previous} are '
+             'then computed and released again: do this only if they were never released '
+             f'(metrics.csv has no round after {previous}) or if this is the machine and '
+             'software that ran them (they are then recomputed bit-identically).')
+    else:
+      how = 'There is no earlier checkpoint to resume from.'
+    raise ValueError(
+        f'The latest checkpoint {path} (round {latest}) cannot be read ({type(e).__name__}: '
+        f'{e}). Nothing was changed. It is not skipped for an earlier checkpoint automatically: '
+        f'the outputs of rounds up to {latest} may have been released, and computing them '
+        'again could release a different version of a released round, outside the privacy '
+        f'guarantee. {how} Otherwise start a new run in a new output directory (its privacy '
+        'cost adds to this run\'s).') from e

@@ -557,7 +557,7 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
   def program_state():
     return (state, dp_states.arrays, cohorts.secret_to_words(noise_secret))
 
-  restored, start_round = asyncio.run(manager.load_latest(program_state()))
+  restored, start_round = release_journal.load_latest(manager, program_state(), checkpoint_dir)
   csv = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
   progress = progress_lib.ProgressBarReleaseManager(config.rounds, start_round or 0, _SHOWN,
                                                     disable=not show_progress)

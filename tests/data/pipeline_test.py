@@ -1,4 +1,5 @@
 import collections
+import io
 import os
 import shutil
 import stat
@@ -209,6 +210,26 @@ class SpeechClientDataTest(absltest.TestCase):
       np.testing.assert_array_equal(a, b)
     self.assertEqual(np.load(cached[0]).shape[1], 80)  # Replaced by a good entry.
     self.assertEqual(stat.S_IMODE(os.stat(cached[0]).st_mode), 0o600)
+    self.assertEmpty(client_data.report.problems)
+
+  def test_feature_cache_recomputes_an_empty_or_zip_entry(self):
+    cache = self.enterContext(tempfile.TemporaryDirectory())
+    client = self.utterances[0].speaker
+    client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                        feature_cache_dir=cache)
+    want = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
+    cached = sorted(os.path.join(root, f) for root, _, files in os.walk(cache) for f in files)
+    some_zip = io.BytesIO()
+    np.savez(some_zip, features=np.zeros((2, 80)))
+    # np.load raises EOFError on the first, BadZipFile on the second, returns an NpzFile on the
+    # third.
+    for contents in (b'', b'PK\x03\x04truncated', some_zip.getvalue()):
+      with open(cached[0], 'wb') as f:
+        f.write(contents)
+      got = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
+      for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+      self.assertEqual(np.load(cached[0]).shape[1], 80)  # Replaced by a good entry.
     self.assertEmpty(client_data.report.problems)
 
   def test_feature_cache_shared_across_settings(self):

@@ -19,6 +19,7 @@ from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import federated_training
+from tests.program import damage
 
 
 def _csv(path):
@@ -171,6 +172,26 @@ class FederatedTrainingTest(absltest.TestCase):
     self.assertTrue([line for line in lines if line.startswith('round 2/3')], lines)
     self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints',
                                                  'held_releases.json')))
+
+  def test_a_damaged_latest_checkpoint_is_refused_and_the_output_kept(self):
+    config = self._config(rounds=2, checkpoint_every=2, seed=3)
+    _, output_dir, _ = self._train('damaged', config)
+    released = _csv(os.path.join(output_dir, 'metrics.csv'))
+    folder = damage.damage_latest_checkpoint(
+        os.path.join(output_dir, 'checkpoints'))
+    before = damage.files(output_dir)
+    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read'):
+      self._train('damaged', config)
+    self.assertEqual(damage.files(output_dir), before)
+    # What the error says to do: move it aside to resume from round 0, here on the machine that
+    # ran rounds 1-2, which recomputes them bit-identically (but for their timing).
+    os.rename(folder, os.path.join(self.root, 'damaged_program_state_2'))
+    self._train('damaged', config)
+    again = _csv(os.path.join(output_dir, 'metrics.csv'))
+    self.assertEqual([r['key'] for r in again], ['0', '1', '2'])
+    for old, new in zip(released, again, strict=True):
+      self.assertEqual({k: v for k, v in old.items() if not k.startswith('time/')},
+                       {k: v for k, v in new.items() if not k.startswith('time/')})
 
   def test_rounds_with_no_clients_release_finite_values(self):
     real = cohorts.sample_cohort

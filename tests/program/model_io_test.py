@@ -1,5 +1,6 @@
 """Saving and loading model weights (`fedasr_tff.program.model_io`)."""
 
+import io
 import os
 import tempfile
 
@@ -25,6 +26,40 @@ class ModelIoTest(absltest.TestCase):
       model_io.load_weights(path, models.build_ctc_transformer('small', 29), '--seed_model')
     with self.assertRaisesRegex(ValueError, 'does not exist'):
       model_io.load_weights(path + '.missing', tiny)
+
+  def _saved_tiny(self):
+    path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'model.npz')
+    tiny = models.build_ctc_transformer('tiny', 29)
+    model_io.save_weights(path, tiny, model_io.model_weights(tiny))
+    return path, tiny
+
+  def test_non_finite_tensor_is_refused_naming_file_and_tensor(self):
+    path, tiny = self._saved_tiny()
+    with np.load(path) as stored:
+      arrays = {k: stored[k] for k in stored.files}
+    name = model_io.tensor_names(tiny)[0][3]
+    for value in (np.nan, np.inf, -np.inf):
+      arrays[name].flat[1] = value
+      np.savez(path, **arrays)
+      with self.assertRaisesRegex(
+          ValueError, f"--seed_model '{path}': tensor '{name}' has 1 non-finite values"):
+        model_io.load_weights(path, tiny, '--seed_model')
+
+  def test_a_damaged_file_is_refused_naming_it(self):
+    path, tiny = self._saved_tiny()
+    with open(path, 'rb') as f:
+      whole = f.read()
+    flipped = bytearray(whole)
+    flipped[len(whole) // 3] ^= 0xff   # Inside a tensor's bytes: a CRC error.
+    bare = io.BytesIO()
+    np.save(bare, np.zeros(3))
+    damaged = {'truncated': whole[:len(whole) // 2], 'empty': b'', 'flipped': bytes(flipped),
+               'pickle': b'not numpy at all', 'one bare array': bare.getvalue()}
+    for what, contents in damaged.items():
+      with open(path, 'wb') as f:
+        f.write(contents)
+      with self.assertRaisesRegex(ValueError, f"--seed_model '{path}' is damaged", msg=what):
+        model_io.load_weights(path, tiny, '--seed_model')
 
 
 if __name__ == '__main__':

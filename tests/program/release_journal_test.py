@@ -1,12 +1,16 @@
 """Held releases (`fedasr_tff.program.release_journal`)."""
 
+import asyncio
 import os
 import stat
 import tempfile
 
 from absl.testing import absltest
+import numpy as np
+import tensorflow_federated as tff
 
 from fedasr_tff.program import release_journal
+from tests.program import damage
 
 
 class ReleaseJournalTest(absltest.TestCase):
@@ -42,6 +46,44 @@ class ReleaseJournalTest(absltest.TestCase):
       f.write('{"checkpoint_round": 2, "values": ')
     with self.assertRaisesRegex(ValueError, self.path):
       release_journal.ReleaseJournal(self.path).pending(2)
+
+
+class LoadLatestTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.dir = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'checkpoints')
+    self.manager = tff.program.FileProgramStateManager(self.dir)
+    self.structure = (np.zeros(300, np.float32), np.int64(0))
+
+  def _save(self, *rounds):
+    for r in rounds:
+      asyncio.run(self.manager.save((np.full(300, r, np.float32), np.int64(r)), r))
+
+  def test_latest_or_none(self):
+    self.assertEqual(release_journal.load_latest(self.manager, self.structure, self.dir),
+                     (None, 0))
+    self._save(1, 2)
+    state, round_num = release_journal.load_latest(self.manager, self.structure, self.dir)
+    self.assertEqual(round_num, 2)
+    np.testing.assert_array_equal(state[0], np.full(300, 2, np.float32))
+
+  def test_a_damaged_latest_checkpoint_is_refused_naming_it_and_changing_nothing(self):
+    for how in ('truncate', 'flip', 'no saved_model.pb'):
+      self._save(1, 2)
+      folder = damage.damage_latest_checkpoint(self.dir, how)
+      before = damage.files(self.dir)
+      with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read') as e:
+        release_journal.load_latest(self.manager, self.structure, self.dir)
+      self.assertIn('resume from the checkpoint of round 1', str(e.exception))
+      self.assertIn('new output directory', str(e.exception))
+      self.assertEqual(damage.files(self.dir), before, how)
+      asyncio.run(self.manager.remove_all())
+    # The only checkpoint damaged: there is nothing earlier to resume from.
+    self._save(0)
+    damage.damage_latest_checkpoint(self.dir)
+    with self.assertRaisesRegex(ValueError, 'no earlier checkpoint'):
+      release_journal.load_latest(self.manager, self.structure, self.dir)
 
 
 if __name__ == '__main__':

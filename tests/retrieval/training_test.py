@@ -11,6 +11,7 @@ import numpy as np
 
 from fedasr_tff import runtime
 from fedasr_tff.retrieval import training
+from tests.program import damage
 from tests.text_models import tiny_bert
 
 _SPECIAL = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -143,6 +144,15 @@ class TrainingTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '--head'):
       training.train(self.config('fingerprint', rounds=1, head='pre_classifier'),
                      show_progress=False, log=lambda _: None)
+
+  def test_a_damaged_latest_checkpoint_is_refused_and_the_output_kept(self):
+    config = self.config('damaged', rounds=2)
+    training.train(config, show_progress=False, log=lambda _: None)
+    folder = damage.damage_latest_checkpoint(os.path.join(config.output_dir, 'checkpoints'))
+    before = damage.files(config.output_dir)
+    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read.*round 1'):
+      training.train(config, show_progress=False, log=lambda _: None)
+    self.assertEqual(damage.files(config.output_dir), before)
 
   def test_adapter_mode_refuses_a_backbone_over_2_gib_before_reading_it(self):
     # TinyLlama-1.1B's config.json alone (no weights): 4.4 GB of float32 weights.
