@@ -66,6 +66,9 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 def _bridge(client: socket.socket, port: int) -> None:
   try:
     worker = socket.create_connection(('127.0.0.1', port))
+    # As gRPC does on its own sockets: Nagle's algorithm would hold back a short message (most
+    # of TFF's calls) until the last one is acknowledged, tens of ms on a round trip.
+    worker.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
   except OSError:
     client.close()
     return
