@@ -4,8 +4,10 @@ Give the DP, round and model flags of the run you want audited, as you would giv
 `train_federated` (no corpus is needed): the audit builds the same aggregator, process and
 cohort sampling, runs it on canary clients, and prints, for the one-run audit through the TFF
 process and the many-run distinguishing audit of one round, the ε the ledger claims for that
-configuration, the measured lower bound and a verdict. It exits with status 1 when a lower bound
-exceeds its claim (a VIOLATION: the mechanism leaks more than its guarantee).
+configuration, the measured lower bound and a verdict; then the verdicts of the direct checks of
+the mechanism's structure (every tensor's noise scale and their correlation, canaries below the
+clip, of unequal group norms and non-finite). It exits with status 1 when a lower bound exceeds
+its claim or a check fails (a VIOLATION: the mechanism breaks its guarantee).
 
     python -m experiments.audit --clipping=dim --noise_multiplier=2.1 --cohort_size=1000 \
         --canaries=1000 --rounds=2 --delta=1e-6 --output_dir=/tmp/audit
@@ -47,9 +49,7 @@ def main(argv):
     report = {
         'configuration': config_lib.to_flat(config),
         'audit': config_lib.to_flat(audit),
-        'results': [dict(method=r.method, claimed=r.claimed, delta=r.delta,
-                         lower_bound=r.lower_bound, confidence=r.confidence, verdict=r.verdict,
-                         tightness=r.tightness, details=r.details) for r in results],
+        'results': [r.report() for r in results],
     }
     path = os.path.join(common.OUTPUT_DIR.value, 'audit.json')
     with open(path, 'w') as f:  # Canaries and public claims only: nothing private.

@@ -87,29 +87,32 @@ def build_canary_client_work(
 
 
 def clipped_canary_weights(leaf_groups: Sequence[int], group_clips: Sequence[float],
-                           norm: float, normalize: bool) -> np.ndarray:
-  """w_ℓ such that a canary of leaf norm λ = `norm` leaves the clipping as Σ_ℓ w_ℓ u_ℓ.
+                           norm, normalize: bool) -> np.ndarray:
+  """w_ℓ such that a canary of leaf norms λ_ℓ = `norm` leaves the clipping as Σ_ℓ w_ℓ u_ℓ.
 
-  A group h of k_h leaves has norm λ sqrt(k_h); it leaves as min(1, C_h / (λ sqrt(k_h))) times
-  itself (clip), or as C_h / (λ sqrt(k_h)) times itself once the total norm reaches
-  C = sqrt(Σ C_h^2) (normalize), so each of its leaves leaves as w_ℓ u_ℓ with w_ℓ its share.
+  A group h of leaves ℓ has norm n_h = sqrt(Σ_ℓ λ_ℓ^2); it leaves as min(1, C_h / n_h) times
+  itself (clip), or as C_h / n_h times itself once the total norm reaches C = sqrt(Σ C_h^2)
+  (normalize; a zero group stays zero), so each of its leaves leaves as w_ℓ u_ℓ with w_ℓ its
+  share.
 
   Args:
     leaf_groups: the clipping group of every leaf.
     group_clips: C_h of the round.
-    norm: λ.
+    norm: λ, one for every leaf or a leaf norm each (λ_ℓ >= 0).
     normalize: the clipping rescales to C_h (per_layer_query's normalize).
   """
   groups = np.asarray(leaf_groups)
   clips = np.asarray(group_clips, np.float64)
-  sizes = np.bincount(groups, minlength=len(clips)).astype(np.float64)
-  group_norms = norm * np.sqrt(sizes)
+  norms = np.broadcast_to(np.asarray(norm, np.float64), groups.shape)
+  group_norms = np.sqrt(np.bincount(groups, norms**2, minlength=len(clips)))
+  # C_h / n_h, and 0 for a zero group (whose leaves are zero whatever the factor).
+  to_bound = np.divide(clips, group_norms, out=np.zeros_like(clips), where=group_norms > 0)
   if normalize:
     total = np.sqrt(np.sum(group_norms**2))
-    scale = clips / group_norms if total >= np.sqrt(np.sum(clips**2)) else np.ones_like(clips)
+    scale = to_bound if total >= np.sqrt(np.sum(clips**2)) else np.ones_like(clips)
   else:
-    scale = np.minimum(1.0, clips / group_norms)
-  return norm * scale[groups]
+    scale = np.minimum(1.0, to_bound)
+  return norms * scale[groups]
 
 
 def leaf_groups_and_clips(per_group: Mapping[str, Mapping[str, float]],

@@ -6,8 +6,9 @@ from it: the aggregator (`DPConfig.aggregator`, diagnostics off as in a DP run),
 (`algorithms.compose_process`) and the cohorts (`cohorts.sample_cohort` from a fresh secret). The
 clients are m canaries instead of speakers (`AuditConfig.canaries`, the population K of the
 audited claim); the canaries live in the model's own tensors, so per-layer clips are the run's.
-It then runs the one-run audit through the process, and the many-run distinguishing audit on the
-aggregator's query (`--trials` > 0).
+It then runs the one-run audit through the process, the many-run distinguishing audit on the
+aggregator's query (`--trials` > 0), and the direct checks of the query's structure
+(`noise_check`, `clipping_check`; `--check_rounds` > 0), which no ε lower bound replaces.
 
 What the audit is not: it does not train, so it cannot see a leak through local training, the
 data pipeline or released client statistics; the claims it tests are the ledger's for the
@@ -18,17 +19,23 @@ import dataclasses
 import math
 from typing import List
 from typing import Optional
+from typing import Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import models
 from fedasr_tff import validation
+from fedasr_tff.audit import clipping_check
 from fedasr_tff.audit import distinguishing
+from fedasr_tff.audit import noise_check
 from fedasr_tff.audit import one_run
 from fedasr_tff.audit import result as result_lib
 from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import model_io
+
+# An ε audit's result, or a direct check's.
+Result = Union[result_lib.AuditResult, result_lib.CheckResult]
 
 # Canary leaves are this many total clips long: far beyond any clip (module `canaries`).
 _CANARY_CLIPS = 1e3
@@ -45,6 +52,9 @@ class AuditConfig:
   trials: int = config_lib.field(
       2000, 'Rounds of the many-run distinguishing audit of one round (0: skip it).')
   confidence: float = config_lib.field(0.95, 'Confidence of the measured lower bounds.')
+  check_rounds: int = config_lib.field(
+      200, 'Rounds of the query for each direct check of its structure: the noise check and '
+      'each of the clipping check\'s canaries (0: skip them).')
   audit_seed: int = config_lib.field(0, 'Seed of the canaries and of which are in.')
 
   def __post_init__(self):
@@ -52,6 +62,9 @@ class AuditConfig:
     if self.guesses is not None:
       validation.check_positive_integer('guesses', self.guesses)
     validation.check_non_negative_integer('trials', self.trials)
+    validation.check_non_negative_integer('check_rounds', self.check_rounds)
+    if 0 < self.check_rounds < 10:
+      raise ValueError(f'`check_rounds` must be 0 or >= 10, got {self.check_rounds}.')
     validation.check_open_unit_interval('confidence', self.confidence)
     validation.check_non_negative_integer('audit_seed', self.audit_seed)
 
@@ -79,8 +92,9 @@ def audit_configuration(config: config_lib.FederatedConfig,
                         leaf_shapes,
                         leaf_names,
                         *,
-                        sampling_secret: Optional[int] = None) -> List[result_lib.AuditResult]:
-  """The one-run audit and (with `audit.trials` > 0) the distinguishing audit of `config`.
+                        sampling_secret: Optional[int] = None) -> List[Result]:
+  """The one-run audit, the distinguishing audit (`audit.trials` > 0) and the direct checks
+  (`audit.check_rounds` > 0) of `config`, in that order.
 
   Args:
     config: the run's configuration; only the DP, run (rounds, cohort, sampling) and model
@@ -108,11 +122,20 @@ def audit_configuration(config: config_lib.FederatedConfig,
       sampling=config.effective_sampling, absent_as_zero_update=client_noise, delta=dp.delta,
       guesses=audit.guesses, confidence=audit.confidence, audit_seed=audit.audit_seed,
       sampling_secret=sampling_secret)]
+  value_type = tff.types.tensorflow_to_type(
+      [tf.TensorSpec(shape, tf.float32) for shape in leaf_shapes])
+  query = aggregator.build_query(value_type)
   if audit.trials:
-    value_type = tff.types.tensorflow_to_type(
-        [tf.TensorSpec(shape, tf.float32) for shape in leaf_shapes])
     results.append(distinguishing.audit(
-        aggregator.build_query(value_type), leaf_shapes, trials=audit.trials, canary_norm=norm,
-        cohort_size=run.cohort_size, zero_updates=client_noise, delta=dp.delta,
-        confidence=audit.confidence, audit_seed=audit.audit_seed))
+        query, leaf_shapes, trials=audit.trials, canary_norm=norm, cohort_size=run.cohort_size,
+        zero_updates=client_noise, delta=dp.delta, confidence=audit.confidence,
+        audit_seed=audit.audit_seed))
+  if audit.check_rounds:
+    # The query's release is the cohort's sum divided by S = --cohort_size.
+    checks = dict(clients_per_round=run.cohort_size, zero_updates=client_noise)
+    results.append(noise_check.audit(query, leaf_shapes, leaf_names,
+                                     releases=audit.check_rounds, **checks))
+    results.extend(clipping_check.audit(query, leaf_shapes, leaf_names,
+                                        rounds=audit.check_rounds, normalize=dp.normalize,
+                                        audit_seed=audit.audit_seed, **checks))
   return results

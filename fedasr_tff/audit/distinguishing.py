@@ -27,7 +27,6 @@ dependent rounds as independent, an approximation made for adaptive clipping onl
 import collections
 from typing import Sequence
 
-import dp_accounting
 import numpy as np
 import tensorflow as tf
 import tensorflow_privacy as tfp
@@ -36,47 +35,19 @@ from fedasr_tff import validation
 from fedasr_tff.audit import bounds
 from fedasr_tff.audit import canaries as canaries_lib
 from fedasr_tff.audit import result as result_lib
-
-
-def _noise_multiplier(query, template):
-  """z of the query's DP event (a Gaussian mechanism), from one round on an empty cohort."""
-  _, _, event = query.get_noised_result(query.initial_sample_state(template),
-                                        query.initial_global_state())
-  if not isinstance(event, dp_accounting.GaussianDpEvent):
-    raise ValueError(f'The query reports {event}; the audit tests one Gaussian mechanism a '
-                     'round.')
-  return float(event.noise_multiplier)
+from fedasr_tff.audit import rounds
 
 
 def _run_trials(query, canary, bits, cohort_size, zero_updates):
   """Projections [trials, leaves] of each trial's output on the canary's unit leaves."""
-  template = [tf.zeros_like(leaf) for leaf in canary]
   units = [leaf / tf.norm(leaf) for leaf in canary]
 
-  @tf.function
-  def run(bits):
-    state = query.initial_global_state()
-    out = tf.TensorArray(tf.float32, size=tf.shape(bits)[0])
-    for k in tf.range(tf.shape(bits)[0]):
-      params = query.derive_sample_params(state)
-      sample = query.initial_sample_state(template)
-      with_canary = bits[k] > 0
-      if zero_updates:
-        first = [tf.where(with_canary, leaf, tf.zeros_like(leaf)) for leaf in canary]
-        sample = query.accumulate_record(params, sample, first)
-        for _ in range(cohort_size - 1):
-          sample = query.accumulate_record(params, sample, template)
-      else:
-        empty = sample
-        sample = tf.cond(with_canary,
-                         lambda p=params, s=empty: query.accumulate_record(p, s, canary),
-                         lambda s=empty: s)
-      released, state, _ = query.get_noised_result(sample, state)
-      projections = [tf.reduce_sum(r * u) for r, u in zip(released, units, strict=True)]
-      out = out.write(k, tf.stack(projections))
-    return out.stack()
+  def projections(released, state):
+    del state
+    return tf.stack([tf.reduce_sum(r * u) for r, u in zip(released, units, strict=True)])
 
-  return run(tf.constant(bits, tf.int32)).numpy().astype(np.float64)
+  return rounds.run(query, canary, bits, projections, cohort_size=cohort_size,
+                    zero_updates=zero_updates)
 
 
 def _best_threshold(scores, bits, delta, confidence):
@@ -136,7 +107,8 @@ def audit(query: tfp.DPQuery,
   shapes = [tuple(shape) for shape in leaf_shapes]
   seed = canaries_lib.canary_seed(audit_seed, 0, 0)
   canary = [canary_norm * u for u in canaries_lib.canary_directions(shapes, seed)]
-  noise_multiplier = _noise_multiplier(query, [tf.zeros_like(leaf) for leaf in canary])
+  noise_multiplier = rounds.reported_noise_multiplier(query,
+                                                      [tf.zeros_like(leaf) for leaf in canary])
   ledger = result_lib.run_ledger(noise_multiplier, 1, 1, 1, delta)
 
   bits = (np.random.default_rng([audit_seed, 1]).random(trials) < 0.5).astype(np.int32)

@@ -1,4 +1,5 @@
-"""What an audit reports: the claimed ε, the measured lower bound, and the verdict."""
+"""What an audit reports: the claimed ε, the measured lower bound, and the verdict; or, for a
+direct check of the mechanism's structure, what it found and the verdict."""
 
 import dataclasses
 import math
@@ -69,3 +70,40 @@ class AuditResult:
     return (f'{self.method}: claimed epsilon {claimed} at delta={self.delta:g}; measured lower '
             f'bound {self.lower_bound:.3g} at {self.confidence:.0%} confidence '
             f'(tightness {self.tightness:.2f}): {self.verdict}')
+
+  def report(self) -> Dict[str, Any]:
+    """The result as `audit.json` records it."""
+    return dict(method=self.method, claimed=self.claimed, delta=self.delta,
+                lower_bound=self.lower_bound, confidence=self.confidence, verdict=self.verdict,
+                tightness=self.tightness, details=self.details)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+  """One direct check of the mechanism's structure (`noise_check`, `clipping_check`).
+
+  Attributes:
+    method: the check, such as "noise" or "clipping/below_clip".
+    passed: whether the mechanism passed it.
+    significance: the probability that a correct mechanism fails it (at most).
+    finding: one line: what was measured against what was expected.
+    details: the statistics behind the verdict.
+  """
+  method: str
+  passed: bool
+  significance: float
+  finding: str
+  details: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def verdict(self) -> str:
+    return CONSISTENT if self.passed else VIOLATION
+
+  def summary(self) -> str:
+    return (f'{self.method}: {self.finding} (false alarm <= {self.significance:g}): '
+            f'{self.verdict}')
+
+  def report(self) -> Dict[str, Any]:
+    """The result as `audit.json` records it."""
+    return dict(method=self.method, verdict=self.verdict, significance=self.significance,
+                finding=self.finding, details=self.details)

@@ -42,7 +42,7 @@ class CanariesTest(parameterized.TestCase):
     self.assertFalse(np.array_equal(canaries.canary_seed(7, 0, 2), canaries.canary_seed(7, 1, 2)))
 
   @parameterized.product(allocation=('global', 'uniform', 'dim'), normalize=(False, True),
-                         norm=(0.05, 1e3))
+                         norm=(0.05, 1e3, (0.3, 0.0, 2.0), (0.01, 0.02, 0.03)))
   def test_expected_clipped_canary_is_what_the_query_makes(self, allocation, normalize, norm):
     sizes = [int(np.prod(s)) for s in _SHAPES]
     clips = aggregators.group_clips(1.0, sizes, allocation)
@@ -50,8 +50,10 @@ class CanariesTest(parameterized.TestCase):
     query = per_layer_query.PerLayerClipGaussianSumQuery(groups, clips, 0.0, 1,
                                                           normalize=normalize, diagnostics=False)
     units = canaries.canary_directions(_SHAPES, canaries.canary_seed(1, 2, 3))
-    clipped, _, _ = query.preprocess_record(tf.constant(clips, tf.float32),
-                                            [norm * u for u in units])
+    # Equal leaf norms, or one each (unequal, a zero leaf, all below the clip).
+    norms = np.broadcast_to(norm, [len(_SHAPES)])
+    record = [float(n) * u for n, u in zip(norms, units, strict=True)]
+    clipped, _, _ = query.preprocess_record(tf.constant(clips, tf.float32), record)
     want = canaries.clipped_canary_weights(groups, clips, norm, normalize)
     for leaf, unit, weight in zip(clipped, units, want, strict=True):
       np.testing.assert_allclose(leaf.numpy(), weight * unit.numpy(), rtol=1e-4, atol=1e-7)

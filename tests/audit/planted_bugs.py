@@ -1,7 +1,8 @@
 """Deliberately broken DP mechanisms for the audit tests, the correct ones, and the layout.
 
 Each bug is the production `PerLayerClipGaussianSumQuery` with one thing broken, still reporting
-`GaussianDpEvent(z)`, so the ledger claims the ε of the correct mechanism.
+`GaussianDpEvent(z)`, so the ledger claims the ε of the correct mechanism. `BUGS` break its
+scale (caught by the ε audits), `STRUCTURE_BUGS` its structure (caught by the direct checks).
 """
 
 import numpy as np
@@ -54,6 +55,63 @@ class ReplayedNoise(per_layer_query.PerLayerClipGaussianSumQuery):
     return result, new_state._replace(noise_seed=global_state.noise_seed), event
 
 
+# Bugs of the mechanism's structure, which no ε lower bound catches (issue 31, item 3); each is
+# caught by a direct check (`noise_check`, `clipping_check`).
+
+
+class SharedNoiseSeed(per_layer_query.PerLayerClipGaussianSumQuery):
+  """Every tensor's noise drawn from one seed: equal-shaped tensors get identical noise."""
+
+  def get_noised_result(self, sample_state, global_state):
+    _, new_state, event = super().get_noised_result(sample_state, global_state)
+    stddev = self._value_stddev(global_state.group_clips)
+    leaves = [x + per_layer_query.gaussian_noise(tf.shape(x), stddev, x.dtype,
+                                                 global_state.noise_seed)
+              for x in tf.nest.flatten(sample_state[0])]
+    return tf.nest.pack_sequence_as(sample_state[0], leaves), new_state, event
+
+
+class GroupClipNoise(per_layer_query.PerLayerClipGaussianSumQuery):
+  """The largest tensor's noise calibrated to its own group clip, std z·C_h instead of z·C."""
+
+  def get_noised_result(self, sample_state, global_state):
+    noised, new_state, event = super().get_noised_result(sample_state, global_state)
+    clips = global_state.group_clips
+    plain = tf.nest.flatten(sample_state[0])
+    largest = int(np.argmax([x.shape.num_elements() for x in plain]))
+    scale = clips[self._group_ids[largest]] / tf.norm(clips)
+    leaves = [p + (n - p) * scale if i == largest else n
+              for i, (n, p) in enumerate(zip(tf.nest.flatten(noised), plain, strict=True))]
+    return tf.nest.pack_sequence_as(noised, leaves), new_state, event
+
+
+class NonFiniteSkipsClip(per_layer_query.PerLayerClipGaussianSumQuery):
+  """A delta holding NaN or Inf skips the clip: its finite entries pass unclipped."""
+
+  def preprocess_record(self, params, record):
+    value, below, diagnostics = super().preprocess_record(params, record)
+    leaves = tf.nest.flatten(record)
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(x)) for x in leaves])
+    leaves = [tf.where(finite, v, tf.where(tf.math.is_finite(x), x, tf.zeros_like(x)))
+              for v, x in zip(tf.nest.flatten(value), leaves, strict=True)]
+    return tf.nest.pack_sequence_as(value, leaves), below, diagnostics
+
+
+class WithinClipFastPath(per_layer_query.PerLayerClipGaussianSumQuery):
+  """A fast path that skips clipping when every group is within the total clip C (instead of
+  the record's norm within C): a record of H groups of norm C passes with norm sqrt(H) C."""
+
+  def preprocess_record(self, params, record):
+    value, below, diagnostics = super().preprocess_record(params, record)
+    leaves = tf.nest.flatten(record)
+    sq_norms = tf.stack([tf.reduce_sum(tf.square(x)) for x in leaves])
+    group_norms = tf.sqrt(tf.math.unsorted_segment_sum(sq_norms, self._group_ids,
+                                                       self._num_groups))
+    fast = tf.reduce_all(group_norms <= tf.norm(params))
+    leaves = [tf.where(fast, x, v) for v, x in zip(tf.nest.flatten(value), leaves, strict=True)]
+    return tf.nest.pack_sequence_as(value, leaves), below, diagnostics
+
+
 # The runner's DP flags (`config.DPConfig`) of every correct mechanism the tests audit.
 CORRECT_DP_FLAGS = (
     ('global', {'clipping': 'global'}),
@@ -66,6 +124,12 @@ CORRECT_DP_FLAGS = (
 
 BUGS = {'tenth_noise': TenthNoise, 'first_group_noise_only': FirstGroupNoiseOnly,
         'triple_bounds': TripleBounds, 'replayed_noise': ReplayedNoise}
+
+# Each structural bug and the check that catches it.
+STRUCTURE_BUGS = {'shared_noise_seed': (SharedNoiseSeed, 'noise'),
+                  'group_clip_noise': (GroupClipNoise, 'noise'),
+                  'non_finite_skips_clip': (NonFiniteSkipsClip, 'clipping/non_finite'),
+                  'within_clip_fast_path': (WithinClipFastPath, 'clipping/at_total_clip')}
 
 
 def query(bug, noise_multiplier, clients_per_round, *, leaf_shapes=LEAF_SHAPES,

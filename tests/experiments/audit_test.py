@@ -1,6 +1,6 @@
 """The audit binary end to end, in a subprocess (as users run it): a small audit of the tiny
-model's configuration passes and writes its report; configurations it cannot audit are refused
-with messages naming the flags."""
+model's configuration passes (both ε audits and every direct check) and writes its report;
+configurations it cannot audit are refused with messages naming the flags."""
 
 import json
 import os
@@ -26,13 +26,19 @@ class AuditBinaryTest(absltest.TestCase):
     output_dir = tempfile.mkdtemp()
     result = _run('--model_config=tiny', '--clipping=dim', '--noise_multiplier=2.0',
                   '--cohort_size=100', '--canaries=200', '--rounds=1', '--trials=200',
-                  '--delta=1e-6', '--seed=1', f'--output_dir={output_dir}')
+                  '--check_rounds=20', '--delta=1e-6', '--seed=1', f'--output_dir={output_dir}')
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertIn('one_run: claimed epsilon', result.stdout)
     self.assertIn('distinguishing: claimed epsilon', result.stdout)
+    self.assertIn('noise: effective noise multiplier', result.stdout)
     with open(os.path.join(output_dir, 'audit.json')) as f:
       report = json.load(f)
-    one_run, rounds = report['results']
+    one_run, rounds, *checks = report['results']
+    self.assertEqual([c['method'] for c in checks],
+                     ['noise', 'clipping/below_clip', 'clipping/one_leaf',
+                      'clipping/at_total_clip', 'clipping/non_finite'])
+    for check in checks:
+      self.assertEqual(check['verdict'], 'consistent', check['finding'])
     self.assertEqual(one_run['method'], 'one_run')
     self.assertEqual(one_run['details']['canaries'], 200)
     self.assertEqual(one_run['details']['guesses'], 40)
