@@ -416,15 +416,18 @@ def build_run(config: config_lib.FederatedConfig,
     process = config.mixed.process(
         config.client, model_fn, server_optimizer=config.server.optimizer(),
         server_lr_schedule=schedule, model_aggregator=aggregator,
-        gradient_dissimilarity=config.mixed.gradient_dissimilarity)
+        gradient_dissimilarity=config.mixed.gradient_dissimilarity,
+        diagnostics=config.client_diagnostics)
   elif config.dga.enabled:
     process = config.dga.process(config.client, model_fn,
                                  server_optimizer=config.server.optimizer(),
-                                 server_lr_schedule=schedule, model_aggregator=aggregator)
+                                 server_lr_schedule=schedule, model_aggregator=aggregator,
+                                 diagnostics=config.client_diagnostics)
   else:
+    # Client statistics are measured only where `_round_metrics` releases them, labelled.
     process = config.client.fed_avg_process(
         model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
-        model_aggregator=aggregator)
+        model_aggregator=aggregator, diagnostics=config.client_diagnostics)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))

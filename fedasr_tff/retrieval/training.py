@@ -530,11 +530,14 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
       aggregator = per_layer_dp.PerLayerDPFactory.gaussian_adaptive(
           config.central_noise_multiplier, config.cohort, config.central_clip,
           allocation='global', diagnostics=False, noise_seed=noise_seed)
+  # The clients' un-noised statistics are measured only where they are released (labelled).
+  client_columns = (not config.adds_noise) or config.release_client_diagnostics
   process = process_lib.build_retrieval_process(
       model_fn, client_learning_rate=config.client_learning_rate,
       local_epochs=config.local_epochs, local_dp=local, dp_granularity=config.dp_granularity,
       weighting=config.weighting, server_learning_rate=config.server_learning_rate,
-      model_aggregator=aggregator, frozen_backbone=frozen_backbone)
+      model_aggregator=aggregator, frozen_backbone=frozen_backbone,
+      diagnostics=client_columns)
   # Eager models only after the process: building it invalidates Keras models made before.
   tf.keras.utils.set_random_seed(config.seed)
   eval_model = model_fn()
@@ -623,7 +626,6 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
 
   round_seconds = []
   weights = state['model']
-  client_columns = (not config.adds_noise) or config.release_client_diagnostics
   try:
     if start_round == 0:
       values = {'eval': evaluate(weights)}
