@@ -515,6 +515,12 @@ class DPConfig:
       'delta and per-layer norms, clipped fractions, client counts) under client/, and the '
       'report of unusable training files: OUTSIDE the DP guarantee, and the privacy statement '
       'says so. Runs without noise always release them.')
+  release_client_evaluation: bool = field(
+      False, 'In a run with noise, allow --eval_split to share speakers with the federated '
+      'clients: its scores (eval/*, the evaluation lines, eval_per_speaker.csv) are then '
+      'un-noised statistics of those clients\' data, OUTSIDE the DP guarantee, and the privacy '
+      'statement says so. Without it such evaluation data is refused. Runs without noise '
+      'always allow it.')
 
   def __post_init__(self):
     _check_choice('clipping', self.clipping, CLIPPINGS)
