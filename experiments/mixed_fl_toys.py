@@ -190,7 +190,7 @@ def run_label_skew(rounds=150, *, seed=0, cohort=10, batch_size=8, local_steps=2
           central_weight=0.0 if name == FL_ALONE else central_weight,
           client_learning_rate=learning_rate, local_steps=local_steps, local_clip_norm=None,
           server_optimizer=optimizers.build('sgd', 1.0),
-          gradient_dissimilarity=name != FL_ALONE)
+          gradient_dissimilarity=name != FL_ALONE, diagnostics=True)  # No DP here.
       state = process.initialize()
       initial = state.global_model_weights
     curve, g2, b2 = [], [], []

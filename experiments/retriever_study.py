@@ -29,6 +29,7 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from fedasr_tff import private_files
 from fedasr_tff.program import study
 from fedasr_tff.retrieval import training
 
@@ -102,7 +103,7 @@ def _run(name, overrides, seed, output_dir):
     summary = {'eval': training.mips_baseline(config), 'privacy': None}
   else:
     summary = training.train(config, show_progress=False).metrics
-  with open(summary_path, 'w') as f:
+  with private_files.open_private(summary_path) as f:   # As the run's own (per-client rows).
     json.dump(summary, f, indent=2)
   return summary
 

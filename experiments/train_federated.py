@@ -93,10 +93,10 @@ def main(argv):
     if workers is not None and refusal is not None:
       raise app.UsageError(f'--workers: {refusal}')
     run = federated_training.build_run(config, train_data, vocab, common.OUTPUT_DIR.value,
-                                       initial_weights=initial_weights,
+                                       eval_data=eval_data, initial_weights=initial_weights,
                                        central_data=central_data,
                                        validation_data=validation_data)
-  result = run.train(eval_data=eval_data, show_progress=common.PROGRESS.value)
+  result = run.train(show_progress=common.PROGRESS.value)
   # Which files of the sampled clients were unusable is itself a client statistic.
   if train_data.report.problems and config.client_diagnostics:
     outside = ' (outside the DP guarantee)' if config.dp.adds_noise else ''

@@ -1,8 +1,9 @@
 """Files that must stay as private as the raw data: owner-only, and durable once written.
 
 A DP run's checkpoints hold the noise seed and the sampling secret (anyone holding them can
-subtract the noise), and the feature cache holds features derived from raw client audio. Both are
-created readable by their owner only.
+subtract the noise) and the fingerprint of the training clients, and the feature cache holds
+features derived from raw client audio. Every file in them is owner-only (0600, directories
+0700), not only their top folder: a copy or an archive of a folder keeps each file's own mode.
 """
 
 import os
@@ -16,9 +17,29 @@ def make_private_directory(path: str) -> str:
 
 
 def open_private(path: str, mode: str = 'w'):
-  """Opens `path` for writing, created owner-only (0600) if it does not exist."""
+  """Opens `path` for writing, owner-only (0600): created so, or made so if it exists."""
   flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if 'a' in mode else os.O_TRUNC)
-  return os.fdopen(os.open(path, flags, 0o600), mode)
+  fd = os.open(path, flags, 0o600)
+  os.fchmod(fd, 0o600)   # A file written before, with a wider mode.
+  return os.fdopen(fd, mode)
+
+
+def make_private_tree(path: str) -> str:
+  """Makes `path` and everything under it owner-only (directories 0700, files 0600); returns
+  `path`.
+
+  For files a library writes itself (TFF's `FileProgramStateManager`): called after each save.
+  Not a umask, which is process-wide and would change the files other threads create meanwhile;
+  until the call the files are protected by their owner-only parent.
+  """
+  os.chmod(path, 0o700)
+  for root, dirs, files in os.walk(path):
+    for names, mode in ((dirs, 0o700), (files, 0o600)):
+      for name in names:
+        entry = os.path.join(root, name)
+        if not os.path.islink(entry):   # chmod would change the link's target.
+          os.chmod(entry, mode)
+  return path
 
 
 def fsync_directory(path: str) -> None:

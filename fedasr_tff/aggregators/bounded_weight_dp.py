@@ -46,7 +46,8 @@ Measurements (under TFF's `dp_query_metrics`): the per-layer query's (`clip`, `p
 and with diagnostics `client_statistics`), with `noise_stddev` the std on the weighted mean;
 `weight_sum` ŵ and `weight_denominator` max(ŵ, F) (both public); with diagnostics also
 `client_statistics/weight_sum`, the exact Σ w_k (outside the guarantee, like the other client
-statistics).
+statistics). Diagnostics are off by default (`diagnostics=True` in the named constructors asks
+for them).
 """
 
 import collections
@@ -100,7 +101,7 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
 
   def __init__(self, value_query: per_layer_query.PerLayerClipGaussianSumQuery,
                weight_noise_multiplier: float, min_weight: float, weight_sum_floor: float,
-               clients_per_round: float, *, diagnostics: bool = True,
+               clients_per_round: float, *, diagnostics: bool = False,
                noise_seed: Optional[int] = None):
     """Initializes the query.
 
@@ -112,7 +113,8 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
       min_weight: w_min in (0, 1].
       weight_sum_floor: F > 0, the least denominator.
       clients_per_round: S, for the reported per-layer noise std.
-      diagnostics: also keep the exact weight sum (a client statistic).
+      diagnostics: also keep and report the exact weight sum (a client statistic, outside
+        the guarantee; off by default).
       noise_seed: seed of the weight noise; None draws one from OS entropy.
     """
     if not isinstance(value_query, per_layer_query.PerLayerClipGaussianSumQuery):

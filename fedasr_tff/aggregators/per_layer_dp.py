@@ -6,7 +6,8 @@ its privacy argument) for the value type it is asked to aggregate, wraps it in
 `tff.aggregators.DifferentiallyPrivateFactory`. So the process it creates has TFF's state and
 measurements layout: `tff.aggregators.differential_privacy.extract_dp_event_from_state(state)`
 returns the round's `DpEvent`, and the measurements (`per_layer_query`, "Diagnostics") are under
-`dp_query_metrics`.
+`dp_query_metrics`. By default they hold no client statistic; `diagnostics=True` adds the exact,
+un-noised ones (outside the DP guarantee).
 
 Group names. The measurements key every group by its name: `GLOBAL_GROUP` ('all') for the single
 group of "global" allocation; with one group per leaf tensor (the default grouping) the leaf's
@@ -63,7 +64,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                      normalize: bool = False,
                      noise_placement: str = 'server',
                      grouping: Optional[Sequence[int]] = None,
-                     diagnostics: bool = True,
+                     diagnostics: bool = False,
                      noise_seed: Optional[int] = None,
                      leaf_names: Optional[Sequence[str]] = None) -> 'PerLayerDPFactory':
     """Fixed per-layer clipping and Gaussian noise of std `noise_multiplier * clip` on the sum.
@@ -83,8 +84,9 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         leaf tensor.
       diagnostics: also report exact per-group client statistics of the round (mean norms
         before and after clipping, clipped fractions, non-finite and participating client
-        counts), which are outside the DP guarantee (see `per_layer_query`). Without them the
-        measurements hold only the clips and `noise_stddev`, functions of the noised state.
+        counts), which are outside the DP guarantee (see `per_layer_query`). Off by default:
+        the measurements then hold only the clips, `noise_stddev` and the norms of the noised
+        release, functions of what the guarantee covers.
       noise_seed: seed of the server-side noise, kept and advanced in the aggregator state so a
         restored checkpoint replays the same noise; None (the default) draws a new one from OS
         entropy for every process `create` builds. Fix it only for reproducible simulations:
@@ -111,7 +113,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                         clipped_count_stddev: Optional[float] = None,
                         noise_placement: str = 'server',
                         grouping: Optional[Sequence[int]] = None,
-                        diagnostics: bool = True,
+                        diagnostics: bool = False,
                         noise_seed: Optional[int] = None,
                         leaf_names: Optional[Sequence[str]] = None) -> 'PerLayerDPFactory':
     """Per-group adaptive clipping (geometric quantile tracking) and Gaussian noise.

@@ -145,9 +145,9 @@ leaf tensors), scalars as scalars:
 Everything outside `client_statistics` is public: the clips are constants or the noised adaptive
 state, the noise std is a function of them, and `released_norm` is computed from the noised
 release alone (post-processing). `client_statistics` are exact (un-noised) sums
-over the round's clients carried in the global state when `diagnostics=True` (the default), for
-the per-layer norm plots. They never feed back into the model or the clips, but releasing them is
-outside the DP guarantee. Pass `diagnostics=False` where they must not leave the server.
+over the round's clients carried in the global state only when `diagnostics=True` (off by
+default), for the per-layer norm plots. They never feed back into the model or the clips, but
+releasing them is outside the DP guarantee, so a caller asks for them explicitly.
 """
 
 import collections
@@ -276,7 +276,7 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
                target_quantile: Optional[float] = None,
                learning_rate: float = 0.0,
                clipped_count_stddev: float = 0.0,
-               diagnostics: bool = True,
+               diagnostics: bool = False,
                noise_seed: Optional[int] = None,
                group_names: Optional[Sequence[str]] = None):
     """Initializes the query.
@@ -292,7 +292,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
       target_quantile: γ for adaptive clipping; None keeps the clips fixed.
       learning_rate: η of the geometric clip update.
       clipped_count_stddev: σ_b, noise std on each group's clipped count.
-      diagnostics: keep exact per-group client statistics in the state (module docstring).
+      diagnostics: keep exact per-group client statistics in the state and report them
+        (module docstring; outside the DP guarantee, off by default).
       noise_seed: seed of the server-side noise stream (module docstring); None draws one from
         OS entropy.
       group_names: unique names of the groups, the keys of the per-group measurements (module

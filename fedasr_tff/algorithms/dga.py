@@ -49,9 +49,10 @@ after the server optimizer step, with the central component of mixed FL
 clip). Its batches are `next`'s third argument (`central_work.ServerDataProcess`); 0 steps or a
 learning rate of 0 is no rehearsal, and `next` takes no batches.
 
-Measurements: `client_work` (local training's `train`, and `weights`: `weight_sum` Σ_j w_j and
-`effective_clients` (Σ w)²/Σ w², un-noised client statistics), `aggregator`, `finalizer`, and
-`rehearsal` (`loss`, the mean rehearsal loss; `delta_norm`), which are server quantities.
+Measurements: `client_work` (with `diagnostics` only: local training's `train`, and `weights`:
+`weight_sum` Σ_j w_j and `effective_clients` (Σ w)²/Σ w², un-noised client statistics; empty by
+default, in `next` and `client_round` alike), `aggregator`, `finalizer`, and `rehearsal`
+(`loss`, the mean rehearsal loss; `delta_norm`), which are server quantities.
 
 Privacy. Uniform weighting with `aggregators.PerLayerDPFactory` is DP FedAvg. The softmax
 weights are client data: with noise, aggregate with `aggregators.BoundedWeightDPFactory`, whose
@@ -226,6 +227,7 @@ def build_dga_process(
     rehearsal_loss_fn: Callable = central_work_lib.model_loss,
     rehearsal_data_free: bool = False,
     with_client_round: bool = False,
+    diagnostics: bool = False,
 ) -> DGAProcess:
   """Builds the DGA process (module docstring).
 
@@ -243,6 +245,9 @@ def build_dga_process(
     rehearsal_loss_fn: (model, batch) -> scalar loss of the rehearsal; default the model's.
     rehearsal_data_free: the rehearsal loss needs no server data.
     with_client_round: also build the `client_round` stage (DGA-RL needs it; otherwise None).
+    diagnostics: also measure the clients' un-noised statistics (`client_work`: `train` and
+      `weights`; module docstring), outside any DP guarantee; off by default. The aggregator's
+      own client statistics are its factory's choice.
   """
   if weighting is not None and not isinstance(weighting, SoftmaxWeighting):
     raise ValueError(f'`weighting` must be None (uniform) or a SoftmaxWeighting, got '
@@ -257,7 +262,7 @@ def build_dga_process(
                     fedprox_mu=fedprox_mu)
   weight_fn = _uniform_weight if weighting is None else weighting.client_weight
   client_work = local_training.build_local_training_client_work(
-      model_fn, update_weight_fn=weight_fn, **local_work)
+      model_fn, update_weight_fn=weight_fn, diagnostics=diagnostics, **local_work)
   rehearsal = None
   if rehearses:
     rehearsal = central_work_lib.build_central_work(
@@ -347,7 +352,7 @@ def build_dga_process(
     # Built with the process, not on first use: tracing a model invalidates Keras models made
     # before it (a DGA-RL runner's validation model).
     loss_work = local_training.build_local_training_client_work(
-        model_fn, update_weight_fn=tf.identity, **local_work)
+        model_fn, update_weight_fn=tf.identity, diagnostics=diagnostics, **local_work)
 
     @tff.federated_computation(state_type, client_data_type)
     def client_round(state, client_data):
@@ -355,10 +360,12 @@ def build_dga_process(
       output = loss_work.next(state.client_work, distributed.result, client_data)
       updates, losses = output.result.update, output.result.update_weight
       weights = tff.federated_map(ops.client_weight, losses)
+      features = tff.federated_map(ops.features, (updates, losses))
+      if not diagnostics:
+        return updates, losses, weights, features, output.measurements
       statistics = tff.federated_map(ops.weight_statistics,
                                      tff.federated_sum(tff.federated_map(ops.weight_powers,
                                                                          weights)))
-      features = tff.federated_map(ops.features, (updates, losses))
       return updates, losses, weights, features, tff.federated_zip(collections.OrderedDict(
           train=output.measurements.train, weights=statistics))
 

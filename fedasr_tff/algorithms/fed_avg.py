@@ -35,8 +35,15 @@ def build_fed_avg_process(
     server_optimizer: tff.learning.optimizers.Optimizer,
     server_lr_schedule: Optional[Callable] = None,
     model_aggregator: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
+    diagnostics: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """Builds the federated learning process.
+
+  Measurements follow `tff.learning`'s layout (`distributor`, `client_work`, `aggregator`,
+  `finalizer`). `client_work` is empty unless `diagnostics` asks for the clients' un-noised
+  training statistics (`local_training`: loss, examples, clients, delta norm, gradient norm
+  maxima), which are outside any DP guarantee; the aggregator's own client statistics are its
+  factory's choice (`PerLayerDPFactory(..., diagnostics=...)`, off by default too).
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
@@ -47,6 +54,8 @@ def build_fed_avg_process(
       (`fedasr_tff.optimizers.schedules`); None keeps the optimizer's learning rate.
     model_aggregator: an unweighted aggregation factory for the client deltas; default
       `tff.aggregators.UnweightedMeanFactory()`.
+    diagnostics: also measure the clients' un-noised training statistics under
+      `client_work/train` (outside any DP guarantee); off by default.
   """
   client_work = local_training.build_local_training_client_work(
       model_fn,
@@ -54,7 +63,8 @@ def build_fed_avg_process(
       local_steps=local_steps,
       local_epochs=local_epochs,
       local_clip_norm=local_clip_norm,
-      fedprox_mu=fedprox_mu)
+      fedprox_mu=fedprox_mu,
+      diagnostics=diagnostics)
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():

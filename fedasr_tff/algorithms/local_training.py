@@ -56,7 +56,9 @@ are a sum over clients divided by `clients` on the server, 0 in a round of no cl
 sampling can draw an empty cohort), as are the maxima. With `start_gradient`,
 `start_gradient` is the mean over clients of ∇ w·loss at the broadcast weights on the client's
 first batch (one extra gradient; mixed FL's gradient dissimilarity). These client statistics are
-sent without noise: they are simulation diagnostics, not part of the DP release.
+sent without noise: they are simulation diagnostics outside the DP guarantee, so the
+measurements are empty unless `diagnostics=True` asks for `train` and `weights`
+(`start_gradient` is its own request).
 
 References:
 [1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
@@ -191,6 +193,7 @@ def build_local_training_client_work(
     augmented: bool = False,
     start_gradient: bool = False,
     update_weight_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    diagnostics: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the `ClientWorkProcess` of the module docstring.
 
@@ -208,6 +211,9 @@ def build_local_training_client_work(
     start_gradient: also measure `start_gradient` (module docstring).
     update_weight_fn: maps the client's mean training loss (a float32 scalar) to its update
       weight, inside the client's computation (module docstring); None: weight 1.
+    diagnostics: also measure the clients' un-noised statistics (`train`, and `weights` with
+      `update_weight_fn`; module docstring), which are outside any DP guarantee. Off by
+      default: the measurements are then empty (or `start_gradient` alone).
   """
   validation.check_positive('client_learning_rate', client_learning_rate)
   check_local_work(local_steps, local_epochs)
@@ -258,10 +264,14 @@ def build_local_training_client_work(
   def next_fn(state, weights, client_data):
     outputs = tff.federated_map(client_update,
                                 (tff.federated_broadcast(state), weights, client_data))
-    # One sum and one maximum over the clients, each of a structure: every federated
-    # aggregation costs the runtime a step per client.
-    measurements = tff.federated_map(finalize_measurements,
-                                     (tff.federated_sum(outputs[1]), _federated_max(outputs[2])))
+    if diagnostics:
+      # One sum and one maximum over the clients, each of a structure: every federated
+      # aggregation costs the runtime a step per client.
+      measurements = tff.federated_map(
+          finalize_measurements, (tff.federated_sum(outputs[1]), _federated_max(outputs[2])))
+    else:
+      # Client statistics leave the clients only when asked for.
+      measurements = tff.federated_value(collections.OrderedDict(), tff.SERVER)
     if start_gradient:
       groups = collections.OrderedDict((name, getattr(measurements, name))
                                        for name in ('train', 'weights')

@@ -37,7 +37,8 @@ With w_c = 0 there is no central branch: all three processes are FedAvg, bit for
 2-w GT would still take a stale federated step in its central branch; the merge of a single
 branch is skipped too, so MergeOpt is unused).
 
-Measurements: `client_work`, `aggregator` and `finalizer` as in FedAvg; `mixed`:
+Measurements: `client_work`, `aggregator` and `finalizer` as in FedAvg (`client_work` empty
+unless `diagnostics`); `mixed`:
 `federated_delta_norm` ||x − x_f||, and where the algorithm has them `central_loss` (mean of the
 unweighted f_c over the central steps or batches), `central_delta_norm` ||x − x_c||,
 `central_gradient_norm` (the g̃_c sent to clients; PT: the mean central gradient) and
@@ -156,6 +157,7 @@ def build_mixed_fl_process(
     central_loss_fn: Callable = central_work_lib.model_loss,
     central_data_free: bool = False,
     gradient_dissimilarity: bool = False,  # pylint: disable=redefined-outer-name
+    diagnostics: bool = False,
 ) -> central_work_lib.ServerDataProcess:
   """Builds the mixed FL process of `algorithm` (module docstring).
 
@@ -176,7 +178,10 @@ def build_mixed_fl_process(
     central_loss_fn: (model, batch) -> scalar f_c; default the model's own loss.
     central_data_free: f_c needs no server data (`central_loss_fn(model, None)`).
     gradient_dissimilarity: measure G̃² and B̃² (one extra gradient per client); needs
-      0 < `central_weight` < 1.
+      0 < `central_weight` < 1 and `diagnostics` (they read un-noised client gradients).
+    diagnostics: also measure the clients' un-noised training statistics under
+      `client_work/train` (outside any DP guarantee), as in `fed_avg.build_fed_avg_process`;
+      off by default.
   """
   if algorithm not in ALGORITHMS:
     raise ValueError(f'`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.')
@@ -188,6 +193,9 @@ def build_mixed_fl_process(
     if given:
       raise ValueError(f'The one-way gradient transfer takes no {", ".join(given)}: it computes '
                        'one central gradient per round and applies only the server optimizer.')
+  if gradient_dissimilarity and not diagnostics:
+    raise ValueError('`gradient_dissimilarity` is an un-noised client statistic: it needs '
+                     '`diagnostics`=True.')
   if gradient_dissimilarity and not 0.0 < central_weight < 1.0:
     raise ValueError('`gradient_dissimilarity` needs 0 < `central_weight` < 1, got '
                      f'{central_weight!r}.')
@@ -213,7 +221,8 @@ def build_mixed_fl_process(
   client_work = local_training.build_local_training_client_work(
       model_fn, client_learning_rate=client_learning_rate, local_steps=local_steps,
       local_epochs=local_epochs, local_clip_norm=local_clip_norm, fedprox_mu=fedprox_mu,
-      loss_weight=federated_weight, augmented=transfers, start_gradient=gradient_dissimilarity)
+      loss_weight=federated_weight, augmented=transfers, start_gradient=gradient_dissimilarity,
+      diagnostics=diagnostics)
   central_kwargs = dict(loss_weight=central_weight, loss_fn=central_loss_fn,
                         data_free=central_data_free)
   central = central_work_lib.build_central_work(

@@ -187,7 +187,7 @@ class ClientConfig:
 
   def fed_avg_process(self, model_fn, **server_kwargs):
     """`algorithms.build_fed_avg_process` with this client work; `server_kwargs` are its
-    server optimizer, schedule and aggregator."""
+    server optimizer, schedule, aggregator and `diagnostics`."""
     local_steps, local_epochs = self.local_work()
     with naming_fields({'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip'}):
       return algorithms.build_fed_avg_process(
@@ -331,8 +331,9 @@ class MixedConfig:
     return local_steps
 
   def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
-              model_aggregator, gradient_dissimilarity: bool):
-    """`algorithms.build_mixed_fl_process` of this configuration and `client`'s work."""
+              model_aggregator, gradient_dissimilarity: bool, diagnostics: bool = False):
+    """`algorithms.build_mixed_fl_process` of this configuration and `client`'s work
+    (`diagnostics`: measure the clients' un-noised statistics)."""
     local_steps, local_epochs = client.local_work()
     central = {}
     if self.mixed != mixed_fl.ONE_WAY:
@@ -351,7 +352,7 @@ class MixedConfig:
           local_epochs=local_epochs, local_clip_norm=client.local_clip or None,
           fedprox_mu=client.fedprox_mu, server_optimizer=server_optimizer,
           server_lr_schedule=server_lr_schedule, model_aggregator=model_aggregator,
-          gradient_dissimilarity=gradient_dissimilarity, **central)
+          gradient_dissimilarity=gradient_dissimilarity, diagnostics=diagnostics, **central)
 
 
 AGGREGATIONS = ('uniform', 'dga_softmax', 'dga_rl')
@@ -434,9 +435,10 @@ class DGAConfig:
       return dga.SoftmaxWeighting(self.dga_beta, self.dga_loss_clip, self.dga_loss_floor)
 
   def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
-              model_aggregator, with_client_round: bool = False):
+              model_aggregator, with_client_round: bool = False, diagnostics: bool = False):
     """`algorithms.build_dga_process` of this configuration and `client`'s work (with its
-    `client_round` stage for DGA-RL, or when asked)."""
+    `client_round` stage for DGA-RL, or when asked; `diagnostics`: measure the clients'
+    un-noised statistics)."""
     local_steps, local_epochs = client.local_work()
     rehearsal = {}
     if self.rehearses:
@@ -450,7 +452,7 @@ class DGAConfig:
           local_clip_norm=client.local_clip or None, fedprox_mu=client.fedprox_mu,
           server_optimizer=server_optimizer, server_lr_schedule=server_lr_schedule,
           model_aggregator=model_aggregator, with_client_round=with_client_round or self.rl,
-          **rehearsal)
+          diagnostics=diagnostics, **rehearsal)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,6 +515,12 @@ class DPConfig:
       'delta and per-layer norms, clipped fractions, client counts) under client/, and the '
       'report of unusable training files: OUTSIDE the DP guarantee, and the privacy statement '
       'says so. Runs without noise always release them.')
+  release_client_evaluation: bool = field(
+      False, 'In a run with noise, allow --eval_split to share speakers with the federated '
+      'clients: its scores (eval/*, the evaluation lines, eval_per_speaker.csv) are then '
+      'un-noised statistics of those clients\' data, OUTSIDE the DP guarantee, and the privacy '
+      'statement says so. Without it such evaluation data is refused. Runs without noise '
+      'always allow it.')
 
   def __post_init__(self):
     _check_choice('clipping', self.clipping, CLIPPINGS)

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import tensorflow_federated as tff
 
+from fedasr_tff import private_files
 from fedasr_tff.data import pipeline
 from fedasr_tff.models import tff_model
 
@@ -88,10 +89,14 @@ def evaluate(model: tff_model.CTCSpeechModel,
 
 
 def write_per_speaker_csv(result: EvaluationResult, path: str) -> None:
-  """One row per speaker (and a final `ALL` row): utterances, words, WER, CER, loss."""
+  """One row per speaker (and a final `ALL` row): utterances, words, WER, CER, loss.
+
+  Written owner-only: per-speaker rows are the speakers' data (and the clients' own when a run
+  evaluates on them).
+  """
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   rows = list(result.per_speaker.items()) + [('ALL', result.overall)]
-  with open(path, 'w', newline='') as f:
+  with private_files.open_private(path, 'w') as f:
     writer = csv.writer(f)
     writer.writerow(['speaker', 'utterances', 'words', 'chars', 'wer', 'cer', 'loss'])
     for speaker, counts in rows:

@@ -45,7 +45,12 @@ guarantee:
   Un-noised client statistics (training loss, delta norms, per-layer norms, clipped fractions,
   how many clients took part) are computed and released only with
   `release_client_diagnostics`, under the `client/` prefix, and named in the
-  statement as outside the guarantee. Runs without noise release them all.
+  statement as outside the guarantee. Evaluation data that shares speakers with the clients is
+  refused unless `release_client_evaluation`, which names its scores in the statement as
+  outside the guarantee (`check_eval_data`). Runs without noise release them all.
+* Files: the checkpoints hold the secrets and the fingerprint of the training clients (a hash
+  of their IDs, which would tell who is in the training set, so not in `config.json`); every
+  file in them, and `eval_per_speaker.csv`, is owner-only.
 * Replays: a round's outputs are held back until a checkpoint at or after it is durably saved
   (`release_journal`), and every draw of a round is a function of (run secret, round, client),
   so a round recomputed after a resume is bit-identical and released exactly once.
@@ -63,7 +68,8 @@ Run management with `tff.program`:
   released).
 
 Output directory: `config.json` (the configuration, grouped as in `config.FederatedConfig`),
-`checkpoints/` (private), `feature_cache/` (private; the binaries' default feature cache,
+`checkpoints/` (private, with `clients.json`, the clients' fingerprint), `feature_cache/`
+(private; the binaries' default feature cache,
 `config.DataConfig.feature_cache_dir`), `metrics.csv`, `tensorboard/`, `model.npz` (final
 weights, `model_io`), `eval_per_speaker.csv`, `summary.json`.
 """
@@ -168,6 +174,36 @@ def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, up
   return values
 
 
+def check_eval_data(config: config_lib.FederatedConfig,
+                    eval_data: Optional[pipeline.SpeechClientData],
+                    train_client_ids: List[str]) -> int:
+  """Refuses evaluation data that shares speakers with the clients in a run with noise, unless
+  `release_client_evaluation`; returns how many clients it holds (0 for the server's own data).
+
+  Its scores would be un-noised statistics of those clients' data (the same rule as the
+  server's central data, `central_batches.check_central_data`); with the opt-in they are
+  released and labelled outside the guarantee. A run without noise evaluates on anything.
+  """
+  if eval_data is None:
+    return 0
+  shared = sorted(set(eval_data.client_ids) & set(train_client_ids))
+  if shared and config.dp.adds_noise and not config.dp.release_client_evaluation:
+    raise ValueError(
+        f'The evaluation data shares {len(shared)} speaker(s) with the federated clients (for '
+        f'example {shared[0]!r}): in a run with DP noise its scores would be un-noised '
+        'statistics of the clients\' data. Give an `eval_split` of held-out speakers, or '
+        '`release_client_evaluation` to release them OUTSIDE the DP guarantee.')
+  return len(shared)
+
+
+def _evaluation_column(evaluated_clients: int) -> Tuple[str, ...]:
+  """The released evaluation, named as a client statistic when it scores clients."""
+  if not evaluated_clients:
+    return ()
+  return (f'eval/* and eval_per_speaker.csv (scores of {evaluated_clients} federated clients\' '
+          'own data)',)
+
+
 def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, ...]:
   """The released column groups computed from client data without noise (none unless
   `config.client_diagnostics`)."""
@@ -207,7 +243,51 @@ def _fingerprint(config: config_lib.FederatedConfig, client_ids: List[str],
       h.update(np.ascontiguousarray(array).tobytes())
     weights_digest = h.hexdigest()
   return {'format': _CONFIG_FORMAT, 'config': dataclasses.asdict(config),
-          'clients_sha256': digest, 'seed_model_sha256': weights_digest}
+          CLIENTS_KEY: digest, 'seed_model_sha256': weights_digest}
+
+
+# The fingerprint of the training clients: an unsalted hash of their IDs (or data), which
+# anyone holding the corpus could test leave-one-out subsets against, so it is kept with the
+# secrets, owner-only, and not in config.json.
+CLIENTS_KEY, CLIENTS_FILE = 'clients_sha256', os.path.join('checkpoints', 'clients.json')
+
+
+def write_clients_fingerprint(output_dir: str, digest: str) -> None:
+  """Writes the clients' fingerprint `digest` to `CLIENTS_FILE`, owner-only."""
+  private_files.make_private_directory(os.path.dirname(os.path.join(output_dir, CLIENTS_FILE)))
+  with private_files.open_private(os.path.join(output_dir, CLIENTS_FILE)) as f:
+    json.dump({CLIENTS_KEY: digest}, f)
+
+
+def clients_differ(output_dir: str, digest: str, saved_config: Dict[str, Any]) -> bool:
+  """Whether the run in `output_dir` (its `config.json` read as `saved_config`) trained on
+  other clients than those of fingerprint `digest`.
+
+  A run written before the fingerprint moved to `CLIENTS_FILE` has it in `config.json`: it is
+  compared there and, if equal, moved (written to `CLIENTS_FILE`, removed from `config.json`).
+  """
+  path = os.path.join(output_dir, CLIENTS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f).get(CLIENTS_KEY) != digest
+  if CLIENTS_KEY not in saved_config:
+    raise ValueError(f'{output_dir!r} holds a run without the fingerprint of its training '
+                     f'clients ({CLIENTS_FILE}), so it cannot be checked for a resume. Use a new '
+                     'output directory.')
+  if saved_config[CLIENTS_KEY] != digest:
+    return True
+  write_clients_fingerprint(output_dir, digest)
+  public = {k: v for k, v in saved_config.items() if k != CLIENTS_KEY}
+  _write_config(output_dir, public)
+  return False
+
+
+def _write_config(output_dir: str, values: Dict[str, Any]) -> None:
+  """Writes config.json (atomically: a crash leaves the old or the new one)."""
+  path = os.path.join(output_dir, 'config.json')
+  with open(path + '.partial', 'w') as f:
+    json.dump(values, f, indent=2, sort_keys=True)
+  os.replace(path + '.partial', path)
 
 
 def _resume_relevant(grouped: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
@@ -233,7 +313,7 @@ def _check_or_write_fingerprint(output_dir, fingerprint) -> None:
     wanted = _resume_relevant(json.loads(json.dumps(fingerprint['config'])))
     have = _resume_relevant(saved['config'])
     changed = [f'--{name}' for name in wanted if have.get(name) != wanted[name]]
-    if saved.get('clients_sha256') != fingerprint['clients_sha256']:
+    if clients_differ(output_dir, fingerprint[CLIENTS_KEY], saved):
       changed.append('the training clients (corpus, split or speaker split)')
     if saved.get('seed_model_sha256') != fingerprint['seed_model_sha256']:
       changed.append('the seed model')
@@ -243,8 +323,9 @@ def _check_or_write_fingerprint(output_dir, fingerprint) -> None:
                        'same settings to resume.')
     return
   os.makedirs(output_dir, exist_ok=True)
-  with open(path, 'w') as f:
-    json.dump(fingerprint, f, indent=2, sort_keys=True)
+  # The clients' fingerprint first: a config.json always has its fingerprint beside it.
+  write_clients_fingerprint(output_dir, fingerprint[CLIENTS_KEY])
+  _write_config(output_dir, {k: v for k, v in fingerprint.items() if k != CLIENTS_KEY})
 
 
 def _initial_weights(model_fn, seed) -> tff.learning.models.ModelWeights:
@@ -260,8 +341,10 @@ def update_norm(before, after) -> float:
                        for a, b in zip(before.trainable, after.trainable, strict=True)))
 
 
-def _disclosures(config: config_lib.FederatedConfig) -> privacy_ledger.Disclosures:
+def _disclosures(config: config_lib.FederatedConfig,
+                 evaluated_clients: int = 0) -> privacy_ledger.Disclosures:
   return privacy_ledger.Disclosures(
+      evaluated_clients=evaluated_clients if config.dp.adds_noise else 0,
       sampling=config.effective_sampling, sampling_seed_known=config.run.seed is not None,
       noise_seed_known=config.dp.noise_seed is not None,
       noise_placement=config.dp.noise_placement,
@@ -318,6 +401,8 @@ class FederatedRun:
   initial_state: Any
   central: Optional[central_batches.CentralBatches] = None
   rl: Optional[dga_rl.DGARL] = None
+  eval_data: Optional[pipeline.SpeechClientData] = None
+  evaluated_clients: int = 0   # Federated clients among the evaluation's speakers.
 
   def next(self, state, client_datasets, secret: int, round_num: int):
     """One round of the process; a mixed FL or rehearsing round also takes the server's
@@ -345,10 +430,9 @@ class FederatedRun:
       self.rl.set_state(saved[2])
     return saved[0], cohorts.secret_from_words(saved[1])
 
-  def train(self, *, eval_data: Optional[pipeline.SpeechClientData] = None,
-            show_progress: bool = True, log=print) -> FederatedResult:
+  def train(self, *, show_progress: bool = True, log=print) -> FederatedResult:
     """Runs (or resumes) the training; see the module docstring and `train`."""
-    return _train(self, eval_data, show_progress, log)
+    return _train(self, show_progress, log)
 
 
 def distributed_refusal(config: config_lib.FederatedConfig) -> Optional[str]:
@@ -368,6 +452,7 @@ def build_run(config: config_lib.FederatedConfig,
               vocabulary: text_lib.Vocabulary,
               output_dir: str,
               *,
+              eval_data: Optional[pipeline.SpeechClientData] = None,
               initial_weights: Optional[tff.learning.models.ModelWeights] = None,
               central_data: Optional[pipeline.SpeechClientData] = None,
               validation_data: Optional[pipeline.SpeechClientData] = None
@@ -376,6 +461,7 @@ def build_run(config: config_lib.FederatedConfig,
   here (a `ValueError` names the configuration field), before anything is trained or written
   except `config.json`. Arguments as in `train`."""
   client_ids = train_data.client_ids
+  evaluated_clients = check_eval_data(config, eval_data, client_ids)
   central = None
   if config.uses_central_data:
     if central_data is None:
@@ -417,15 +503,18 @@ def build_run(config: config_lib.FederatedConfig,
     process = config.mixed.process(
         config.client, model_fn, server_optimizer=config.server.optimizer(),
         server_lr_schedule=schedule, model_aggregator=aggregator,
-        gradient_dissimilarity=config.mixed.gradient_dissimilarity)
+        gradient_dissimilarity=config.mixed.gradient_dissimilarity,
+        diagnostics=config.client_diagnostics)
   elif config.dga.enabled:
     process = config.dga.process(config.client, model_fn,
                                  server_optimizer=config.server.optimizer(),
-                                 server_lr_schedule=schedule, model_aggregator=aggregator)
+                                 server_lr_schedule=schedule, model_aggregator=aggregator,
+                                 diagnostics=config.client_diagnostics)
   else:
+    # Client statistics are measured only where `_round_metrics` releases them, labelled.
     process = config.client.fed_avg_process(
         model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
-        model_aggregator=aggregator)
+        model_aggregator=aggregator, diagnostics=config.client_diagnostics)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))
@@ -446,7 +535,7 @@ def build_run(config: config_lib.FederatedConfig,
         theta=config.dga.dga_rl_theta, exploration=config.dga.dga_rl_exploration,
         seed=config.run.seed_or_zero)
   return FederatedRun(config, train_data, output_dir, model_fn, process, schedule, noise, ledger,
-                      state, central, rl)
+                      state, central, rl, eval_data, evaluated_clients)
 
 
 def train(config: config_lib.FederatedConfig,
@@ -467,7 +556,9 @@ def train(config: config_lib.FederatedConfig,
     train_data: the clients (one per speaker).
     vocabulary: the token set of the model's outputs.
     output_dir: where the run keeps its files; a run found there is resumed.
-    eval_data: held-out speakers scored every `eval_every` rounds; None skips evaluation.
+    eval_data: held-out speakers scored every `eval_every` rounds; None skips evaluation. In
+      a run with noise it must not hold a training client unless `release_client_evaluation`
+      (`check_eval_data`).
     initial_weights: the seed model (`model_io.load_weights`); None starts from a seeded random
       initialisation (`seed`, or 0).
     central_data: the server's data (`config.central`) of a mixed FL run, or of DGA's
@@ -476,13 +567,15 @@ def train(config: config_lib.FederatedConfig,
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
   """
-  run = build_run(config, train_data, vocabulary, output_dir, initial_weights=initial_weights,
-                  central_data=central_data, validation_data=validation_data)
-  return run.train(eval_data=eval_data, show_progress=show_progress, log=log)
+  run = build_run(config, train_data, vocabulary, output_dir, eval_data=eval_data,
+                  initial_weights=initial_weights, central_data=central_data,
+                  validation_data=validation_data)
+  return run.train(show_progress=show_progress, log=log)
 
 
-def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
+def _train(run: FederatedRun, show_progress, log) -> FederatedResult:
   config, process, ledger, output_dir = run.config, run.process, run.ledger, run.output_dir
+  eval_data = run.eval_data
   client_ids = run.train_data.client_ids
   rounds = config.run.rounds
   adds_noise = config.dp.adds_noise
@@ -494,7 +587,9 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
   # The run secret: the user's seed (public, and the statement says so) or OS entropy, kept
   # only in the checkpoints.
   secret = cohorts.new_run_secret() if config.run.seed is None else config.run.seed
-  checkpoint_dir = private_files.make_private_directory(os.path.join(output_dir, 'checkpoints'))
+  # Every file in it owner-only, those of a run written before this was done too.
+  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
+      os.path.join(output_dir, 'checkpoints')))
   state_manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=3,
                                                       keep_first=True)
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
@@ -519,7 +614,10 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
     # Held outputs reach the disk first, then the state that covers them, then the sinks.
     journal.write(round_num)
     asyncio.run(state_manager.save(run.program_state(state, secret), round_num))
-    private_files.fsync_tree(os.path.join(checkpoint_dir, f'program_state_{round_num}'))
+    # TFF writes 0644 files: owner-only before anything is released.
+    saved = private_files.make_private_tree(
+        os.path.join(checkpoint_dir, f'program_state_{round_num}'))
+    private_files.fsync_tree(saved)
     release_held(journal.held)
     journal.clear()
 
@@ -534,6 +632,10 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
     progress.write('Releasing client statistics OUTSIDE the DP guarantee '
                    '(--release_client_diagnostics): ' + '; '.join(client_statistic_columns(config)),
                    log)
+  if adds_noise and run.evaluated_clients:
+    progress.write('Releasing client statistics OUTSIDE the DP guarantee '
+                   '(--release_client_evaluation): '
+                   + '; '.join(_evaluation_column(run.evaluated_clients)), log)
 
   evaluations = {}  # round -> EvaluationResult, so the final one is not computed twice
 
@@ -593,7 +695,7 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
                                                                        weights)
     evaluation.write_per_speaker_csv(final_eval, os.path.join(output_dir,
                                                               'eval_per_speaker.csv'))
-  disclosures = _disclosures(config)
+  disclosures = _disclosures(config, run.evaluated_clients)
   summary = {
       'rounds': rounds,
       'eval': final_eval.metrics() if final_eval else None,
@@ -601,7 +703,8 @@ def _train(run: FederatedRun, eval_data, show_progress, log) -> FederatedResult:
       'sigma_dp': run.noise.sigma_dp,
       'noise_multiplier': ledger.noise_multiplier,
       'sampling': config.effective_sampling,
-      'client_statistics_released': list(disclosures.client_statistics),
+      'client_statistics_released': list(disclosures.client_statistics) + list(
+          _evaluation_column(disclosures.evaluated_clients)),
       'privacy_statement': ledger.statement(rounds, disclosures),
   }
   with open(os.path.join(output_dir, 'summary.json'), 'w') as f:

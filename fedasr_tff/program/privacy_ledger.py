@@ -89,6 +89,8 @@ class Disclosures:
     central_data: the server's own data and what it was used for (mixed FL, DGA rehearsal or
       validation; a description), '' for none.
     weighting: how data-dependent aggregation weights were released (DGA), '' for uniform.
+    evaluated_clients: how many federated clients the released evaluation scored (the
+      `--release_client_evaluation` opt-in); 0 when the evaluation data is the server's.
   """
   sampling: str = 'poisson'
   sampling_seed_known: bool = False
@@ -98,6 +100,7 @@ class Disclosures:
   pseudo_clients: bool = False
   adaptive_clipping: bool = False
   central_data: str = ''
+  evaluated_clients: int = 0
   weighting: str = ''
 
 
@@ -292,7 +295,12 @@ class PrivacyLedger:
       lines.append('- **Outside the guarantee (opt-in `--release_client_diagnostics`)**: these '
                    'released columns are computed from client data without noise: '
                    + ', '.join(f'`{c}`' for c in disclosures.client_statistics) + '.')
-    else:
+    if disclosures.evaluated_clients:
+      lines.append('- **Outside the guarantee (opt-in `--release_client_evaluation`)**: the '
+                   f'evaluation data holds {disclosures.evaluated_clients} of the federated '
+                   'clients, so `eval/*`, the evaluation lines and `eval_per_speaker.csv` are '
+                   'computed from their data without noise.')
+    if not (disclosures.client_statistics or disclosures.evaluated_clients):
       lines.append('- Released: held-out evaluation (server data), privacy figures, and server '
                    'quantities derived from the noised aggregate (update norm, learning rate, '
                    'noise std, clips, per-layer norms of the noised average update). No '

@@ -46,7 +46,8 @@ Metrics (`client_work`) are sums over the cohort of the clients' own, un-noised 
 of the sum of the released steps), and with local DP `clipped`,
 `nonfinite` (releases clipped or zeroed, summed), `mean_clip` and `mean_noise_std` (means over
 clients of the C_i and noise std of the round's last release). They are simulation
-diagnostics outside every guarantee: a program releases them only as a labelled opt-in.
+diagnostics outside every guarantee, measured only with `diagnostics=True` (otherwise
+`client_work` is empty), and a program releases them only as a labelled opt-in.
 """
 
 import collections
@@ -168,6 +169,7 @@ def build_retrieval_process(
     server_learning_rate: float = 1.0,
     model_aggregator=None,
     frozen_backbone: Optional[frozen_lib.FrozenBackbone] = None,
+    diagnostics: bool = False,
 ) -> tff.templates.IterativeProcess:
   """Builds the process of the module docstring.
 
@@ -187,6 +189,8 @@ def build_retrieval_process(
     frozen_backbone: the `text_models.FrozenBackbone` that `model_fn` takes the weights of
       (`tff_model.build_model_fn`'s adapter + classifier mode); `next` then takes them as its
       fifth argument (module docstring).
+    diagnostics: also measure the clients' un-noised statistics under `client_work` (module
+      docstring), outside every guarantee; off by default.
 
   Raises:
     ValueError: naming the argument that is out of range or the combination that is refused.
@@ -273,8 +277,11 @@ def build_retrieval_process(
     finalized = finalizer.next(state.finalizer, state.model, aggregated.result)
     next_state = tff.federated_zip(collections.OrderedDict(
         model=finalized.result, aggregator=aggregated.state, finalizer=finalized.state))
+    # Client statistics leave the clients only when asked for.
+    client_work = (tff.federated_map(finalize, tff.federated_sum(sums)) if diagnostics
+                   else tff.federated_value(collections.OrderedDict(), tff.SERVER))
     metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=tff.federated_map(finalize, tff.federated_sum(sums)),
+        client_work=client_work,
         aggregator=aggregated.measurements, finalizer=finalized.measurements))
     return RetrievalOutput(next_state, next_dp_states, metrics)
 

@@ -342,17 +342,21 @@ def _fingerprint(config: RetrieverConfig, data: RetrievalData) -> Dict[str, Any]
       h.update(data.texts.texts[i].encode())
   fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
             if f.metadata[config_lib.FINGERPRINT]}
-  return {'format': _FORMAT, 'config': fields, 'clients_sha256': h.hexdigest()}
+  return {'format': _FORMAT, 'config': fields,
+          federated_training.CLIENTS_KEY: h.hexdigest()}
 
 
 def _check_or_write_fingerprint(output_dir: str, fingerprint: Dict[str, Any]) -> None:
+  """A resumed run must be the same run. The clients' fingerprint (a hash of their texts) is
+  kept owner-only in the checkpoints, not in config.json (`federated_training.CLIENTS_FILE`)."""
   path = os.path.join(output_dir, 'config.json')
+  digest = fingerprint[federated_training.CLIENTS_KEY]
   if os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)
     wanted = json.loads(json.dumps(fingerprint))
     changed = [f'--{k}' for k in wanted['config'] if saved['config'].get(k) != wanted['config'][k]]
-    if saved.get('clients_sha256') != wanted['clients_sha256']:
+    if federated_training.clients_differ(output_dir, digest, saved):
       changed.append('the clients\' data')
     if changed:
       raise ValueError(f'{output_dir!r} holds a run with a different configuration '
@@ -360,8 +364,10 @@ def _check_or_write_fingerprint(output_dir: str, fingerprint: Dict[str, Any]) ->
                        'settings to resume.')
     return
   os.makedirs(output_dir, exist_ok=True)
+  federated_training.write_clients_fingerprint(output_dir, digest)   # Before config.json.
   with open(path, 'w') as f:
-    json.dump(fingerprint, f, indent=2, sort_keys=True)
+    json.dump({k: v for k, v in fingerprint.items() if k != federated_training.CLIENTS_KEY}, f,
+              indent=2, sort_keys=True)
 
 
 def _model_weights(model) -> tff.learning.models.ModelWeights:
@@ -530,11 +536,14 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
       aggregator = per_layer_dp.PerLayerDPFactory.gaussian_adaptive(
           config.central_noise_multiplier, config.cohort, config.central_clip,
           allocation='global', diagnostics=False, noise_seed=noise_seed)
+  # The clients' un-noised statistics are measured only where they are released (labelled).
+  client_columns = (not config.adds_noise) or config.release_client_diagnostics
   process = process_lib.build_retrieval_process(
       model_fn, client_learning_rate=config.client_learning_rate,
       local_epochs=config.local_epochs, local_dp=local, dp_granularity=config.dp_granularity,
       weighting=config.weighting, server_learning_rate=config.server_learning_rate,
-      model_aggregator=aggregator, frozen_backbone=frozen_backbone)
+      model_aggregator=aggregator, frozen_backbone=frozen_backbone,
+      diagnostics=client_columns)
   # Eager models only after the process: building it invalidates Keras models made before.
   tf.keras.utils.set_random_seed(config.seed)
   eval_model = model_fn()
@@ -550,7 +559,9 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
         planned_rounds=config.rounds, delta=config.delta, sampling='poisson')
   dp_states = _DPStates(data.client_ids, process_lib.initial_client_dp_state(local))
 
-  checkpoint_dir = private_files.make_private_directory(os.path.join(output_dir, 'checkpoints'))
+  # Every file in it owner-only, those of a run written before this was done too.
+  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
+      os.path.join(output_dir, 'checkpoints')))
   manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=2, keep_first=False)
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
 
@@ -575,7 +586,10 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
   def checkpoint_and_release(round_num):
     journal.write(round_num)
     asyncio.run(manager.save(program_state(), round_num))
-    private_files.fsync_tree(os.path.join(checkpoint_dir, f'program_state_{round_num}'))
+    # TFF writes 0644 files: owner-only before anything is released.
+    saved = private_files.make_private_tree(
+        os.path.join(checkpoint_dir, f'program_state_{round_num}'))
+    private_files.fsync_tree(saved)
     release_held(journal.held)
     journal.clear()
 
@@ -623,7 +637,6 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
 
   round_seconds = []
   weights = state['model']
-  client_columns = (not config.adds_noise) or config.release_client_diagnostics
   try:
     if start_round == 0:
       values = {'eval': evaluate(weights)}
@@ -685,8 +698,12 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
                                                   dp_states.releases()),
       'privacy_statement': statement,
   }
-  with open(os.path.join(output_dir, 'summary.json'), 'w') as f:
+  # Owner-only: it lists every client by ID (with local DP, each one's ε and so how often it
+  # was sampled).
+  with private_files.open_private(os.path.join(output_dir, 'summary.json')) as f:
     json.dump(summary, f, indent=2)
+  # The model is the release (post-processing of the noised uploads; without noise the run
+  # releases everything, as its statement says).
   np.savez(os.path.join(output_dir, 'model.npz'), *weights.trainable)
   return RetrieverResult(weights, summary, statement, feature_seconds, round_seconds)
 

@@ -41,7 +41,8 @@ class WeightedMeanTest(parameterized.TestCase):
     rng = np.random.default_rng(0)
     deltas = [_delta(rng, 0.1) for _ in range(3)]
     weights = [1.0, 0.4, 0.2]
-    process = _fixed(clip=100.0, allocation='global').create(_VALUE_TYPE, _WEIGHT_TYPE)
+    process = _fixed(clip=100.0, allocation='global', diagnostics=True).create(_VALUE_TYPE,
+                                                                               _WEIGHT_TYPE)
     output = process.next(process.initialize(), deltas, weights)
     for h, got in enumerate(output.result):
       want = sum(w * d[h] for w, d in zip(weights, deltas, strict=True)) / sum(weights)
@@ -49,6 +50,14 @@ class WeightedMeanTest(parameterized.TestCase):
     metrics = output.measurements['dp_query_metrics']
     self.assertAlmostEqual(metrics['weight_sum'], 1.6, places=5)
     self.assertAlmostEqual(metrics['client_statistics']['weight_sum'], 1.6, places=5)
+
+  def test_default_reports_no_client_statistics(self):
+    # The exact weight sum and the per-layer client norms only with `diagnostics=True`.
+    rng = np.random.default_rng(0)
+    process = _fixed(clip=100.0, allocation='global').create(_VALUE_TYPE, _WEIGHT_TYPE)
+    output = process.next(process.initialize(), [_delta(rng, 0.1) for _ in range(3)],
+                          [1.0, 0.4, 0.2])
+    self.assertNotIn('client_statistics', output.measurements['dp_query_metrics'])
 
   def test_weights_are_clipped_to_the_bounds_and_nonfinite_ones_to_the_minimum(self):
     rng = np.random.default_rng(1)

@@ -237,7 +237,7 @@ class AggregationTest(parameterized.TestCase):
     bad = _random_delta(rng)
     bad[2][0, 0, 0] = np.nan
     bad[5][1, 1] = np.inf
-    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 4, 1e6, 'dim')
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 4, 1e6, 'dim', diagnostics=True)
     output = _run_round(factory, good + [bad])
     for h, got in enumerate(output.result):
       self.assertTrue(np.all(np.isfinite(got)))
@@ -248,7 +248,8 @@ class AggregationTest(parameterized.TestCase):
 
   def test_measurements_per_group(self):
     deltas = [[np.full(s, 1.0, np.float32) for s in _SHAPES] for _ in range(2)]
-    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 2, 1.0, 'uniform')
+    factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 2, 1.0, 'uniform',
+                                                           diagnostics=True)
     metrics = _run_round(factory, deltas).measurements['dp_query_metrics']
     statistics = metrics['client_statistics']
     norms = np.sqrt(_SIZES)
@@ -360,6 +361,21 @@ class MeasurementsTest(parameterized.TestCase):
                                np.sqrt(_SIZES) * metrics['noise_stddev'], rtol=1e-5)
 
   @parameterized.parameters('fixed', 'adaptive')
+  def test_default_reports_no_client_statistics(self, kind):
+    # The private choice is the default: a factory dropped into any pipeline releases no
+    # un-noised client statistic unless `diagnostics=True` asks for them.
+    if kind == 'fixed':
+      factory = aggregators.PerLayerDPFactory.gaussian_fixed(1.0, 4, 0.5)
+    else:
+      factory = aggregators.PerLayerDPFactory.gaussian_adaptive(1.0, 4, 0.5,
+                                                                clipped_count_stddev=10.0)
+    self.assertFalse(factory.diagnostics)
+    rng = np.random.default_rng(13)
+    metrics = _run_round(factory, [_random_delta(rng) for _ in range(4)]).measurements[
+        'dp_query_metrics']
+    self.assertEqual(set(metrics), _PUBLIC_METRICS)
+
+  @parameterized.parameters('fixed', 'adaptive')
   def test_diagnostics_add_the_client_statistics(self, kind):
     measurements, noise_stddev, _ = self._round(kind, diagnostics=True)
     metrics = measurements['dp_query_metrics']
@@ -384,10 +400,10 @@ class MeasurementsTest(parameterized.TestCase):
   def test_groups_are_keyed_by_name(self, kind, kwargs, names):
     if kind == 'fixed':
       factory = aggregators.PerLayerDPFactory.gaussian_fixed(0.0, 2, 1.0, leaf_names=_LEAF_NAMES,
-                                                             **kwargs)
+                                                             diagnostics=True, **kwargs)
     else:
       factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
-          0.0, 2, 1.0, leaf_names=_LEAF_NAMES, **kwargs)
+          0.0, 2, 1.0, leaf_names=_LEAF_NAMES, diagnostics=True, **kwargs)
     rng = np.random.default_rng(14)
     metrics = _run_round(factory, [_random_delta(rng) for _ in range(2)]).measurements[
         'dp_query_metrics']
@@ -473,7 +489,8 @@ class LearningProcessTest(absltest.TestCase):
         model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(0.5, 3, 0.1, 'dim',
-                                                                      leaf_names=names))
+                                                                      leaf_names=names,
+                                                                      diagnostics=True))
     state = process.initialize()
     for _ in range(3):
       output = process.next(state, datasets)

@@ -257,6 +257,18 @@ class ProcessTest(parameterized.TestCase):
     # The Adam step count carries across rounds.
     self.assertEqual(int(a.finalizer['step']), 2)
 
+  def test_measurements_hold_client_statistics_only_when_asked(self):
+    # The loss statistics and the weights' sum and effective number are client data: only
+    # with `diagnostics=True`, in `next` and in `client_round` alike.
+    data = _cohort(8)
+    metrics = self.softmax.next(self.softmax.initialize(), data).metrics
+    self.assertEmpty(metrics['client_work'])
+    self.assertEmpty(self.softmax.client_round(self.softmax.initialize(), data)[4])
+    asked = _process(diagnostics=True)
+    metrics = asked.next(asked.initialize(), data).metrics
+    self.assertEqual(set(metrics['client_work']), {'train', 'weights'})
+    self.assertEqual(set(asked.client_round(asked.initialize(), data)[4]), {'train', 'weights'})
+
   def test_unweighted_aggregator_is_refused_with_softmax_weights(self):
     with self.assertRaisesRegex(ValueError, 'weighted `model_aggregator`'):
       _process(model_aggregator=tff.aggregators.UnweightedMeanFactory())

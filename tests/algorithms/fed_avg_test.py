@@ -112,7 +112,7 @@ class FedAvgProcessTest(parameterized.TestCase):
     for mu in (0.0, 5.0):
       process = algorithms.build_fed_avg_process(
           _model_fn, client_learning_rate=0.1, local_steps=20, fedprox_mu=mu,
-          server_optimizer=_sgd_server())
+          server_optimizer=_sgd_server(), diagnostics=True)
       norms[mu] = process.next(process.initialize(), data).metrics['client_work']['train'][
           'delta_norm']
     self.assertLess(norms[5.0], norms[0.0])
@@ -122,7 +122,7 @@ class FedAvgProcessTest(parameterized.TestCase):
     clip, lr = 0.05, 0.1
     process = algorithms.build_fed_avg_process(
         _model_fn, client_learning_rate=lr, local_steps=1, local_clip_norm=clip,
-        server_optimizer=_sgd_server())
+        server_optimizer=_sgd_server(), diagnostics=True)
     train = process.next(process.initialize(), data).metrics['client_work']['train']
     self.assertGreater(train['max_grad_norm'], clip)  # Clipping had something to do ...
     self.assertLessEqual(train['max_clipped_grad_norm'], clip * (1 + 1e-5))  # ... on every step,
@@ -132,12 +132,14 @@ class FedAvgProcessTest(parameterized.TestCase):
   def test_local_steps_cycle_short_data(self):
     data = _client_data(5, clients=2, examples=6, batch=3)  # Two batches a client.
     process = algorithms.build_fed_avg_process(
-        _model_fn, client_learning_rate=0.1, local_steps=5, server_optimizer=_sgd_server())
+        _model_fn, client_learning_rate=0.1, local_steps=5, server_optimizer=_sgd_server(),
+        diagnostics=True)
     train = process.next(process.initialize(), data).metrics['client_work']['train']
     self.assertEqual(train['steps'], 10)
     self.assertEqual(train['examples'], 30)
     epochs = algorithms.build_fed_avg_process(
-        _model_fn, client_learning_rate=0.1, local_epochs=3, server_optimizer=_sgd_server())
+        _model_fn, client_learning_rate=0.1, local_epochs=3, server_optimizer=_sgd_server(),
+        diagnostics=True)
     self.assertEqual(epochs.next(epochs.initialize(), data).metrics['client_work']['train']
                      ['steps'], 12)
 
@@ -179,6 +181,20 @@ class FedAvgProcessTest(parameterized.TestCase):
     after = eval_loss(state)
     self.assertLess(after, 0.8 * before)
     self.assertIn('dp_query_metrics', output.metrics['aggregator'])
+
+  def test_measurements_hold_client_statistics_only_when_asked(self):
+    # The private choice is the default: a process dropped into a `tff.learning` pipeline
+    # releases no un-noised client statistic unless `diagnostics=True` asks for them.
+    data = _client_data(6)
+    kwargs = dict(client_learning_rate=0.1, local_steps=1, server_optimizer=_sgd_server(),
+                  model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(1.0, 3, 0.5))
+    private = algorithms.build_fed_avg_process(_model_fn, **kwargs)
+    metrics = private.next(private.initialize(), data).metrics
+    self.assertEmpty(metrics['client_work'])
+    self.assertNotIn('client_statistics', metrics['aggregator']['dp_query_metrics'])
+    asked = algorithms.build_fed_avg_process(_model_fn, diagnostics=True, **kwargs)
+    train = asked.next(asked.initialize(), data).metrics['client_work']['train']
+    self.assertEqual(train['clients'], 3)
 
   @parameterized.named_parameters(
       ('both', dict(local_steps=1, local_epochs=1), 'local_steps'),

@@ -73,9 +73,10 @@ def _dataset(seeds):
 
 
 def _process(**local_work):
+  # These tests read the clients' statistics: the opt-in.
   return algorithms.build_fed_avg_process(
       _SeededModel, client_learning_rate=_LEARNING_RATE, local_clip_norm=None,
-      server_optimizer=optimizers.build('sgd', 1.0), **local_work)
+      server_optimizer=optimizers.build('sgd', 1.0), diagnostics=True, **local_work)
 
 
 def _expected_client(batch_seeds):
@@ -144,7 +145,7 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
     client_work = local_training.build_local_training_client_work(
         _SeededModel, client_learning_rate=_LEARNING_RATE, local_steps=2,
         local_clip_norm=None, update_weight_fn=lambda loss: tf.exp(-loss),
-        start_gradient=True)
+        start_gradient=True, diagnostics=True)
     weights = tff.learning.models.ModelWeights(
         trainable=[np.float32(_INITIAL_WEIGHT)], non_trainable=[])
     output = client_work.next(client_work.initialize(), [weights, weights],
@@ -157,7 +158,8 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
                            want.sum() ** 2 / np.sum(want ** 2), places=4)
     self.assertIn('start_gradient', output.measurements)   # Both extras are kept.
     plain = local_training.build_local_training_client_work(
-        _SeededModel, client_learning_rate=_LEARNING_RATE, local_steps=2, local_clip_norm=None)
+        _SeededModel, client_learning_rate=_LEARNING_RATE, local_steps=2, local_clip_norm=None,
+        diagnostics=True)
     output = plain.next(plain.initialize(), [weights], [_dataset([[1, 0]])])
     self.assertEqual(output.result[0].update_weight, 1.0)
     self.assertNotIn('weights', output.measurements)

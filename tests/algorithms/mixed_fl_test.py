@@ -275,7 +275,7 @@ class MixedFLTest(parameterized.TestCase):
     client_batches, _ = self._data(6, clients=1, steps=1)
     process = mixed_fl.build_mixed_fl_process(
         _model_fn, algorithm='one_way', central_weight=0.5, client_learning_rate=eta,
-        local_steps=1, local_clip_norm=clip, server_optimizer=_sgd(1.0))
+        local_steps=1, local_clip_norm=clip, server_optimizer=_sgd(1.0), diagnostics=True)
     state = process.initialize()
     x = _trainable(state)
     output = process.next(state, [_dataset(client_batches[0])], _dataset(client_batches[0]))
@@ -389,7 +389,8 @@ class MixedFLTest(parameterized.TestCase):
     w_c = 0.4
     process = mixed_fl.build_mixed_fl_process(
         _model_fn, algorithm='parallel', central_weight=w_c, client_learning_rate=0.1,
-        local_steps=2, server_optimizer=_sgd(1.0), gradient_dissimilarity=True)
+        local_steps=2, server_optimizer=_sgd(1.0), gradient_dissimilarity=True,
+        diagnostics=True)
     state = process.initialize()
     x = _trainable(state)
     metrics = process.next(state, [_dataset(b) for b in client_batches],
@@ -401,6 +402,16 @@ class MixedFLTest(parameterized.TestCase):
     s2 = sum(np.sum((p + q) ** 2) for p, q in zip(a, b, strict=True))
     self.assertAlmostEqual(got['G2'], a2 / (1 - w_c) + b2 / w_c - s2, places=4)
     self.assertAlmostEqual(got['B2'], (a2 / (1 - w_c) + b2 / w_c) / s2, places=4)
+
+  def test_measurements_hold_client_statistics_only_when_asked(self):
+    client_batches, central_batches = self._data(15)
+    kwargs = dict(algorithm='parallel', central_weight=0.4, client_learning_rate=0.1,
+                  local_steps=2, server_optimizer=_sgd(1.0))
+    for extra, want in (({}, set()), ({'diagnostics': True}, {'train'})):
+      process = mixed_fl.build_mixed_fl_process(_model_fn, **extra, **kwargs)
+      metrics = process.next(process.initialize(), [_dataset(b) for b in client_batches],
+                             _dataset(central_batches)).metrics
+      self.assertEqual(set(metrics['client_work']), want)
 
   def test_gradient_dissimilarity_invariants(self):
     rng = np.random.default_rng(14)
@@ -433,6 +444,7 @@ class MixedFLTest(parameterized.TestCase):
       ('dissimilarity_without_central', dict(central_weight=0.0, gradient_dissimilarity=True),
        'gradient_dissimilarity'),
       ('central_steps', dict(central_steps=0), 'central_steps'),
+      ('dissimilarity_without_diagnostics', dict(gradient_dissimilarity=True), 'diagnostics'),
   )
   def test_bad_input(self, override, name):
     kwargs = dict(algorithm='parallel', central_weight=0.5, client_learning_rate=0.1,

@@ -66,10 +66,44 @@ class FederatedTrainingTest(absltest.TestCase):
   def _train(self, name, config, **kwargs):
     output_dir = os.path.join(self.root, name)
     lines = []
+    kwargs.setdefault('eval_data', self.eval_data)
     result = federated_training.train(config, self.train_data, self.vocab, output_dir,
-                                      eval_data=self.eval_data, show_progress=False,
-                                      log=lines.append, **kwargs)
+                                      show_progress=False, log=lines.append, **kwargs)
     return result, output_dir, lines
+
+  def _modes(self, root):
+    """{path under `root`: permission bits} of every directory and file."""
+    modes = {}
+    for directory, _, files in os.walk(root):
+      for path in [directory] + [os.path.join(directory, name) for name in files]:
+        modes[os.path.relpath(path, root)] = stat.S_IMODE(os.stat(path).st_mode)
+    return modes
+
+  def test_evaluation_on_training_speakers_only_with_the_opt_in_and_labelled(self):
+    # Issue 31, item 2: the clients' exact scores are client statistics, refused like the
+    # server training on their data, before anything is written.
+    clients = len(self.train_data.client_ids)
+    with self.assertRaisesRegex(ValueError, f'shares {clients} speaker.*'
+                                '`release_client_evaluation`'):
+      self._train('eval_refused', self._config(rounds=1), eval_data=self.train_data)
+    self.assertFalse(os.path.exists(os.path.join(self.root, 'eval_refused')))
+    # Without noise nothing changes.
+    self.assertEqual(federated_training.check_eval_data(
+        self._config(sigma_dp=0.0), self.train_data, self.train_data.client_ids), clients)
+    result, output_dir, lines = self._train(
+        'eval_opt_in', self._config(rounds=1, release_client_evaluation=True),
+        eval_data=self.train_data)
+    statement = result.privacy_statement()
+    self.assertIn('opt-in `--release_client_evaluation`', statement)
+    self.assertIn(f'{clients} of the federated clients', statement)
+    self.assertNotIn('No un-noised client statistic is released', statement)
+    self.assertTrue([line for line in lines if 'OUTSIDE the DP guarantee' in line and
+                     '--release_client_evaluation' in line])
+    with open(os.path.join(output_dir, 'summary.json')) as f:
+      self.assertTrue([c for c in json.load(f)['client_statistics_released']
+                       if c.startswith('eval/*')])
+    self.assertEqual(stat.S_IMODE(os.stat(os.path.join(output_dir, 'eval_per_speaker.csv'))
+                                  .st_mode), 0o600)
 
   def test_dp_run_releases_no_client_statistic_by_default(self):
     # Also runs the aggregator with diagnostics off end to end, and adaptive clipping, whose
@@ -217,6 +251,43 @@ class FederatedTrainingTest(absltest.TestCase):
       self.assertLen(made.call_args_list, 4, name)  # 2 rounds of 2 clients.
       for call in made.call_args_list:
         self.assertEqual(call.kwargs['max_batches'], want, name)
+
+  def test_the_clients_fingerprint_is_kept_owner_only_in_the_checkpoints(self):
+    # Issue 31, item 2: a hash of the client IDs in config.json tells, by hashing each
+    # leave-one-out subset of the corpus, who was left out.
+    _, output_dir, _ = self._train('fingerprint', self._config(rounds=1))
+    with open(os.path.join(output_dir, 'config.json')) as f:
+      saved = json.load(f)
+    self.assertNotIn('clients_sha256', saved)
+    path = os.path.join(output_dir, 'checkpoints', 'clients.json')
+    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+    other = data.SpeechClientData(
+        [u for s in self.train_data.client_ids[1:] for u in self.train_data.utterances(s)],
+        self.vocab, strict=True)
+    with self.assertRaisesRegex(ValueError, 'the training clients'):
+      federated_training.build_run(self._config(rounds=1), other, self.vocab, output_dir)
+    # A run written with the hash in config.json resumes, and the hash moves.
+    with open(path) as f:
+      saved.update(json.load(f))
+    os.remove(path)
+    with open(os.path.join(output_dir, 'config.json'), 'w') as f:
+      json.dump(saved, f)
+    self._train('fingerprint', self._config(rounds=1))
+    with open(os.path.join(output_dir, 'config.json')) as f:
+      self.assertNotIn('clients_sha256', json.load(f))
+    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+
+  def test_every_file_in_the_checkpoints_is_owner_only(self):
+    # Issue 31, item 2: a copy or an archive of the folder keeps each file's own mode.
+    _, output_dir, _ = self._train('modes', self._config(rounds=1))
+    modes = self._modes(os.path.join(output_dir, 'checkpoints'))
+    self.assertGreater(len(modes), 3)
+    wrong = {path: oct(mode) for path, mode in modes.items()
+             if mode != (0o700 if os.path.isdir(os.path.join(output_dir, 'checkpoints', path))
+                         else 0o600)}
+    self.assertFalse(wrong)
+    self.assertEqual(stat.S_IMODE(os.stat(os.path.join(output_dir, 'eval_per_speaker.csv'))
+                                  .st_mode), 0o600)
 
   def test_an_output_directory_of_the_flat_configuration_is_refused(self):
     output_dir = os.path.join(self.root, 'flat')

@@ -65,12 +65,14 @@ def _initial_weights(head):
 
 @functools.lru_cache(maxsize=None)
 def _process(head='linear', local_dp=None, dp_granularity='round', weighting='num_examples',
-             model_aggregator=None):
+             model_aggregator=None, diagnostics=True):
+  # These tests read the clients' statistics: the opt-in by default here.
   model_fn = retrieval.build_model_fn(retrieval.CLASSIFIER_ONLY, _CLASSES, head=head,
                                       feature_dim=_DIM)
   return retrieval.build_retrieval_process(
       model_fn, client_learning_rate=_LEARNING_RATE, local_epochs=_EPOCHS, local_dp=local_dp,
-      dp_granularity=dp_granularity, weighting=weighting, model_aggregator=model_aggregator)
+      dp_granularity=dp_granularity, weighting=weighting, model_aggregator=model_aggregator,
+      diagnostics=diagnostics)
 
 
 class _Round(NamedTuple):
@@ -194,6 +196,15 @@ class NoDPReductionTest(parameterized.TestCase):
 
 class AggregationTest(parameterized.TestCase):
   """Property 11."""
+
+  def test_measurements_hold_client_statistics_only_when_asked(self):
+    # The library default is the private one: no un-noised client statistic in `client_work`.
+    local = retrieval.LocalDPConfig.fixed(0.1, 1.0)
+    data = _datasets([8, 8])
+    private = _run(_process(local_dp=local, diagnostics=False), data, 1, local_dp=local)[0]
+    self.assertEmpty(private.metrics['client_work'])
+    asked = _run(_process(local_dp=local), data, 1, local_dp=local)[0]
+    self.assertEqual(asked.metrics['client_work']['clients'], 2)
 
   def test_even_split_num_examples_equals_uniform_bitwise(self):
     # With n_i = 8 for every client, w_i Δ_i = 8 Δ_i is exact and Σ 8 Δ_i = 8 Σ Δ_i exactly
@@ -446,7 +457,8 @@ class AdapterClassifierProcessTest(absltest.TestCase):
     model_fn = retrieval.build_model_fn(retrieval.ADAPTER_CLASSIFIER, _CLASSES,
                                         frozen_backbone=frozen)
     process = retrieval.build_retrieval_process(model_fn, client_learning_rate=0.5,
-                                                local_epochs=2, frozen_backbone=frozen)
+                                                local_epochs=2, frozen_backbone=frozen,
+                                                diagnostics=True)
     return backbone, model_fn, process, frozen
 
   @classmethod

@@ -4,6 +4,7 @@ learning sanity (spec §7, property 15), determinism (16), resume, what is relea
 import csv
 import json
 import os
+import stat
 import tempfile
 
 from absl.testing import absltest
@@ -153,6 +154,27 @@ class TrainingTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read.*round 1'):
       training.train(config, show_progress=False, log=lambda _: None)
     self.assertEqual(damage.files(config.output_dir), before)
+
+  def test_the_clients_fingerprint_and_per_client_files_are_owner_only(self):
+    # Issue 31, item 2: the hash of every client's texts is kept in the owner-only
+    # checkpoints, every checkpoint file is owner-only, and so is the summary that lists the
+    # clients.
+    config = self.config('private_files', local_dp='fixed', rounds=1)
+    training.train(config, show_progress=False, log=lambda _: None)
+    with open(os.path.join(config.output_dir, 'config.json')) as f:
+      self.assertNotIn('clients_sha256', json.load(f))
+    checkpoints = os.path.join(config.output_dir, 'checkpoints')
+    self.assertTrue(os.path.exists(os.path.join(checkpoints, 'clients.json')))
+    for directory, _, files in os.walk(checkpoints):
+      self.assertEqual(stat.S_IMODE(os.stat(directory).st_mode), 0o700, directory)
+      for name in files:
+        path = os.path.join(directory, name)
+        self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600, path)
+    summary = os.path.join(config.output_dir, 'summary.json')
+    self.assertEqual(stat.S_IMODE(os.stat(summary).st_mode), 0o600)
+    with self.assertRaisesRegex(ValueError, 'the clients\' data'):
+      training.train(self.config('private_files', local_dp='fixed', rounds=1, data_seed=1),
+                     show_progress=False, log=lambda _: None)
 
   def test_adapter_mode_refuses_a_backbone_over_2_gib_before_reading_it(self):
     # TinyLlama-1.1B's config.json alone (no weights): 4.4 GB of float32 weights.
