@@ -196,23 +196,7 @@ class SpeechClientDataTest(absltest.TestCase):
     for key in ('features', 'labels', 'feature_lengths', 'label_lengths', 'seed'):
       np.testing.assert_array_equal(batch[key].numpy(), want[key].numpy())
 
-  def test_feature_cache_recomputes_an_unreadable_entry(self):
-    cache = self.enterContext(tempfile.TemporaryDirectory())
-    client = self.utterances[0].speaker
-    client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
-                                        feature_cache_dir=cache)
-    want = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
-    cached = sorted(os.path.join(root, f) for root, _, files in os.walk(cache) for f in files)
-    with open(cached[0], 'wb') as f:
-      f.write(b'\x93NUMPY truncated')
-    got = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
-    for a, b in zip(got, want, strict=True):
-      np.testing.assert_array_equal(a, b)
-    self.assertEqual(np.load(cached[0]).shape[1], 80)  # Replaced by a good entry.
-    self.assertEqual(stat.S_IMODE(os.stat(cached[0]).st_mode), 0o600)
-    self.assertEmpty(client_data.report.problems)
-
-  def test_feature_cache_recomputes_an_empty_or_zip_entry(self):
+  def test_feature_cache_recomputes_a_damaged_entry(self):
     cache = self.enterContext(tempfile.TemporaryDirectory())
     client = self.utterances[0].speaker
     client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
@@ -221,15 +205,16 @@ class SpeechClientDataTest(absltest.TestCase):
     cached = sorted(os.path.join(root, f) for root, _, files in os.walk(cache) for f in files)
     some_zip = io.BytesIO()
     np.savez(some_zip, features=np.zeros((2, 80)))
-    # np.load raises EOFError on the first, BadZipFile on the second, returns an NpzFile on the
-    # third.
-    for contents in (b'', b'PK\x03\x04truncated', some_zip.getvalue()):
+    # A truncated .npy; then what np.load raised EOFError on (empty), BadZipFile on (a damaged
+    # zip), or returned an NpzFile for (a zip).
+    for contents in (b'\x93NUMPY truncated', b'', b'PK\x03\x04truncated', some_zip.getvalue()):
       with open(cached[0], 'wb') as f:
         f.write(contents)
       got = [b['features'].numpy() for b in client_data.create_tf_dataset_for_client(client)]
       for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
       self.assertEqual(np.load(cached[0]).shape[1], 80)  # Replaced by a good entry.
+      self.assertEqual(stat.S_IMODE(os.stat(cached[0]).st_mode), 0o600)
     self.assertEmpty(client_data.report.problems)
 
   def test_feature_cache_shared_across_settings(self):
