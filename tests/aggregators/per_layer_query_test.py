@@ -135,7 +135,8 @@ class SensitivityTest(parameterized.TestCase):
     delta = [np.full(4, 2e19, np.float32), np.full(100, 1e-25, np.float32),
              np.full(4, 1.0, np.float32)]
     query = aggregators.PerLayerClipGaussianSumQuery(
-        [0, 1, 2], [1e20, 1.0, 1.0], 0.0, 1, target_quantile=0.5, learning_rate=0.2)
+        [0, 1, 2], [1e20, 1.0, 1.0], 0.0, 1, target_quantile=0.5, learning_rate=0.2,
+        diagnostics=True)
     clipped, below, diagnostics = _preprocess(query, delta)
     np.testing.assert_array_equal(below, [0.5, 0.5, -0.5])
     np.testing.assert_allclose(diagnostics['norm_before_clip'], [4e19, 1e-24, 2.0], rtol=1e-5)
