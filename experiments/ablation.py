@@ -72,8 +72,8 @@ _OVERHEAD_SECONDS = flags.DEFINE_float(
     'its rounds (start-up, tracing, evaluations).', lower_bound=0.0)
 
 # The ablation's size on a shared 2-core machine (39 cells in about an hour at --parallel=2;
-# README, "The paper's findings in miniature"): its corpus, seed model and rounds, whatever the
-# demo's defaults are.
+# docs/results.md, "The paper's findings in miniature"): its corpus, seed model and rounds,
+# whatever the demo's defaults are.
 _DEFAULTS = dict(train_speakers=60, utterances_per_speaker=8.0, central_steps=400,
                  held_out_speakers=12, fl_rounds=15, fl_eval_every=15, fl_cohort_size=8,
                  fl_local_steps=3, fl_clip=0.1, fl_sigma_dp=5e-3)
@@ -81,7 +81,7 @@ for _name, _value in _DEFAULTS.items():
   flags.FLAGS.set_default(_name, _value)
 
 # The metric the orderings are read on: at the ablation's size the tiny model's WER stays near
-# 100% (README, "The paper's findings in miniature").
+# 100% (docs/results.md, "The paper's findings in miniature").
 _ORDER_METRIC = 'cer'
 
 

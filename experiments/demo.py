@@ -8,7 +8,7 @@ r"""The main job: seed model, federated training without and with DP, report (on
    the paper's LARS needs far more steps than a CPU demo has). SpecAugment is off, in seed and
    federated training alike (--spec_augment): in the demo's few hundred steps it slowed the
    tiny model more than it regularised it, and federated fine-tuning with it undid a seed
-   trained without it (README, "The demo").
+   trained without it (docs/results.md, "The demo, measured").
 3. Federated training from the seed over the other 90% as clients (one client per speaker):
    per-layer "dim" clipping, LAMB on the server, local SGD with local clipping; once without
    noise, once with DP noise sigma_dp on the averaged update. 16 clients a round with one local
@@ -64,7 +64,8 @@ _CLIENT_LR = flags.DEFINE_float('fl_client_lr', 0.2, 'Local SGD learning rate (P
 _CLIP = flags.DEFINE_float(
     'fl_clip', 0.2, 'Total clip C of a client delta. 0.2 = client lr x local clip (1) x local '
     'steps: the largest delta one local step can make, so the noise (sigma_dp x C) is no larger '
-    'than it needs to be (at C = 1 it cost 6 WER points; README, "The demo").', lower_bound=0.0)
+    'than it needs to be (at C = 1 it cost 6 WER points; docs/results.md, "The demo, '
+    'measured").', lower_bound=0.0)
 _SIGMA_DP = flags.DEFINE_float('fl_sigma_dp', 3e-4, 'DP noise on the averaged update, in units '
                                'of the clip.', lower_bound=0.0)
 _DECLARED_POPULATION = flags.DEFINE_integer('declared_population', 10_000_000, 'Population K\' '

@@ -18,7 +18,8 @@ ALLOW_EXPOSED_WORKER = flags.DEFINE_bool(
     'allow_exposed_worker', False, 'Where no network namespace can be made (user namespaces '
     'disabled, a container forbidding them), start the local TFF worker anyway: it then serves '
     'unauthenticated gRPC on every network interface, and anyone who reaches this machine can '
-    'run code as you. Only on a machine no one else can reach (README, "Security").')
+    'run code as you. Only on a machine no one else can reach (docs/privacy.md, '
+    '"Security").')
 
 
 def set_context(max_concurrent_computation_calls: Optional[int] = None) -> None:

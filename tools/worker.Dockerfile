@@ -1,4 +1,4 @@
-# One TFF worker of a distributed fedasr-tff run (README, "Past one machine").
+# One TFF worker of a distributed fedasr-tff run (docs/distributed.md).
 #
 #   docker build -f tools/worker.Dockerfile -t fedasr-tff-worker .
 #   docker run --rm -p 10.0.0.5:8000:8000 fedasr-tff-worker    # port 8000 of one private address
@@ -9,8 +9,8 @@
 # 0.87.0, installed as tools/setup.sh does), nothing else: no data, no audio tools, no Bazel. It
 # serves plaintext, unauthenticated gRPC and runs any TensorFlow graph it is sent: publish its
 # port on one address of a private network that only the driver reaches (never `-p 8000:8000`,
-# every interface of the host), or behind a proxy that requires mutual TLS (README, "Past one
-# machine"). A worker must never be reachable without one or the other.
+# every interface of the host), or behind a proxy that requires mutual TLS
+# (docs/distributed.md). A worker must never be reachable without one or the other.
 #
 # BASE_IMAGE: any image with Python 3.11 and its venv module (default the official one; e.g. a
 # Debian bookworm image with python3-venv where Docker Hub is not reachable).

@@ -30,7 +30,7 @@ declared z' = σ_DP·S'. The ledger accounts the z the aggregator's state report
 (`epsilon_run_*`), and z' at q' = S'/K' for the declared population (`epsilon_declared_*`, an
 extrapolation). With adaptive clipping the same z is split between the value noise and the
 noised clipped counts, so the account is unchanged. What the run releases is kept inside that
-guarantee:
+guarantee (the rules in full, with the threat model and the opt-ins: docs/privacy.md):
 
 * Sampling: with "poisson" (the default with noise) the mechanism that runs is the one accounted;
   "fixed" cohorts are also accounted without replacement (`privacy_ledger`). The run secret
@@ -437,8 +437,8 @@ class FederatedRun:
 
 def distributed_refusal(config: config_lib.FederatedConfig) -> Optional[str]:
   """Why a run of `config` cannot use TFF's distributed runtime (`runtime.distributed`,
-  `--workers`), or None. Each algorithm was run on two workers against the local worker (README,
-  "Past one machine"): FedAvg with DP (fixed or adaptive, per-layer or global clips, server or
+  `--workers`), or None. Each algorithm was run on two workers against the local worker
+  (docs/distributed.md): FedAvg with DP (fixed or adaptive, per-layer or global clips, server or
   client noise), DGA softmax, rehearsal and DGA-RL ended bit-identical; mixed FL did not."""
   if config.mixed.enabled:
     return ('--mixed runs on one machine: under TFF\'s mergeable form its server-side central '

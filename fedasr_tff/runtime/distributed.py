@@ -33,7 +33,7 @@ un-noised partial sums; it is trusted like the server. `tls` credentials encrypt
 TLS-terminating proxies in front of the workers (which serve plaintext gRPC), and with the
 driver's own certificate authenticate it to them (mutual TLS, which the proxies must require);
 `unix:PATH` workers on the driver's machine are reached through owner-only Unix sockets
-(README, "Security" and "Past one machine").
+(docs/privacy.md, "Security", and docs/distributed.md).
 
 Not thread-safe: set it once, from the main thread, before the first computation.
 """

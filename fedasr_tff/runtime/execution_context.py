@@ -13,17 +13,17 @@ unlinked temporary file, so it holds none of our pipes and an error can quote it
 also killed at normal exit and when the context is set again. A worker that died fails the next
 computation (TFF would start another one, from its background thread).
 
-Isolation (README, "Security"): the worker serves plaintext gRPC with no authentication on every
-interface (TFF 0.87's `worker_binary` has no address or token flag) and runs whatever TensorFlow
-graph it is sent, as this process's user: anyone who reaches its port can read the run's
-checkpoints (the noise seed), raw audio and features, and write files. So by default the worker
-runs in a network namespace of its own (`unshare --net`), where its only interface is its own
-loopback, and this process reaches it through a Unix socket in a fresh owner-only folder, bridged
-to the worker's port inside the namespace (`namespace_bridge.py`). No other host can connect,
-and no other local user but root. Where this machine cannot make a namespace, starting a worker
-raises `WorkerIsolationError` unless the exposure is accepted: `allow_exposed_worker=True`, or
-the environment variable FEDASR_TFF_ALLOW_EXPOSED_WORKER=1 (for pytest, Bazel and scripts);
-the worker then listens as TFF starts it, and a warning says what that exposes.
+Isolation (docs/privacy.md, "Security"): the worker serves plaintext gRPC with no authentication on
+every interface (TFF 0.87's `worker_binary` has no address or token flag) and runs whatever
+TensorFlow graph it is sent, as this process's user: anyone who reaches its port can read the run's
+checkpoints (the noise seed), raw audio and features, and write files. So by default the worker runs
+in a network namespace of its own (`unshare --net`), where its only interface is its own loopback,
+and this process reaches it through a Unix socket in a fresh owner-only folder, bridged to the
+worker's port inside the namespace (`namespace_bridge.py`). No other host can connect, and no other
+local user but root. Where this machine cannot make a namespace, starting a worker raises
+`WorkerIsolationError` unless the exposure is accepted: `allow_exposed_worker=True`, or the
+environment variable FEDASR_TFF_ALLOW_EXPOSED_WORKER=1 (for pytest, Bazel and scripts); the worker
+then listens as TFF starts it, and a warning says what that exposes.
 """
 
 import atexit
@@ -283,7 +283,8 @@ def _namespace_or_refusal(allow_exposed_worker: Optional[bool]) -> Optional[tupl
         'network interface, running any TensorFlow graph it is sent as this user. To accept '
         'that exposure, pass --allow_exposed_worker to a binary, allow_exposed_worker=True to '
         f'set_local_cpp_execution_context, or set {ALLOW_EXPOSED_WORKER_VARIABLE}=1 (pytest, '
-        'Bazel, scripts); only on a machine no one else can reach (README, "Security").')
+        'Bazel, scripts); only on a machine no one else can reach (docs/privacy.md, '
+        '"Security").')
   return namespace
 
 

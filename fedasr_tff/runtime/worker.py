@@ -20,7 +20,7 @@ only on a private network reachable from the driver alone, or behind a proxy tha
 mutual TLS. With `--unix_socket` it serves on that socket alone (created 0600), from a network
 namespace of its own: nothing on the network reaches it, only local processes of this user (and
 root), e.g. a mutual-TLS proxy on the same machine, or a driver given `--workers=unix:PATH`
-(README, "Security" and "Past one machine").
+(docs/privacy.md, "Security", and docs/distributed.md).
 """
 
 import os

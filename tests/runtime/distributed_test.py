@@ -204,8 +204,8 @@ def _self_signed(directory: str, name: str):
 
 @absltest.skipUnless(shutil.which('openssl'), 'needs the openssl command to make certificates')
 class TLSTest(absltest.TestCase):
-  """Mutual TLS to a TLS-terminating proxy in front of a worker (the deployment the README
-  describes; the test's proxy is `workers.TLSProxy`)."""
+  """Mutual TLS to a TLS-terminating proxy in front of a worker (the deployment
+  docs/distributed.md describes; the test's proxy is `workers.TLSProxy`)."""
 
   def test_rounds_run_over_mutual_tls_and_nothing_else_is_served(self):
     directory = tempfile.mkdtemp()
