@@ -93,7 +93,7 @@ class SpeechModelTest(absltest.TestCase):
     model_fn = models.build_tff_model_fn('tiny', self.vocab.tokens)
     process = algorithms.build_fed_avg_process(
         model_fn, client_learning_rate=0.2, local_steps=2,
-        server_optimizer=optimizers.build('lamb', 0.01))
+        server_optimizer=optimizers.build('lamb', 0.01), diagnostics=True)
     datasets = [client_data.create_tf_dataset_for_client(c) for c in client_data.client_ids]
     output = process.next(process.initialize(), datasets)
     train = output.metrics['client_work']['train']
@@ -159,7 +159,7 @@ class SeededClientWorkTest(absltest.TestCase):
     process = algorithms.build_fed_avg_process(
         models.build_tff_model_fn(_RANDOM_CONFIG, self.vocab.tokens), client_learning_rate=0.1,
         local_steps=3,
-        server_optimizer=optimizers.build('sgd', 1.0))
+        server_optimizer=optimizers.build('sgd', 1.0), diagnostics=True)
     state = process.initialize()
 
     def round_output(seeds):
