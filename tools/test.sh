@@ -15,8 +15,9 @@ ruff check .
 # leaves out the modules Bazel runs and fails on a test module no BUILD target runs.
 # The e2e tests mostly wait for interpreters and TFF workers to start, about 1.2 of CI's 2 cores
 # on average, so they run beside Bazel's tests; their output is printed once they end.
+# --durations: the slowest e2e tests, to keep CI within its 30 minutes.
 e2e_log="$(mktemp)"
-python -m pytest --skip-bazel-tests -rf >"$e2e_log" 2>&1 &
+python -m pytest --skip-bazel-tests -rf --durations=15 >"$e2e_log" 2>&1 &
 e2e_pid=$!
 trap 'kill "$e2e_pid" 2>/dev/null || true; rm -f "$e2e_log"' EXIT
 

@@ -275,16 +275,19 @@ class FederatedTrainingTest(absltest.TestCase):
         self.vocab, strict=True)
     with self.assertRaisesRegex(ValueError, 'the training clients'):
       federated_training.build_run(self._config(rounds=1), other, self.vocab, output_dir)
-    # A run written with the hash in config.json resumes, and the hash moves.
+    # A run written with the hash in config.json resumes (the check a resume makes), and the
+    # hash moves.
     with open(path) as f:
-      saved.update(json.load(f))
+      digest = json.load(f)['clients_sha256']
     os.remove(path)
+    saved['clients_sha256'] = digest
     with open(os.path.join(output_dir, 'config.json'), 'w') as f:
       json.dump(saved, f)
-    self._train('fingerprint', self._config(rounds=1))
+    self.assertFalse(federated_training.clients_differ(output_dir, digest, saved))
     with open(os.path.join(output_dir, 'config.json')) as f:
       self.assertNotIn('clients_sha256', json.load(f))
     self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+    self.assertTrue(federated_training.clients_differ(output_dir, 'another', saved))
 
   def test_an_output_directory_of_the_flat_configuration_is_refused(self):
     output_dir = os.path.join(self.root, 'flat')
