@@ -27,7 +27,7 @@ from fedasr_tff.audit import bounds
 from fedasr_tff.audit import configuration
 from fedasr_tff.audit import distinguishing
 from fedasr_tff.audit import one_run
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.speech import config as config_lib
 
 _CANARIES = flags.DEFINE_integer('canaries', 4000, 'Canaries of the one-run audit.')
 _GUESSES = flags.DEFINE_integer('guesses', None, 'Guesses each way (default canaries / 20).')

@@ -40,8 +40,8 @@ from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import dga_rl
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import evaluation
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.speech import evaluation
 
 _COHORT = flags.DEFINE_integer('cohort', 32, 'Clients per round.', lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each variant.', lower_bound=1)

@@ -37,9 +37,9 @@ from fedasr_tff import optimizers
 from fedasr_tff.algorithms import central_work
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import central_batches
 from fedasr_tff.program import cohorts
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.speech import central_batches
 
 _COHORT = flags.DEFINE_integer('cohort', 8, 'Clients per round.', lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each algorithm.', lower_bound=1)

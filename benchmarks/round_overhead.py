@@ -1,6 +1,6 @@
 r"""What a federated round costs, phase by phase, against the same client work in plain TF.
 
-A round is what `fedasr_tff.program.federated_training` does: build each sampled client's dataset
+A round is what `fedasr_tff.speech.federated_training` does: build each sampled client's dataset
 (`SpeechClientData.create_tf_dataset_for_client` with the client's round seed and
 `max_batches=--local_steps`: a seeded sample of the client's utterances, features read from the
 run's feature cache), then one step of `fedasr_tff.algorithms.build_fed_avg_process` on the

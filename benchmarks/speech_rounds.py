@@ -1,4 +1,4 @@
-"""The speech round the round benchmarks time, as `fedasr_tff.program.federated_training` runs it.
+"""The speech round the round benchmarks time, as `fedasr_tff.speech.federated_training` runs it.
 
 The `tiny` CTC transformer trained by `fedasr_tff.algorithms.build_fed_avg_process` (local SGD
 with global-norm clipping at `CLIP_NORM`, the server's SGD at learning rate 1), its clients the

@@ -45,10 +45,10 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from experiments import demo
+from experiments import report
 from fedasr_tff import optimizers
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import report
 from fedasr_tff.program import study
+from fedasr_tff.speech import config as config_lib
 
 _NORMALIZE = '+normalize'
 _CLIPPINGS = flags.DEFINE_list(

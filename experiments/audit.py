@@ -24,7 +24,8 @@ from absl import app
 from experiments import common
 from experiments import config_flags
 from fedasr_tff.audit import configuration
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import config as config_lib
 
 config_flags.define_flags(config_lib.DPConfig)
 config_flags.define_flags(config_lib.RunConfig, ['rounds', 'cohort_size', 'sampling'])
@@ -47,8 +48,8 @@ def main(argv):
   if common.OUTPUT_DIR.value:
     os.makedirs(common.OUTPUT_DIR.value, exist_ok=True)
     report = {
-        'configuration': config_lib.to_flat(config),
-        'audit': config_lib.to_flat(audit),
+        'configuration': fields_lib.to_flat(config),
+        'audit': fields_lib.to_flat(audit),
         'results': [r.report() for r in results],
     }
     path = os.path.join(common.OUTPUT_DIR.value, 'audit.json')

@@ -16,7 +16,7 @@ from absl import logging as absl_logging
 from experiments import config_flags
 from experiments import local_worker
 from fedasr_tff import runtime
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.speech import config as config_lib
 
 FLAGS = flags.FLAGS
 

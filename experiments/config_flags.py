@@ -1,6 +1,6 @@
 """Flags defined from configuration classes, and configurations built from flags.
 
-A configuration class of `fedasr_tff.program.config` (or `central_training.CentralConfig`) holds
+A configuration class of `fedasr_tff.speech.config` (or `central_training.CentralConfig`) holds
 each flag's name, default, help and choices (`config.field`). `define_flags` defines the flags of
 a class, `config_from_flags` builds the configuration from them (the one mapping from flags to a
 configuration, for every binary), and `flag_errors` turns the `ValueError` of a configuration or
@@ -15,7 +15,7 @@ import typing
 from absl import app
 from absl import flags
 
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
 
 
 def _value_type(annotation):
@@ -29,8 +29,8 @@ def define_flags(cls, names=None, flag_values=flags.FLAGS) -> None:
   for field in dataclasses.fields(cls):
     if names is not None and field.name not in names:
       continue
-    help_text = field.metadata[config_lib.HELP]
-    choices = field.metadata[config_lib.CHOICES]
+    help_text = field.metadata[fields_lib.HELP]
+    choices = field.metadata[fields_lib.CHOICES]
     kind = _value_type(field.type)
     kwargs = dict(flag_values=flag_values)
     if choices:
@@ -52,9 +52,9 @@ def config_from_flags(cls, flag_values=flags.FLAGS):
 
   A field without a flag, or whose flag is unset (None), keeps its default.
   """
-  values = {name: flag_values[name].value for name in config_lib.config_fields(cls)
+  values = {name: flag_values[name].value for name in fields_lib.config_fields(cls)
             if name in flag_values and flag_values[name].value is not None}
-  return config_lib.from_flat(cls, values)
+  return fields_lib.from_flat(cls, values)
 
 
 _BACKTICKED = re.compile(r'`(\w+)`')
@@ -65,7 +65,7 @@ def flag_errors(flag_values=flags.FLAGS):
   """Turns a `ValueError` into a usage error, naming each backticked flag as `--name`.
 
   Configurations and the builders they call name their arguments in backticks, and every
-  configuration field is the flag of the same name (`fedasr_tff.program.config`).
+  configuration field is the flag of the same name (`fedasr_tff.speech.config`).
   """
   try:
     yield
@@ -81,9 +81,9 @@ def argv_from_config(config) -> list:
   Raises:
     ValueError: a field is None where its default is not (an unset flag means the default).
   """
-  defaults = config_lib.to_flat(type(config)())
+  defaults = fields_lib.to_flat(type(config)())
   argv = []
-  for name, value in config_lib.to_flat(config).items():
+  for name, value in fields_lib.to_flat(config).items():
     if value == defaults[name]:
       continue
     if value is None:

@@ -32,14 +32,14 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from experiments import report
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import central_training
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import evaluation
-from fedasr_tff.program import federated_training
 from fedasr_tff.program import model_io
-from fedasr_tff.program import report
+from fedasr_tff.speech import central_training
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import federated_training
 
 _SPEAKERS = flags.DEFINE_integer('train_speakers', 480, 'Training speakers in the corpus.',
                                  lower_bound=4)

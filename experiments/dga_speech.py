@@ -36,12 +36,13 @@ import numpy as np
 from experiments import common
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import central_training
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import evaluation
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import central_training
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import federated_training
 
 RUNS = ('uniform', 'dga_softmax')
 
@@ -101,8 +102,8 @@ def _federated_config(data_config, aggregation, sigma_dp):
   if aggregation != 'uniform':
     dga = dict(aggregation=aggregation, dga_beta=_BETA.value, dga_loss_clip=_LOSS_CLIP.value,
                dga_loss_floor=_LOSS_FLOOR.value)
-  return config_lib.from_flat(config_lib.FederatedConfig, {
-      **config_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
+  return fields_lib.from_flat(config_lib.FederatedConfig, {
+      **fields_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
       'local_steps': _LOCAL_STEPS.value, 'client_lr': 0.2, 'server_optimizer': 'adam',
       'server_lr': 0.001, 'clipping': 'dim', 'clip': 1.0, 'sigma_dp': sigma_dp,
       'population': 10_000_000, 'population_cohort_size': 2_000, 'rounds': _ROUNDS.value,

@@ -10,9 +10,9 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import evaluation
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import evaluation
 
 _MODEL = flags.DEFINE_string('model', None, 'Weights to evaluate (model.npz).')
 _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write the '

@@ -30,11 +30,12 @@ from experiments import common
 from fedasr_tff import models
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import central_training
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import evaluation
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import central_training
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import federated_training
 
 _WORDS = synthetic.DEFAULT_WORDS['en']
 SERVER_WORDS, CLIENT_WORDS = _WORDS[:20], _WORDS[20:]
@@ -90,8 +91,8 @@ def _federated_config(data_config, algorithm, sigma_dp):
                  central_split='train_server', central_speakers='all')
     if algorithm != mixed_fl.ONE_WAY:
       mixed['central_lr'] = _CENTRAL_LR.value
-  return config_lib.from_flat(config_lib.FederatedConfig, {
-      **config_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
+  return fields_lib.from_flat(config_lib.FederatedConfig, {
+      **fields_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
       'local_steps': _LOCAL_STEPS.value, 'client_lr': 0.2, 'server_optimizer': 'lamb',
       'server_lr': 0.003, 'clipping': 'dim', 'clip': 1.0, 'sigma_dp': sigma_dp,
       'population': 10_000_000, 'population_cohort_size': 2_000, 'rounds': _ROUNDS.value,

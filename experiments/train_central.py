@@ -13,12 +13,12 @@ from absl import app
 
 from experiments import common
 from experiments import config_flags
-from fedasr_tff.program import central_training
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import central_training
 
 # --model_config and --seed are shared flags (`common`).
 config_flags.define_flags(central_training.CentralConfig, [
-    name for name in config_lib.config_fields(central_training.CentralConfig)
+    name for name in fields_lib.config_fields(central_training.CentralConfig)
     if name not in ('model_config', 'seed')])
 
 

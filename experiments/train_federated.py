@@ -10,7 +10,7 @@ The recipe of Pelikan et al., "Enabling Differentially Private Federated Learnin
 Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025
 (arXiv:2310.00098), Secs. 2-4: Algorithm 1, per-layer clipping (Definition 3) and the
 accounting of Theorem 1. Started again with the same flags and --output_dir, a run resumes from
-its latest checkpoint (see `fedasr_tff/program/federated_training.py`). Noise is given one way:
+its latest checkpoint (see `fedasr_tff/speech/federated_training.py`). Noise is given one way:
 --sigma_dp (std on the averaged update in units of --clip), --noise_multiplier (z of this run's
 cohort) or --target_epsilon (for --population and --population_cohort_size at --rounds, solved
 with the RDP accountant). At every evaluation the run prints the epsilon spent and projected,
@@ -32,7 +32,7 @@ it with server Adam:
       --dga_loss_clip=80 --server_optimizer=adam --rehearsal_steps=2 --central_split=train \
       --central_speakers=seed
 
-Every flag that configures the run is a field of `fedasr_tff.program.config.FederatedConfig`
+Every flag that configures the run is a field of `fedasr_tff.speech.config.FederatedConfig`
 (same name, default and help); the configuration and the library check the values.
 """
 
@@ -45,9 +45,10 @@ from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
 from fedasr_tff import runtime
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import federated_training
 
 config_flags.define_flags(config_lib.ModelConfig, ['seed_model'])
 config_flags.define_flags(config_lib.ClientConfig)
@@ -57,7 +58,7 @@ config_flags.define_flags(config_lib.CentralDataConfig)
 config_flags.define_flags(config_lib.MixedConfig)
 config_flags.define_flags(config_lib.DGAConfig)
 config_flags.define_flags(config_lib.RunConfig, [
-    name for name in config_lib.config_fields(config_lib.RunConfig) if name != 'seed'])
+    name for name in fields_lib.config_fields(config_lib.RunConfig) if name != 'seed'])
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
     'limit). On GPUs, set it to the number of clients that fit in memory.', lower_bound=1)

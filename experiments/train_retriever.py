@@ -24,7 +24,7 @@ from absl import flags
 
 from experiments import common
 from experiments import config_flags
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import training
 
 config_flags.define_flags(training.RetrieverConfig, [
@@ -49,7 +49,7 @@ def main(argv):
           'with the cohort (measured: states went to the wrong clients).'))
   common.require('output_dir')
   with config_flags.flag_errors():
-    values = {name: flags.FLAGS[name].value for name in config_lib.config_fields(
+    values = {name: flags.FLAGS[name].value for name in fields_lib.config_fields(
         training.RetrieverConfig) if name in flags.FLAGS and flags.FLAGS[name].value is not None}
     values['output_dir'] = common.OUTPUT_DIR.value
     values['seed'] = common.seed_or_zero()

@@ -23,7 +23,7 @@ restricts the words of the transcripts as that module's docstring says (the firs
 --top_paths candidates whose words are all listed, else the best candidate with each unlisted
 word replaced by the nearest listed word in edit distance).
 
---export_saved_model: a SavedModel of --model (`fedasr_tff.program.transcription`):
+--export_saved_model: a SavedModel of --model (`fedasr_tff.speech.transcription`):
 `serving_default` takes `waveforms` [B, S] float32 (16 kHz mono) and `lengths` [B] int32 and
 returns `transcripts` [B] tf.string (greedy), `logits` and `logit_lengths`; `transcribe_beam`
 returns the best beam-search `transcripts` (beam of --beam_width) and `log_probabilities`.
@@ -43,9 +43,9 @@ from fedasr_tff import data
 from fedasr_tff import decoding
 from fedasr_tff import metrics
 from fedasr_tff import models
-from fedasr_tff.program import config as config_lib
 from fedasr_tff.program import model_io
-from fedasr_tff.program import transcription
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import transcription
 
 FLAGS = flags.FLAGS
 

@@ -31,8 +31,9 @@ from fedasr_tff.audit import distinguishing
 from fedasr_tff.audit import noise_check
 from fedasr_tff.audit import one_run
 from fedasr_tff.audit import result as result_lib
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import config as config_lib
 
 # An ε audit's result, or a direct check's.
 Result = Union[result_lib.AuditResult, result_lib.CheckResult]
@@ -44,18 +45,18 @@ _CANARY_CLIPS = 1e3
 @dataclasses.dataclass(frozen=True)
 class AuditConfig:
   """The attack: canaries, guesses, trials and confidence (flags of `experiments/audit.py`)."""
-  canaries: int = config_lib.field(
+  canaries: int = fields_lib.field(
       1000, 'Canary clients of the one-run audit, each in the population with probability 1/2 '
       '(the population K of the audited claim).')
-  guesses: Optional[int] = config_lib.field(
+  guesses: Optional[int] = fields_lib.field(
       None, 'Canaries guessed "in" and as many "out" (default --canaries / 10).')
-  trials: int = config_lib.field(
+  trials: int = fields_lib.field(
       2000, 'Rounds of the many-run distinguishing audit of one round (0: skip it).')
-  confidence: float = config_lib.field(0.95, 'Confidence of the measured lower bounds.')
-  check_rounds: int = config_lib.field(
+  confidence: float = fields_lib.field(0.95, 'Confidence of the measured lower bounds.')
+  check_rounds: int = fields_lib.field(
       200, 'Rounds of the query for each direct check of its structure: the noise check and '
       'each of the clipping check\'s canaries (0: skip them).')
-  audit_seed: int = config_lib.field(0, 'Seed of the canaries and of which are in.')
+  audit_seed: int = fields_lib.field(0, 'Seed of the canaries and of which are in.')
 
   def __post_init__(self):
     validation.check_positive_integer('canaries', self.canaries)

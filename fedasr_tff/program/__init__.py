@@ -1,3 +1,1 @@
-"""The federated program around training: metrics, reports."""
-
-from fedasr_tff.program import report
+"""The run layer shared by every task: resumable rounds, cohorts, privacy ledger, releases."""

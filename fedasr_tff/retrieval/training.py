@@ -53,8 +53,7 @@ from fedasr_tff import text_models
 from fedasr_tff import validation
 from fedasr_tff.aggregators import per_layer_dp
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import progress as progress_lib
 from fedasr_tff.program import release_journal
@@ -63,6 +62,7 @@ from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import retrieve
 from fedasr_tff.retrieval import tff_model
+from fedasr_tff.speech import federated_training
 from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import frozen as frozen_lib
 from fedasr_tff.text_models import minilm
@@ -74,7 +74,7 @@ CENTRAL_DP = ('none', 'fixed', 'adaptive')
 _FORMAT = 1
 _FEATURE_BATCH = 64
 _SHOWN = ('eval/top1', 'privacy/local_epsilon_max', 'privacy/epsilon_run_rdp')
-_field = config_lib.field
+_field = fields_lib.field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,7 +341,7 @@ def _fingerprint(config: RetrieverConfig, data: RetrievalData) -> Dict[str, Any]
     for i in data.client_indices[client]:
       h.update(data.texts.texts[i].encode())
   fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if f.metadata[config_lib.FINGERPRINT]}
+            if f.metadata[fields_lib.FINGERPRINT]}
   return {'format': _FORMAT, 'config': fields,
           federated_training.CLIENTS_KEY: h.hexdigest()}
 

@@ -324,7 +324,7 @@ class MixedFLTest(parameterized.TestCase):
   def test_dp_mechanism_is_fed_avgs(self):
     # The ledger reads z from the aggregator's state: the same for FedAvg and mixed FL, so the
     # same ε at the same (q, z, T); and a noised 2-w GT round runs. (The runner's ledgers are
-    # compared in tests/program/mixed_training_test.py.)
+    # compared in tests/speech/mixed_training_test.py.)
     algorithm = 'two_way'
     def aggregator():
       return aggregators.PerLayerDPFactory.gaussian_fixed(

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff.audit import clipping_check
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.speech import config as config_lib
 from tests.audit import planted_bugs
 
 _Z = 2.0

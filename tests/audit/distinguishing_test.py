@@ -14,7 +14,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff import privacy
 from fedasr_tff.audit import distinguishing
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.speech import config as config_lib
 from tests.audit import planted_bugs
 
 _TRIALS = 20000

@@ -14,7 +14,7 @@ from fedasr_tff import privacy
 from fedasr_tff import runtime
 from fedasr_tff.audit import configuration
 from fedasr_tff.audit import one_run
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.speech import config as config_lib
 from tests.audit import planted_bugs
 
 _CANARIES = 1000

@@ -5,12 +5,13 @@ from absl import flags
 from absl.testing import absltest
 
 from experiments import config_flags
-from fedasr_tff.program import central_training
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import central_training
+from fedasr_tff.speech import config as config_lib
 
 # The federated and the central configurations, as the binaries define them (central training
 # shares --model_config and --seed).
-_CENTRAL_OWN = [name for name in config_lib.config_fields(central_training.CentralConfig)
+_CENTRAL_OWN = [name for name in fields_lib.config_fields(central_training.CentralConfig)
                 if name not in ('model_config', 'seed')]
 
 
@@ -29,14 +30,14 @@ class ConfigFlagsTest(absltest.TestCase):
   def test_every_field_is_a_flag_with_its_default_help_and_choices(self):
     flag_values = _flag_values()
     for cls in (config_lib.FederatedConfig, central_training.CentralConfig):
-      for name, field in config_lib.config_fields(cls).items():
+      for name, field in fields_lib.config_fields(cls).items():
         if cls is central_training.CentralConfig and name not in _CENTRAL_OWN:
           continue
         flag = flag_values[name]
         self.assertEqual(flag.default, field.default, name)
         # absl puts an enum's values before its help.
-        self.assertTrue(flag.help.endswith(field.metadata[config_lib.HELP]), name)
-        choices = field.metadata[config_lib.CHOICES]
+        self.assertTrue(flag.help.endswith(field.metadata[fields_lib.HELP]), name)
+        choices = field.metadata[fields_lib.CHOICES]
         if choices:
           self.assertEqual(tuple(flag.parser.enum_values), choices, name)
 

@@ -3,7 +3,7 @@
 from absl.testing import absltest
 
 from experiments import dga_speech
-from fedasr_tff.program import evaluation
+from fedasr_tff.speech import evaluation
 
 
 class TableTest(absltest.TestCase):

@@ -9,8 +9,9 @@ import tensorflow_federated as tff
 
 from fedasr_tff import privacy
 from fedasr_tff import runtime
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import privacy_ledger
+from fedasr_tff.speech import config as config_lib
 
 
 class PrivacyLedgerTest(absltest.TestCase):
@@ -101,7 +102,7 @@ class PrivacyLedgerTest(absltest.TestCase):
     value_type = tff.types.to_type([tff.TensorType(np.float32, [3]),
                                     tff.TensorType(np.float32, [2, 2])])
     for adaptive in (False, True):
-      config = config_lib.from_flat(config_lib.FederatedConfig, dict(
+      config = fields_lib.from_flat(config_lib.FederatedConfig, dict(
           rounds=10, cohort_size=8, sigma_dp=0.05, clip=0.5, adaptive_clipping=adaptive))
       noise = config.noise_level(54)
       factory = config.dp.aggregator(noise.noise_multiplier, config.run.cohort_size, ['a', 'b'],

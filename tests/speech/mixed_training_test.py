@@ -12,9 +12,10 @@ import tensorflow_federated as tff
 from fedasr_tff import data
 from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import privacy_ledger
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import federated_training
 
 
 def _columns(output_dir):
@@ -46,7 +47,7 @@ class MixedTrainingTest(absltest.TestCase):
   def _config(self, **overrides):
     if overrides.get('mixed'):
       overrides = {'central_split': 'train', **overrides}
-    return config_lib.from_flat(config_lib.FederatedConfig, {
+    return fields_lib.from_flat(config_lib.FederatedConfig, {
         'rounds': 2, 'cohort_size': 2, 'local_steps': 1, 'clip': 1.0, 'sigma_dp': 0.05,
         'eval_every': 2, 'checkpoint_every': 2, 'population': 10**6,
         'population_cohort_size': 1000, **overrides})

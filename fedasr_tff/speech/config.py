@@ -21,12 +21,8 @@ for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", 
 arXiv:2310.00098.
 """
 
-import contextlib
 import dataclasses
 import os
-from typing import Any
-from typing import Dict
-from typing import Mapping
 from typing import Optional
 from typing import Sequence
 from typing import Tuple
@@ -44,44 +40,15 @@ from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import corpus
+from fedasr_tff.program.fields import check_choice
+from fedasr_tff.program.fields import field
+from fedasr_tff.program.fields import naming_fields
+from fedasr_tff.speech import corpus
 
 CLIPPINGS = ('none', 'global', 'uniform', 'dim', 'weighted')
 
 # The feature cache of a run that names none, under its output directory; or no cache at all.
 FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
-
-# Metadata keys of a field: its flag help, its allowed values, and whether a resumed run must
-# have the same value (paths of inputs whose content is fingerprinted separately need not).
-HELP, CHOICES, FINGERPRINT = 'help', 'choices', 'fingerprint'
-
-
-def field(default, help_text: str, choices: Optional[Sequence[str]] = None,
-          fingerprint: bool = True):
-  """A configuration field: its default, flag help and choices, and whether a resumed run must
-  have the same value (`fingerprint`)."""
-  return dataclasses.field(default=default, metadata={
-      HELP: help_text, CHOICES: tuple(choices) if choices else None, FINGERPRINT: fingerprint})
-
-
-@contextlib.contextmanager
-def naming_fields(field_of_argument: Mapping[str, str]):
-  """Re-raises a builder's `ValueError` naming `argument` as naming the field instead."""
-  try:
-    yield
-  except ValueError as e:
-    message = str(e)
-    for argument, field in field_of_argument.items():
-      message = message.replace(f'`{argument}`', f'`{field}`')
-    if message == str(e):
-      raise
-    raise ValueError(message) from e
-
-
-def _check_choice(name: str, value, choices) -> None:
-  if value not in choices:
-    raise ValueError(f'`{name}` must be one of {tuple(choices)}, got {value!r}.')
-
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
@@ -302,7 +269,7 @@ class MixedConfig:
       'noise only with --release_client_diagnostics).')
 
   def __post_init__(self):
-    _check_choice('mixed', self.mixed, MIXED_ALGORITHMS)
+    check_choice('mixed', self.mixed, MIXED_ALGORITHMS)
     if self.mixed == MIXED_NONE:
       given = [f'`{f.name}`' for f in dataclasses.fields(self)
                if f.name not in ('mixed',) and getattr(self, f.name) != f.default]
@@ -394,7 +361,7 @@ class DGAConfig:
       None, 'Learning rate of the rehearsal SGD (default: --client_lr); 0 disables.')
 
   def __post_init__(self):
-    _check_choice('aggregation', self.aggregation, AGGREGATIONS)
+    check_choice('aggregation', self.aggregation, AGGREGATIONS)
     validation.check_non_negative_integer('rehearsal_steps', self.rehearsal_steps)
     if self.rehearsal_lr is not None:
       validation.check_non_negative('rehearsal_lr', self.rehearsal_lr)
@@ -523,7 +490,7 @@ class DPConfig:
       'always allow it.')
 
   def __post_init__(self):
-    _check_choice('clipping', self.clipping, CLIPPINGS)
+    check_choice('clipping', self.clipping, CLIPPINGS)
     given = [name for name in ('sigma_dp', 'noise_multiplier', 'target_epsilon')
              if getattr(self, name) is not None]
     if len(given) > 1:
@@ -722,37 +689,3 @@ class FederatedConfig:
     noise_multiplier = privacy.noise_multiplier_from_sigma_dp(sigma_dp, cohort)
     return NoiseLevel(float(sigma_dp), noise_multiplier,
                       privacy.noise_multiplier_from_sigma_dp(sigma_dp, declared_cohort))
-
-
-def config_fields(cls) -> Dict[str, dataclasses.Field]:
-  """The settable fields of a configuration class by name, sub-configurations flattened."""
-  fields = {}
-  for f in dataclasses.fields(cls):
-    if dataclasses.is_dataclass(f.type):
-      fields.update(config_fields(f.type))
-    else:
-      fields[f.name] = f
-  return fields
-
-
-def from_flat(cls, values: Mapping[str, Any]):
-  """A `cls` from flat `{field (flag) name: value}`; names not in `cls` are ignored."""
-  kwargs = {}
-  for f in dataclasses.fields(cls):
-    if dataclasses.is_dataclass(f.type):
-      kwargs[f.name] = from_flat(f.type, values)
-    elif f.name in values:
-      kwargs[f.name] = values[f.name]
-  return cls(**kwargs)
-
-
-def to_flat(config) -> Dict[str, Any]:
-  """`{field (flag) name: value}` of a configuration, sub-configurations flattened."""
-  values = {}
-  for f in dataclasses.fields(config):
-    value = getattr(config, f.name)
-    if dataclasses.is_dataclass(value):
-      values.update(to_flat(value))
-    else:
-      values[f.name] = value
-  return values

@@ -9,7 +9,7 @@ import numpy as np
 from fedasr_tff import data
 from fedasr_tff.data import corpora
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import central_batches
+from fedasr_tff.speech import central_batches
 
 
 def _as_arrays(dataset):

@@ -8,7 +8,7 @@ import numpy as np
 from PIL import Image
 import tensorflow_federated as tff
 
-from fedasr_tff.program import report
+from experiments import report
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 _BLOCK_LAYERS = ('ln1/gamma', 'ln1/beta', 'wqkv/kernel', 'wf/kernel', 'ln2/gamma', 'ln2/beta',

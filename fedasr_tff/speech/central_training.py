@@ -32,35 +32,35 @@ from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.optimizers import hparams
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import evaluation
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.program import progress as progress_lib
+from fedasr_tff.speech import evaluation
 
 
 @dataclasses.dataclass(frozen=True)
 class CentralConfig:
   """Central training settings; each field is the `train_central` flag of the same name."""
-  steps: int = config_lib.field(1000, 'Training steps (batches).')
-  model_config: str = config_lib.field('tiny', 'Transformer size.', tuple(models.CONFIGS))
-  optimizer: str = config_lib.field(
+  steps: int = fields_lib.field(1000, 'Training steps (batches).')
+  model_config: str = fields_lib.field('tiny', 'Transformer size.', tuple(models.CONFIGS))
+  optimizer: str = fields_lib.field(
       'lars', 'Optimizer (`fedasr_tff.optimizers`): lars is the paper\'s (Pelikan et al. 2025, '
       'Sec. 4 "Central Training"); adam reaches a usable tiny model in a few hundred CPU '
       'steps (the demo).', optimizers.OPTIMIZERS)
-  learning_rate: float = config_lib.field(
+  learning_rate: float = fields_lib.field(
       0.5, 'Learning rate (Pelikan et al. 2025, Sec. 4 "Central Training": LARS 0.5).')
-  momentum: Optional[float] = config_lib.field(
+  momentum: Optional[float] = fields_lib.field(
       None, 'Momentum of lars or sgdm (default: the optimizer\'s own, 0.9); other optimizers '
       'take none.')
-  schedule: str = config_lib.field(
+  schedule: str = fields_lib.field(
       'step', 'step: multiply by --decay_rate every --decay_every steps from --decay_start (the '
       'paper halves every 50k steps); exponential: rate^((t - start) / every).',
       optimizers.schedules.NAMES)
-  decay_rate: float = config_lib.field(0.5, 'Decay factor.')
-  decay_every: int = config_lib.field(50_000, 'Decay period in steps.')
-  decay_start: int = config_lib.field(40_000, 'Step the decay starts at.')
-  seed: int = config_lib.field(0, 'Seed of the initialisation, batch order and random draws.')
-  eval_every_steps: int = config_lib.field(100, 'Steps between evaluations.')
+  decay_rate: float = fields_lib.field(0.5, 'Decay factor.')
+  decay_every: int = fields_lib.field(50_000, 'Decay period in steps.')
+  decay_start: int = fields_lib.field(40_000, 'Step the decay starts at.')
+  seed: int = fields_lib.field(0, 'Seed of the initialisation, batch order and random draws.')
+  eval_every_steps: int = fields_lib.field(100, 'Steps between evaluations.')
 
   def __post_init__(self):
     validation.check_positive_integer('steps', self.steps)

@@ -11,8 +11,9 @@ import numpy as np
 from fedasr_tff import data
 from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import federated_training
 
 
 def _columns(output_dir):
@@ -48,7 +49,7 @@ class DGATrainingTest(absltest.TestCase):
   def _config(self, **overrides):
     if overrides.get('aggregation'):
       overrides = {'dga_beta': 0.05, 'dga_loss_clip': 400.0, **overrides}
-    return config_lib.from_flat(config_lib.FederatedConfig, {
+    return fields_lib.from_flat(config_lib.FederatedConfig, {
         'rounds': 2, 'cohort_size': 2, 'local_steps': 1, 'clip': 1.0, 'eval_every': 1,
         'checkpoint_every': 1, 'population': 10**6, 'population_cohort_size': 1000,
         'server_optimizer': 'adam', 'server_lr': 0.001, **overrides})

@@ -1,4 +1,4 @@
-"""The grouped run configuration (`fedasr_tff.program.config`)."""
+"""The grouped run configuration (`fedasr_tff.speech.config`)."""
 
 import dataclasses
 from unittest import mock
@@ -8,7 +8,8 @@ from absl.testing import absltest
 from fedasr_tff import aggregators
 from fedasr_tff import optimizers
 from fedasr_tff import privacy
-from fedasr_tff.program import config as config_lib
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import config as config_lib
 
 _SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
                 config_lib.ServerConfig, config_lib.DPConfig, config_lib.RunConfig,
@@ -25,7 +26,7 @@ class ConfigTest(absltest.TestCase):
       config = cls()
       for f in dataclasses.fields(cls):
         self.assertEqual(getattr(config, f.name), f.default, f'{cls.__name__}.{f.name}')
-        self.assertTrue(f.metadata[config_lib.HELP], f'{cls.__name__}.{f.name} has no help')
+        self.assertTrue(f.metadata[fields_lib.HELP], f'{cls.__name__}.{f.name} has no help')
     self.assertEqual(config_lib.FederatedConfig().client.local_work(),
                      (config_lib.ClientConfig.DEFAULT_LOCAL_STEPS, None))
 
@@ -57,18 +58,18 @@ class ConfigTest(absltest.TestCase):
         self.assertEqual(load.call_args.kwargs['feature_cache_dir'], want)
 
   def test_field_names_are_unique_flag_names_and_flat_values_round_trip(self):
-    fields = config_lib.config_fields(config_lib.FederatedConfig)
+    fields = fields_lib.config_fields(config_lib.FederatedConfig)
     self.assertLen(fields, sum(len(dataclasses.fields(cls)) for cls in _SUB_CONFIGS))
-    config = config_lib.from_flat(config_lib.FederatedConfig, {
+    config = fields_lib.from_flat(config_lib.FederatedConfig, {
         'client_lr': 0.3, 'cohort_size': 4, 'clip': 0.5, 'iid': True, 'unrelated_flag': 1})
     self.assertEqual((config.client.client_lr, config.run.cohort_size, config.dp.clip,
                       config.data.iid), (0.3, 4, 0.5, True))
-    self.assertEqual(config_lib.from_flat(config_lib.FederatedConfig,
-                                          config_lib.to_flat(config)), config)
+    self.assertEqual(fields_lib.from_flat(config_lib.FederatedConfig,
+                                          fields_lib.to_flat(config)), config)
 
   def test_noise_given_three_ways(self):
     def level(**noise):
-      config = config_lib.from_flat(config_lib.FederatedConfig, dict(
+      config = fields_lib.from_flat(config_lib.FederatedConfig, dict(
           cohort_size=8, population_cohort_size=100, population=10**5, rounds=50, delta=1e-9,
           **noise))
       return config.noise_level(num_clients=54)

@@ -97,14 +97,15 @@ from fedasr_tff import private_files
 from fedasr_tff.algorithms import dga_rl
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
-from fedasr_tff.program import central_batches
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import evaluation
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import progress as progress_lib
 from fedasr_tff.program import release_journal
+from fedasr_tff.speech import central_batches
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import evaluation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,11 +293,11 @@ def _write_config(output_dir: str, values: Dict[str, Any]) -> None:
 
 def _resume_relevant(grouped: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
   """The fields a resumed run must share, by flag name, from a saved grouped configuration."""
-  fields = config_lib.config_fields(config_lib.FederatedConfig)
+  fields = fields_lib.config_fields(config_lib.FederatedConfig)
   flat = {name: value for group in grouped.values() for name, value in group.items()}
   # A field added after the run was saved has its default there.
   return {name: flat.get(name, f.default) for name, f in fields.items()
-          if f.metadata.get(config_lib.FINGERPRINT, True)}
+          if f.metadata.get(fields_lib.FINGERPRINT, True)}
 
 
 def _check_or_write_fingerprint(output_dir, fingerprint) -> None:

@@ -1,4 +1,4 @@
-"""The federated run's releases (`fedasr_tff.program.federated_training`): what a DP run writes,
+"""The federated run's releases (`fedasr_tff.speech.federated_training`): what a DP run writes,
 when it writes it, and what it keeps private."""
 
 import csv
@@ -17,8 +17,9 @@ from fedasr_tff import data
 from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import config as config_lib
-from fedasr_tff.program import federated_training
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import federated_training
 from tests.program import damage
 
 
@@ -58,7 +59,7 @@ class FederatedTrainingTest(absltest.TestCase):
         [u for u in utterances if u.speaker in held_out], cls.vocab, strict=True)
 
   def _config(self, **overrides):
-    return config_lib.from_flat(config_lib.FederatedConfig, {
+    return fields_lib.from_flat(config_lib.FederatedConfig, {
         'rounds': 3, 'cohort_size': 2, 'local_steps': 1, 'clip': 1.0, 'sigma_dp': 0.05,
         'eval_every': 2, 'checkpoint_every': 2, 'population': 10**6,
         'population_cohort_size': 1000, **overrides})

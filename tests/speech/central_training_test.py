@@ -1,4 +1,4 @@
-"""Central training of a seed model (`fedasr_tff.program.central_training`)."""
+"""Central training of a seed model (`fedasr_tff.speech.central_training`)."""
 
 import csv
 import os
@@ -10,8 +10,8 @@ import numpy as np
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import central_training
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import central_training
 
 
 class CentralTrainingTest(absltest.TestCase):

@@ -13,7 +13,7 @@ from fedasr_tff import data
 from fedasr_tff import decoding
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import transcription
+from fedasr_tff.speech import transcription
 
 # Run in a fresh interpreter: loads the SavedModel and writes what its signatures return.
 _LOAD_AND_RUN = '''

@@ -1,0 +1,82 @@
+"""Configuration fields that are also command-line flags, for every task's configuration.
+
+A configuration is a frozen dataclass (possibly of sub-configurations) whose fields are made
+with `field`: the default, the flag help and choices sit in the field's metadata, so the
+binaries define their flags from the class (`experiments/config_flags.py`) and a resumed run
+compares the fields marked `fingerprint`. A library builder's `ValueError` naming one of its
+arguments is re-raised naming the field (the flag) by `naming_fields`.
+"""
+
+import contextlib
+import dataclasses
+from typing import Any
+from typing import Dict
+from typing import Mapping
+from typing import Optional
+from typing import Sequence
+
+# Metadata keys of a field: its flag help, its allowed values, and whether a resumed run must
+# have the same value (paths of inputs whose content is fingerprinted separately need not).
+HELP, CHOICES, FINGERPRINT = 'help', 'choices', 'fingerprint'
+
+
+def field(default, help_text: str, choices: Optional[Sequence[str]] = None,
+          fingerprint: bool = True):
+  """A configuration field: its default, flag help and choices, and whether a resumed run must
+  have the same value (`fingerprint`)."""
+  return dataclasses.field(default=default, metadata={
+      HELP: help_text, CHOICES: tuple(choices) if choices else None, FINGERPRINT: fingerprint})
+
+
+@contextlib.contextmanager
+def naming_fields(field_of_argument: Mapping[str, str]):
+  """Re-raises a builder's `ValueError` naming `argument` as naming the field instead."""
+  try:
+    yield
+  except ValueError as e:
+    message = str(e)
+    for argument, field in field_of_argument.items():
+      message = message.replace(f'`{argument}`', f'`{field}`')
+    if message == str(e):
+      raise
+    raise ValueError(message) from e
+
+
+def check_choice(name: str, value, choices) -> None:
+  """Raises a `ValueError` naming field `name` unless `value` is one of `choices`."""
+  if value not in choices:
+    raise ValueError(f'`{name}` must be one of {tuple(choices)}, got {value!r}.')
+
+
+def config_fields(cls) -> Dict[str, dataclasses.Field]:
+  """The settable fields of a configuration class by name, sub-configurations flattened."""
+  fields = {}
+  for f in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(f.type):
+      fields.update(config_fields(f.type))
+    else:
+      fields[f.name] = f
+  return fields
+
+
+def from_flat(cls, values: Mapping[str, Any]):
+  """A `cls` from flat `{field (flag) name: value}`; names not in `cls` are ignored."""
+  kwargs = {}
+  for f in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(f.type):
+      kwargs[f.name] = from_flat(f.type, values)
+    elif f.name in values:
+      kwargs[f.name] = values[f.name]
+  return cls(**kwargs)
+
+
+def to_flat(config) -> Dict[str, Any]:
+  """`{field (flag) name: value}` of a configuration, sub-configurations flattened."""
+  values = {}
+  for f in dataclasses.fields(config):
+    value = getattr(config, f.name)
+    if dataclasses.is_dataclass(value):
+      values.update(to_flat(value))
+    else:
+      values[f.name] = value
+  return values
