@@ -27,6 +27,7 @@ from fedasr_tff.audit import bounds
 from fedasr_tff.audit import configuration
 from fedasr_tff.audit import distinguishing
 from fedasr_tff.audit import one_run
+from fedasr_tff.program import dp_config
 from fedasr_tff.speech import config as config_lib
 
 _CANARIES = flags.DEFINE_integer('canaries', 4000, 'Canaries of the one-run audit.')
@@ -49,7 +50,7 @@ _SMALL_BLOCK_SHAPES = ((16,), (16, 32), (32,), (32, 16), (16,))
 
 
 def _aggregator(clipping, cohort_size, names, seed):
-  dp = config_lib.DPConfig(clipping=clipping, clip=1.0, noise_multiplier=_Z.value,
+  dp = dp_config.DPConfig(clipping=clipping, clip=1.0, noise_multiplier=_Z.value,
                            delta=_DELTA.value, noise_seed=seed)
   return dp.aggregator(_Z.value, cohort_size, names, diagnostics=False)
 

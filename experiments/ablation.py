@@ -47,13 +47,13 @@ from experiments import config_flags
 from experiments import demo
 from experiments import report
 from fedasr_tff import optimizers
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import study
-from fedasr_tff.speech import config as config_lib
 
 _NORMALIZE = '+normalize'
 _CLIPPINGS = flags.DEFINE_list(
     'clippings', ['global', 'uniform', 'dim', 'dim+normalize'],
-    f'Clippings of the DP cells: any of {", ".join(config_lib.CLIPPINGS)} (not none), with '
+    f'Clippings of the DP cells: any of {", ".join(dp_config.CLIPPINGS)} (not none), with '
     f'"{_NORMALIZE}" for --normalize.')
 _OPTIMIZERS = flags.DEFINE_list('optimizers', ['lamb', 'adam', 'sgd'],
                                 'Server optimizers of the DP cells.')
@@ -106,9 +106,9 @@ class _Variant:
 def _parse_clipping(value: str, flag: str):
   clipping, normalize = ((value[:-len(_NORMALIZE)], True) if value.endswith(_NORMALIZE)
                          else (value, False))
-  if clipping not in config_lib.CLIPPINGS or clipping == 'none':
+  if clipping not in dp_config.CLIPPINGS or clipping == 'none':
     raise app.UsageError(f'--{flag}: {value!r} is not a clipping with DP; give one of '
-                         f'{", ".join(c for c in config_lib.CLIPPINGS if c != "none")}, '
+                         f'{", ".join(c for c in dp_config.CLIPPINGS if c != "none")}, '
                          f'optionally with "{_NORMALIZE}".')
   return clipping, normalize
 

@@ -24,10 +24,11 @@ from absl import app
 from experiments import common
 from experiments import config_flags
 from fedasr_tff.audit import configuration
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import config as config_lib
 
-config_flags.define_flags(config_lib.DPConfig)
+config_flags.define_flags(dp_config.DPConfig)
 config_flags.define_flags(config_lib.RunConfig, ['rounds', 'cohort_size', 'sampling'])
 config_flags.define_flags(configuration.AuditConfig)
 

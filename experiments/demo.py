@@ -35,6 +35,7 @@ from experiments import common
 from experiments import report
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
@@ -130,7 +131,7 @@ def federated_config(data_config, sigma_dp, *, clipping='dim', normalize=False,
       client=config_lib.ClientConfig(local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value),
       server=config_lib.ServerConfig(server_optimizer=server_optimizer,
                                      server_lr=server_lr or _SERVER_LR.value),
-      dp=config_lib.DPConfig(clipping=clipping, normalize=normalize, clip=_CLIP.value,
+      dp=dp_config.DPConfig(clipping=clipping, normalize=normalize, clip=_CLIP.value,
                              sigma_dp=sigma_dp, delta=1e-9,
                              population=_DECLARED_POPULATION.value,
                              population_cohort_size=_DECLARED_COHORT.value,

@@ -45,6 +45,7 @@ from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
 from fedasr_tff import runtime
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
@@ -53,7 +54,7 @@ from fedasr_tff.speech import federated_training
 config_flags.define_flags(config_lib.ModelConfig, ['seed_model'])
 config_flags.define_flags(config_lib.ClientConfig)
 config_flags.define_flags(config_lib.ServerConfig)
-config_flags.define_flags(config_lib.DPConfig)
+config_flags.define_flags(dp_config.DPConfig)
 config_flags.define_flags(config_lib.CentralDataConfig)
 config_flags.define_flags(config_lib.MixedConfig)
 config_flags.define_flags(config_lib.DGAConfig)

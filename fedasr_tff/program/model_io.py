@@ -8,6 +8,7 @@ by tensor. Central training exports the seed model this way and federated traini
 import os
 from typing import List
 from typing import Mapping
+from typing import Sequence
 from typing import Tuple
 import zipfile
 import zlib
@@ -34,15 +35,29 @@ def tensor_names(model: tf.keras.Model) -> Tuple[List[str], List[str]]:
 def save_weights(path: str, model: tf.keras.Model,
                  weights: tff.learning.models.ModelWeights) -> None:
   """Writes `weights` (laid out like `model`'s variables) to `path` atomically."""
-  trainable_names, non_trainable_names = tensor_names(model)
+  save_named_weights(path, tensor_names(model), weights)
+
+
+def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
+                       weights: tff.learning.models.ModelWeights) -> None:
+  """Writes `weights` to `path` atomically, a named array per tensor.
+
+  Args:
+    path: the `.npz` file to write.
+    names: the names of the trainable and of the non-trainable tensors (`tensor_names`).
+    weights: the tensors, in the order of `names`.
+
+  Raises:
+    ValueError: if `names` and `weights` hold different numbers of tensors.
+  """
   arrays = {}
-  for names, values, prefix in ((trainable_names, weights.trainable, ''),
-                                (non_trainable_names, weights.non_trainable,
-                                 _NON_TRAINABLE_PREFIX)):
-    if len(names) != len(values):
+  for tensor_names_, values, prefix in ((names[0], weights.trainable, ''),
+                                        (names[1], weights.non_trainable,
+                                         _NON_TRAINABLE_PREFIX)):
+    if len(tensor_names_) != len(values):
       raise ValueError(f'The weights have {len(values)} tensors where the model has '
-                       f'{len(names)}.')
-    for name, value in zip(names, values, strict=True):
+                       f'{len(tensor_names_)}.')
+    for name, value in zip(tensor_names_, values, strict=True):
       arrays[prefix + name] = np.asarray(value)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   partial = f'{path}.{os.getpid()}.partial.npz'

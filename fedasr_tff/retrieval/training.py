@@ -1,7 +1,7 @@
 """The classifier-as-retriever training run: data, frozen backbone, rounds, privacy, checkpoints.
 
 A run (`train`) of the paper's FL + local DP (Fofonjka, Zehtabi, Behtash, Mauer and Stout, webAI
-2025; spec `soft_embeddings_car.md`):
+2025), on the one round loop (`program.training_loop`):
 
 1. A labelled corpus (`corpora`) is split into a held-out test set (stratified, the server's own
    evaluation data) and training examples dealt to clients (evenly, the paper's, or by a client
@@ -23,7 +23,7 @@ dropout of each round. The DP noise (each client's local noise, or the server's 
 comes from a separate noise secret: OS entropy by default, or `noise_seed` (then public: the run
 has no guarantee). Both live only in the checkpoints, which are owner-only, so a resumed run
 replays identical rounds (a replayed round releases nothing new), and released values are held
-until a checkpoint covers them (`program.release_journal`).
+until a checkpoint covers them (`program.training_loop`).
 
 What is released (metrics.csv, TensorBoard, progress, summary.json): held-out evaluation, the
 server's update norm (a function of the uploads the guarantee covers), the round time, and the
@@ -32,37 +32,34 @@ noised: under DP they are released only with `release_client_diagnostics`, label
 statement. Without DP there is no guarantee and they are released.
 """
 
-import asyncio
 import collections
 import dataclasses
 import hashlib
-import json
-import os
 import time
 from typing import Any
 from typing import Dict
 from typing import List
 from typing import Optional
+from typing import Tuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedasr_tff import private_files
 from fedasr_tff import text_models
 from fedasr_tff import validation
-from fedasr_tff.aggregators import per_layer_dp
 from fedasr_tff.program import cohorts
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
-from fedasr_tff.program import progress as progress_lib
-from fedasr_tff.program import release_journal
+from fedasr_tff.program import run_record
+from fedasr_tff.program import training_loop
 from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import retrieve
 from fedasr_tff.retrieval import tff_model
-from fedasr_tff.speech import federated_training
 from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import frozen as frozen_lib
 from fedasr_tff.text_models import minilm
@@ -334,40 +331,15 @@ def client_dataset(inputs: Dict[str, np.ndarray], labels: np.ndarray, batch_size
       lambda i, batch: collections.OrderedDict(batch, seed=tf.stack([seed64, i])))
 
 
-def _fingerprint(config: RetrieverConfig, data: RetrievalData) -> Dict[str, Any]:
+def _run_record(config: RetrieverConfig, data: RetrievalData) -> run_record.RunRecord:
+  """The run's record: its configuration and a hash of every client's texts."""
   h = hashlib.sha256()
   for client in data.client_ids:
     h.update(client.encode())
     for i in data.client_indices[client]:
       h.update(data.texts.texts[i].encode())
-  fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if f.metadata[fields_lib.FINGERPRINT]}
-  return {'format': _FORMAT, 'config': fields,
-          federated_training.CLIENTS_KEY: h.hexdigest()}
-
-
-def _check_or_write_fingerprint(output_dir: str, fingerprint: Dict[str, Any]) -> None:
-  """A resumed run must be the same run. The clients' fingerprint (a hash of their texts) is
-  kept owner-only in the checkpoints, not in config.json (`federated_training.CLIENTS_FILE`)."""
-  path = os.path.join(output_dir, 'config.json')
-  digest = fingerprint[federated_training.CLIENTS_KEY]
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
-    wanted = json.loads(json.dumps(fingerprint))
-    changed = [f'--{k}' for k in wanted['config'] if saved['config'].get(k) != wanted['config'][k]]
-    if federated_training.clients_differ(output_dir, digest, saved):
-      changed.append('the clients\' data')
-    if changed:
-      raise ValueError(f'{output_dir!r} holds a run with a different configuration '
-                       f'({", ".join(changed)} differ). Use a new output directory, or the same '
-                       'settings to resume.')
-    return
-  os.makedirs(output_dir, exist_ok=True)
-  federated_training.write_clients_fingerprint(output_dir, digest)   # Before config.json.
-  with open(path, 'w') as f:
-    json.dump({k: v for k, v in fingerprint.items() if k != federated_training.CLIENTS_KEY}, f,
-              indent=2, sort_keys=True)
+  return run_record.RunRecord(config, h.hexdigest(), _FORMAT,
+                              clients_description='the clients\' data')
 
 
 def _model_weights(model) -> tff.learning.models.ModelWeights:
@@ -496,19 +468,54 @@ def privacy_statement(config: RetrieverConfig, releases: np.ndarray,
   return '\n'.join(lines)
 
 
+def central_dp(config: RetrieverConfig, noise_secret: int) -> Optional[dp_config.DPConfig]:
+  """The run's central DP as the project's `DPConfig` (global clip), or None.
+
+  Args:
+    config: the run.
+    noise_secret: the run's noise secret, which seeds the server's noise.
+
+  Returns:
+    The `DPConfig` of `--central_dp`, or None without it.
+  """
+  if config.central_dp == 'none':
+    return None
+  with _naming_central_dp_flags():
+    return dp_config.DPConfig(
+        clipping='global', clip=config.central_clip,
+        adaptive_clipping=config.central_dp == 'adaptive',
+        noise_multiplier=config.central_noise_multiplier, delta=config.delta,
+        population=config.declared_population,
+        population_cohort_size=config.declared_cohort_size, noise_seed=noise_secret % 2**63)
+
+
+def _naming_central_dp_flags():
+  """Errors of `DPConfig` named by the retriever's flags."""
+  return fields_lib.naming_fields({'clip': 'central_clip',
+                                   'noise_multiplier': 'central_noise_multiplier',
+                                   'population': 'declared_population',
+                                   'population_cohort_size': 'declared_cohort_size'})
+
+
 def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> RetrieverResult:
-  """Runs (or resumes from `output_dir`) the training of the module docstring."""
+  """Runs (or resumes from `output_dir`) the training of the module docstring.
+
+  Args:
+    config: the run.
+    show_progress: draw a progress bar on stderr.
+    log: where the per-evaluation lines go (held back like the metrics).
+
+  Returns:
+    The final weights, summary, privacy statement and timings.
+  """
   backbone, tokenizer = load_backbone(config)
   data = prepare_data(config, tokenizer)
-  output_dir = config.output_dir
-  _check_or_write_fingerprint(output_dir, _fingerprint(config, data))
+  run_record.check_or_write(config.output_dir, _run_record(config, data))
   num_classes = data.texts.num_classes
-  labels = data.texts.labels
   head_args = dict(head=config.head, hidden_size=config.hidden_size,
                    dropout_rate=config.dropout_rate)
   feature_seconds = 0.0
   frozen_backbone = None
-  round_arguments = ()   # What `next` takes after the clients' inputs.
   if config.mode == tff_model.CLASSIFIER_ONLY:
     started = time.perf_counter()
     inputs = {'features': compute_features(backbone, data.tokens, config.pooling)}
@@ -518,114 +525,170 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
   else:
     inputs = data.tokens
     frozen_backbone = frozen_lib.FrozenBackbone(backbone)
-    round_arguments = (frozen_backbone.weights,)
     model_fn = tff_model.build_model_fn(
         config.mode, num_classes, frozen_backbone=frozen_backbone,
         pooling=config.pooling, max_length=config.max_length, **head_args)
-  local = config.local_dp_config()
-  ledger = None
-  aggregator = None
   noise_secret = (cohorts.new_run_secret() if config.noise_seed is None else config.noise_seed)
-  if config.central_dp != 'none':
-    noise_seed = noise_secret % 2**63
-    if config.central_dp == 'fixed':
-      aggregator = per_layer_dp.PerLayerDPFactory.gaussian_fixed(
-          config.central_noise_multiplier, config.cohort, config.central_clip,
-          allocation='global', diagnostics=False, noise_seed=noise_seed)
-    else:
-      aggregator = per_layer_dp.PerLayerDPFactory.gaussian_adaptive(
-          config.central_noise_multiplier, config.cohort, config.central_clip,
-          allocation='global', diagnostics=False, noise_seed=noise_seed)
-  # The clients' un-noised statistics are measured only where they are released (labelled).
-  client_columns = (not config.adds_noise) or config.release_client_diagnostics
+  dp = central_dp(config, noise_secret)
+  aggregator = noise = None
+  if dp is not None:
+    with _naming_central_dp_flags():
+      noise = dp.noise_level(config.cohort, dp.population_cohort_size or config.cohort,
+                             dp.population or config.num_clients, config.rounds)
+      aggregator = dp.aggregator(noise.noise_multiplier, config.cohort, None,
+                                 diagnostics=False)
   process = process_lib.build_retrieval_process(
       model_fn, client_learning_rate=config.client_learning_rate,
-      local_epochs=config.local_epochs, local_dp=local, dp_granularity=config.dp_granularity,
-      weighting=config.weighting, server_learning_rate=config.server_learning_rate,
-      model_aggregator=aggregator, frozen_backbone=frozen_backbone,
-      diagnostics=client_columns)
+      local_epochs=config.local_epochs, local_dp=config.local_dp_config(),
+      dp_granularity=config.dp_granularity, weighting=config.weighting,
+      server_learning_rate=config.server_learning_rate, model_aggregator=aggregator,
+      frozen_backbone=frozen_backbone, diagnostics=_releases_client_statistics(config))
   # Eager models only after the process: building it invalidates Keras models made before.
   tf.keras.utils.set_random_seed(config.seed)
   eval_model = model_fn()
   state = process_lib.with_model_weights(process.initialize(), _model_weights(eval_model))
-  if aggregator is not None:
-    ledger = privacy_ledger.PrivacyLedger(
-        noise_multiplier=privacy_ledger.applied_noise_multiplier(state['aggregator']),
-        cohort_size=config.cohort, population=config.num_clients,
-        declared_noise_multiplier=(config.central_noise_multiplier / config.cohort *
-                                   (config.declared_cohort_size or config.cohort)),
-        declared_cohort_size=config.declared_cohort_size or config.cohort,
-        declared_population=config.declared_population or config.num_clients,
-        planned_rounds=config.rounds, delta=config.delta, sampling='poisson')
-  dp_states = _DPStates(data.client_ids, process_lib.initial_client_dp_state(local))
+  ledger = None
+  if dp is not None:
+    ledger = dp.ledger(noise, cohort_size=config.cohort, population=config.num_clients,
+                       declared_cohort_size=dp.population_cohort_size or config.cohort,
+                       declared_population=dp.population or config.num_clients,
+                       rounds=config.rounds, sampling='poisson')
+    ledger = dataclasses.replace(ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(
+        state['aggregator']))
+  rounds = _RetrieverRounds(config, data, inputs, process, state, eval_model, ledger,
+                            noise_secret, () if frozen_backbone is None
+                            else (frozen_backbone.weights,), feature_seconds)
+  training_loop.train(rounds, config.output_dir, show_progress=show_progress, log=log)
+  return RetrieverResult(rounds.weights, rounds.final_summary, rounds.final_summary[
+      'privacy_statement'], feature_seconds, rounds.round_seconds)
 
-  # Every file in it owner-only, those of a run written before this was done too.
-  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
-      os.path.join(output_dir, 'checkpoints')))
-  manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=2, keep_first=False)
-  journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
 
-  def program_state():
-    return (state, dp_states.arrays, cohorts.secret_to_words(noise_secret))
+def _releases_client_statistics(config: RetrieverConfig) -> bool:
+  """Whether the clients' un-noised statistics are measured and released (labelled)."""
+  return (not config.adds_noise) or config.release_client_diagnostics
 
-  restored, start_round = release_journal.load_latest(manager, program_state(), checkpoint_dir)
-  csv = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
-  progress = progress_lib.ProgressBarReleaseManager(config.rounds, start_round or 0, _SHOWN,
-                                                    disable=not show_progress)
-  release = tff.program.GroupingReleaseManager(
-      [csv, tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard')),
-       progress])
 
-  def release_held(held):
-    values, lines = held
-    for round_num in sorted(values):
-      asyncio.run(release.release(values[round_num], round_num))
-    for line in lines:
-      progress.write(line, log)
+class _RetrieverRounds(training_loop.Task):
+  """The rounds of a retriever run, as `training_loop` drives them (module docstring)."""
 
-  def checkpoint_and_release(round_num):
-    journal.write(round_num)
-    asyncio.run(manager.save(program_state(), round_num))
-    # TFF writes 0644 files: owner-only before anything is released.
-    saved = private_files.make_private_tree(
-        os.path.join(checkpoint_dir, f'program_state_{round_num}'))
-    private_files.fsync_tree(saved)
-    release_held(journal.held)
-    journal.clear()
+  shown_metrics = _SHOWN
 
-  if restored is not None:
-    state, arrays, words = restored
-    dp_states.arrays = [np.asarray(a).copy() for a in arrays]
-    noise_secret = cohorts.secret_from_words(words)
-    progress.write(f'Resuming from the checkpoint of round {start_round} in {output_dir}.', log)
-    release_held(journal.pending(start_round))
-    journal.clear()
-  else:
-    start_round = 0
+  def __init__(self, config: RetrieverConfig, data: RetrievalData,
+               inputs: Dict[str, np.ndarray], process, state, eval_model,
+               ledger: Optional[privacy_ledger.PrivacyLedger], noise_secret: int,
+               round_arguments: Tuple[Any, ...], feature_seconds: float):
+    self.config, self.data, self.inputs, self.process = config, data, inputs, process
+    self.state, self.eval_model, self.ledger = state, eval_model, ledger
+    self.noise_secret, self.round_arguments = noise_secret, round_arguments
+    self.feature_seconds = feature_seconds
+    self.rounds = config.rounds
+    self.eval_every = config.eval_every
+    self.checkpoint_every = config.checkpoint_every
+    self.local = config.local_dp_config()
+    self.dp_states = _DPStates(data.client_ids, process_lib.initial_client_dp_state(self.local))
+    self.test_inputs = {key: value[data.test] for key, value in inputs.items()}
+    self.weights = state['model']
+    self.round_seconds = []
+    self.final_summary = None
 
-  test_inputs = {key: value[data.test] for key, value in inputs.items()}
+  def program_state(self):
+    """The process state, every client's local DP state and the noise secret."""
+    return (self.state, self.dp_states.arrays, cohorts.secret_to_words(self.noise_secret))
 
-  def evaluate(weights) -> Dict[str, float]:
-    _assign(eval_model, weights)
+  def restore(self, saved) -> None:
+    self.state, arrays, words = saved
+    self.dp_states.arrays = [np.asarray(a).copy() for a in arrays]
+    self.noise_secret = cohorts.secret_from_words(words)
+    self.weights = self.state['model']
+
+  def run_round(self, round_num: int) -> Dict[str, Any]:
+    config, data = self.config, self.data
+    labels = data.texts.labels
+    started = time.perf_counter()
+    # Cohorts from the noise secret: amplification by sampling needs them secret.
+    cohort = (list(data.client_ids) if config.full_participation else cohorts.sample_cohort(
+        data.client_ids, config.cohort, self.noise_secret, round_num, 'poisson'))
+    datasets, states, seeds = [], [], []
+    for client in cohort:
+      index = data.client_indices[client]
+      datasets.append(client_dataset({k: v[index] for k, v in self.inputs.items()},
+                                     labels[index], config.batch_size,
+                                     cohorts.client_seed(config.seed, round_num, client)))
+      states.append(self.dp_states.get(client))
+      seed = cohorts.client_seed(self.noise_secret, round_num, client)
+      seeds.append(np.array([seed, round_num], np.int64))
+    metrics = None
+    if cohort:
+      output = self.process.next(self.state, datasets, states, seeds, *self.round_arguments)
+      self.state = output.state
+      for client, client_state in zip(cohort, output.client_dp_states, strict=True):
+        self.dp_states.put(client, client_state)
+      metrics = output.metrics
+      if self.ledger is not None:
+        self.ledger.check_round(self.state['aggregator'])
+    new_weights = self.state['model']
+    update_norm = training_loop.update_norm(self.weights, new_weights)
+    self.weights = new_weights
+    self.round_seconds.append(time.perf_counter() - started)
+    values = {'server': {'update_norm': update_norm, 'round_seconds': self.round_seconds[-1]}}
+    if _releases_client_statistics(config) and metrics is not None:
+      values['client'] = {k: np.asarray(v).item() for k, v in metrics['client_work'].items()}
+    if config.adds_noise:
+      values['privacy'] = self._privacy_values(round_num)
+    return values
+
+  def evaluate(self, round_num: int, values) -> Tuple[Dict[str, Any], str]:
+    evaluated = {'eval': self._scores()}
+    return evaluated, self._line(round_num, {**values, **evaluated})
+
+  def final_weights(self):
+    # The frozen backbone is public and not part of the model's weights (`tff_model`).
+    names = [model_io.tensor_name(v) for v in self.eval_model.trainable_variables]
+    return (names, []), self.weights
+
+  def summary(self) -> Dict[str, Any]:
+    config, data = self.config, self.data
+    statement = privacy_statement(config, self.dp_states.releases(), self.ledger,
+                                  config.rounds)
+    # Owner-only (`training_loop`): it lists every client by ID (with local DP, each one's ε
+    # and so how often it was sampled).
+    self.final_summary = {
+        'rounds': config.rounds, 'eval': self._scores(), 'num_classes': data.texts.num_classes,
+        'train_examples': int(sum(len(v) for v in data.client_indices.values())),
+        'test_examples': int(len(data.test)), 'feature_seconds': self.feature_seconds,
+        'median_round_seconds': (float(np.median(self.round_seconds)) if self.round_seconds
+                                 else None),
+        'privacy': self._privacy_values(config.rounds) if config.adds_noise else None,
+        'local_epsilon_per_client': _local_epsilons(config, data.client_ids,
+                                                    self.dp_states.releases()),
+        'privacy_statement': statement,
+    }
+    return self.final_summary
+
+  def _scores(self) -> Dict[str, float]:
+    """Top-1 and top-K accuracy of the current model on the held-out test set."""
+    _assign(self.eval_model, self.weights)
+    test, labels = self.data.test, self.data.texts.labels
     logits = np.concatenate([
-        eval_model.predict_on_batch(
-            {key: tf.constant(value[i:i + _FEATURE_BATCH]) for key, value in test_inputs.items()},
-            training=False).numpy() for i in range(0, len(data.test), _FEATURE_BATCH)])
-    k = min(config.top_k, num_classes)
-    return {'top1': float(retrieve.top_k_accuracy(logits, labels[data.test], 1)),
-            f'top{k}': float(retrieve.top_k_accuracy(logits, labels[data.test], k))}
+        self.eval_model.predict_on_batch(
+            {key: tf.constant(value[i:i + _FEATURE_BATCH])
+             for key, value in self.test_inputs.items()}, training=False).numpy()
+        for i in range(0, len(test), _FEATURE_BATCH)])
+    k = min(self.config.top_k, self.data.texts.num_classes)
+    return {'top1': float(retrieve.top_k_accuracy(logits, labels[test], 1)),
+            f'top{k}': float(retrieve.top_k_accuracy(logits, labels[test], k))}
 
-  def privacy_values(round_num) -> Dict[str, float]:
-    if local is not None:
-      eps = _local_epsilons(config, data.client_ids, dp_states.releases())
+  def _privacy_values(self, round_num: int) -> Dict[str, float]:
+    if self.local is not None:
+      eps = _local_epsilons(self.config, self.data.client_ids, self.dp_states.releases())
       return {} if eps is None else {'local_epsilon_max': max(eps.values()),
                                      'local_epsilon_min': min(eps.values())}
-    if ledger is not None:
-      return ledger.metrics(round_num)
+    if self.ledger is not None:
+      return self.ledger.metrics(round_num)
     return {}
 
-  def line(round_num, values) -> str:
-    parts = [f'round {round_num}/{config.rounds}']
+  def _line(self, round_num: int, values) -> str:
+    parts = [f'round {round_num}/{self.rounds}']
     if 'eval' in values:
       parts.append(' '.join(f'{k} {100 * v:.1f}%' for k, v in values['eval'].items()))
     priv = values.get('privacy', {})
@@ -635,82 +698,19 @@ def train(config: RetrieverConfig, *, show_progress: bool = True, log=print) -> 
       parts.append(f'epsilon_run {priv["epsilon_run_rdp"]:.3g}')
     return ' | '.join(parts)
 
-  round_seconds = []
-  weights = state['model']
-  try:
-    if start_round == 0:
-      values = {'eval': evaluate(weights)}
-      journal.hold(0, values, (line(0, values),))
-      checkpoint_and_release(0)
-    for round_num in range(start_round + 1, config.rounds + 1):
-      started = time.perf_counter()
-      # Cohorts from the noise secret: amplification by sampling needs them secret.
-      cohort = (list(data.client_ids) if config.full_participation else cohorts.sample_cohort(
-          data.client_ids, config.cohort, noise_secret, round_num, 'poisson'))
-      datasets, states, seeds = [], [], []
-      for client in cohort:
-        index = data.client_indices[client]
-        datasets.append(client_dataset({k: v[index] for k, v in inputs.items()}, labels[index],
-                                       config.batch_size,
-                                       cohorts.client_seed(config.seed, round_num, client)))
-        states.append(dp_states.get(client))
-        seed = cohorts.client_seed(noise_secret, round_num, client)
-        seeds.append(np.array([seed, round_num], np.int64))
-      if cohort:
-        output = process.next(state, datasets, states, seeds, *round_arguments)
-        state = output.state
-        for client, client_state in zip(cohort, output.client_dp_states, strict=True):
-          dp_states.put(client, client_state)
-        metrics = output.metrics
-        if ledger is not None:
-          ledger.check_round(state['aggregator'])
-      else:
-        metrics = None
-      new_weights = state['model']
-      update_norm = federated_training.update_norm(weights, new_weights)
-      weights = new_weights
-      round_seconds.append(time.perf_counter() - started)
-      values = {'server': {'update_norm': update_norm, 'round_seconds': round_seconds[-1]}}
-      if client_columns and metrics is not None:
-        values['client'] = {k: np.asarray(v).item() for k, v in metrics['client_work'].items()}
-      if config.adds_noise:
-        values['privacy'] = privacy_values(round_num)
-      lines = ()
-      if round_num % config.eval_every == 0 or round_num == config.rounds:
-        values['eval'] = evaluate(weights)
-        lines = (line(round_num, values),)
-      journal.hold(round_num, values, lines)
-      progress.advance(round_num)
-      if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-        checkpoint_and_release(round_num)
-  finally:
-    progress.close()
-
-  final = evaluate(weights)
-  statement = privacy_statement(config, dp_states.releases(), ledger, config.rounds)
-  summary = {
-      'rounds': config.rounds, 'eval': final, 'num_classes': num_classes,
-      'train_examples': int(sum(len(v) for v in data.client_indices.values())),
-      'test_examples': int(len(data.test)), 'feature_seconds': feature_seconds,
-      'median_round_seconds': float(np.median(round_seconds)) if round_seconds else None,
-      'privacy': privacy_values(config.rounds) if config.adds_noise else None,
-      'local_epsilon_per_client': _local_epsilons(config, data.client_ids,
-                                                  dp_states.releases()),
-      'privacy_statement': statement,
-  }
-  # Owner-only: it lists every client by ID (with local DP, each one's ε and so how often it
-  # was sampled).
-  with private_files.open_private(os.path.join(output_dir, 'summary.json')) as f:
-    json.dump(summary, f, indent=2)
-  # The model is the release (post-processing of the noised uploads; without noise the run
-  # releases everything, as its statement says).
-  np.savez(os.path.join(output_dir, 'model.npz'), *weights.trainable)
-  return RetrieverResult(weights, summary, statement, feature_seconds, round_seconds)
-
 
 def mips_baseline(config: RetrieverConfig) -> Dict[str, float]:
-  """Top-1/top-K of MIPS on the frozen model (spec §2: class prototypes of the training queries'
-  pooled states, scored by inner product); a non-private baseline computed centrally."""
+  """Top-1/top-K of MIPS on the frozen model, a non-private baseline computed centrally.
+
+  The paper's MIPS baseline: class prototypes of the training queries' pooled states, scored
+  by inner product.
+
+  Args:
+    config: the run (its corpus, backbone and split).
+
+  Returns:
+    {'top1': ..., 'topK': ...} on the held-out test set.
+  """
   backbone, tokenizer = load_backbone(config)
   data = prepare_data(config, tokenizer)
   features = compute_features(backbone, data.tokens, config.pooling)

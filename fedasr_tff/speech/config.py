@@ -27,25 +27,22 @@ from typing import Optional
 from typing import Sequence
 from typing import Tuple
 
-from fedasr_tff import aggregators
 from fedasr_tff import algorithms
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff import optimizers
-from fedasr_tff import privacy
 from fedasr_tff import validation
 from fedasr_tff.aggregators import bounded_weight_dp
-from fedasr_tff.aggregators import per_layer_query
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
+from fedasr_tff.program import dp_config
+from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program.fields import check_choice
 from fedasr_tff.program.fields import field
 from fedasr_tff.program.fields import naming_fields
 from fedasr_tff.speech import corpus
-
-CLIPPINGS = ('none', 'global', 'uniform', 'dim', 'weighted')
 
 # The feature cache of a run that names none, under its output directory; or no cache at all.
 FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
@@ -423,128 +420,6 @@ class DGAConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class NoiseLevel:
-  """The noise of a run in the two units that are used (`privacy.conventions`).
-
-  Attributes:
-    sigma_dp: σ_DP, the std on the averaged update in units of the clip.
-    noise_multiplier: z = σ_DP·S of the run's own cohort S, what the aggregator is given.
-    declared_noise_multiplier: z' = σ_DP·S' of the declared cohort S'.
-  """
-  sigma_dp: float
-  noise_multiplier: float
-  declared_noise_multiplier: float
-
-
-@dataclasses.dataclass(frozen=True)
-class DPConfig:
-  """Client-delta clipping, Gaussian noise and the population privacy is accounted for.
-
-  The noise is given one way at most: `sigma_dp`, `noise_multiplier` (z of the run's cohort) or
-  `target_epsilon` (for the declared population at the planned rounds). `FederatedConfig.
-  noise_level` turns the one given into σ_DP and the noise multipliers (the library checks the
-  value there).
-  """
-  clipping: str = field(
-      'dim', 'Client-delta clipping (Pelikan et al. 2025, Sec. 3, Definition 3): global, or '
-      'per layer with C_h uniform, proportional to sqrt(dim), or weighted (MLP weights x '
-      '--mlp_weight, ibid. App. H.5); none: plain mean, no DP.', CLIPPINGS)
-  clip: float = field(0.01, 'Total clip C of a client delta.')
-  mlp_weight: float = field(10.0, 'alpha of the MLP weights (w1, w2) for --clipping=weighted.')
-  normalize: bool = field(False, 'Rescale every layer to exactly C_h once the delta norm '
-                           'reaches C (the paper\'s released code).')
-  adaptive_clipping: bool = field(False, 'Per-layer adaptive clips tracking --target_quantile '
-                                   '(--clip is the initial C).')
-  target_quantile: float = field(0.5, 'Adaptive clipping quantile.')
-  clip_learning_rate: float = field(0.2, 'Adaptive clipping learning rate.')
-  noise_placement: str = field('server', 'Add the noise to the sum, or on every client.',
-                                per_layer_query.NOISE_PLACEMENTS)
-  sigma_dp: Optional[float] = field(
-      None, 'Noise std on the averaged update in units of --clip (Pelikan et al. 2025, '
-      'Algorithm 1 and App. H.1).')
-  noise_multiplier: Optional[float] = field(
-      None, 'Noise multiplier z of this run\'s cohort (sigma_dp = z / cohort_size).')
-  target_epsilon: Optional[float] = field(
-      None, 'Solve the noise for this epsilon at --delta, --rounds, --population and '
-      '--population_cohort_size.')
-  delta: float = field(1e-9, 'delta of the (epsilon, delta) guarantee.')
-  population: Optional[int] = field(
-      None, 'Population K\' the privacy is accounted for (Pelikan et al. 2025, Sec. 4.3 and '
-      'Table 1: the extrapolated population); default: the number of training clients.')
-  population_cohort_size: Optional[int] = field(
-      None, 'Cohort S\' of the declared population (same sigma_dp, z\' = sigma_dp * S\'); '
-      'default --cohort_size.')
-  noise_seed: Optional[int] = field(
-      None, 'Seed of the server-side DP noise (default: OS entropy, kept in the checkpoints). '
-      'Fix it only for reproducible simulations.')
-  release_client_diagnostics: bool = field(
-      False, 'In a run with noise, also release un-noised client statistics (training loss, '
-      'delta and per-layer norms, clipped fractions, client counts) under client/, and the '
-      'report of unusable training files: OUTSIDE the DP guarantee, and the privacy statement '
-      'says so. Runs without noise always release them.')
-  release_client_evaluation: bool = field(
-      False, 'In a run with noise, allow --eval_split to share speakers with the federated '
-      'clients: its scores (eval/*, the evaluation lines, eval_per_speaker.csv) are then '
-      'un-noised statistics of those clients\' data, OUTSIDE the DP guarantee, and the privacy '
-      'statement says so. Without it such evaluation data is refused. Runs without noise '
-      'always allow it.')
-
-  def __post_init__(self):
-    check_choice('clipping', self.clipping, CLIPPINGS)
-    given = [name for name in ('sigma_dp', 'noise_multiplier', 'target_epsilon')
-             if getattr(self, name) is not None]
-    if len(given) > 1:
-      raise ValueError('Give the noise one way only: `sigma_dp`, `noise_multiplier` or '
-                       f'`target_epsilon`; got {", ".join(f"`{n}`" for n in given)}.')
-    if self.clipping == 'none' and (self.adds_noise or self.adaptive_clipping):
-      raise ValueError('`clipping`=none cannot be combined with DP noise or '
-                       '`adaptive_clipping`: the noise is calibrated to the clip.')
-
-  @property
-  def adds_noise(self) -> bool:
-    """Whether noise is asked for (a target ε always asks for some)."""
-    return (self.target_epsilon is not None
-            or any(v not in (None, 0) for v in (self.sigma_dp, self.noise_multiplier)))
-
-  def aggregator(self, noise_multiplier: float, cohort_size: int, leaf_names: Sequence[str],
-                 diagnostics: bool, *, min_weight: Optional[float] = None,
-                 weight_budget: float = bounded_weight_dp.DEFAULT_WEIGHT_BUDGET):
-    """The delta aggregator: None (TFF's plain mean), `aggregators.PerLayerDPFactory`, or for
-    weighted deltas (`min_weight` given: DGA) `aggregators.BoundedWeightDPFactory`.
-
-    `leaf_names` are the model's tensor names, which name the clipping groups in the
-    measurements; the "weighted" allocation gives the MLP weights `mlp_weight`.
-    """
-    if self.clipping == 'none':
-      return None
-    layer_weights = None
-    if self.clipping == 'weighted':
-      layer_weights = [self.mlp_weight if models.block_parameter(name) in models.MLP_PARAMETERS
-                       else 1.0 for name in leaf_names]
-    common = dict(allocation=self.clipping, layer_weights=layer_weights,
-                  noise_placement=self.noise_placement, noise_seed=self.noise_seed,
-                  diagnostics=diagnostics, leaf_names=list(leaf_names))
-    with naming_fields({'initial_clip': 'clip', 'learning_rate': 'clip_learning_rate',
-                         'allocation': 'clipping', 'layer_weights': 'mlp_weight',
-                         'clients_per_round': 'cohort_size', 'weight_budget': 'dga_weight_budget'}):
-      if min_weight is not None:
-        del common['noise_placement']  # Checked by `FederatedConfig`: server only.
-        weighted = dict(min_weight=min_weight, weight_budget=weight_budget, **common)
-        if self.adaptive_clipping:
-          return aggregators.BoundedWeightDPFactory.gaussian_adaptive(
-              noise_multiplier, cohort_size, self.clip, target_quantile=self.target_quantile,
-              learning_rate=self.clip_learning_rate, **weighted)
-        return aggregators.BoundedWeightDPFactory.gaussian_fixed(
-            noise_multiplier, cohort_size, self.clip, normalize=self.normalize, **weighted)
-      if self.adaptive_clipping:
-        return aggregators.PerLayerDPFactory.gaussian_adaptive(
-            noise_multiplier, cohort_size, self.clip, target_quantile=self.target_quantile,
-            learning_rate=self.clip_learning_rate, **common)
-      return aggregators.PerLayerDPFactory.gaussian_fixed(
-          noise_multiplier, cohort_size, self.clip, normalize=self.normalize, **common)
-
-
-@dataclasses.dataclass(frozen=True)
 class RunConfig:
   """Rounds, how cohorts are drawn, seeds, evaluation and checkpoints."""
   rounds: int = field(100, 'Rounds (central steps), T.')
@@ -584,7 +459,7 @@ class FederatedConfig:
   model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   client: ClientConfig = dataclasses.field(default_factory=ClientConfig)
   server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
-  dp: DPConfig = dataclasses.field(default_factory=DPConfig)
+  dp: dp_config.DPConfig = dataclasses.field(default_factory=dp_config.DPConfig)
   run: RunConfig = dataclasses.field(default_factory=RunConfig)
   central: CentralDataConfig = dataclasses.field(default_factory=CentralDataConfig)
   mixed: MixedConfig = dataclasses.field(default_factory=MixedConfig)
@@ -665,27 +540,45 @@ class FederatedConfig:
   def declared_population(self, num_clients: int) -> int:
     return self.dp.population or num_clients
 
-  def noise_level(self, num_clients: int) -> NoiseLevel:
-    """σ_DP and the noise multipliers from the one noise setting given (`DPConfig`).
+  def noise_level(self, num_clients: int) -> dp_config.NoiseLevel:
+    """σ_DP and the noise multipliers of this run on `num_clients` clients
+    (`dp_config.DPConfig.noise_level`)."""
+    return self.dp.noise_level(self.run.cohort_size, self.declared_cohort_size,
+                               self.declared_population(num_clients), self.run.rounds)
 
-    The given quantity is used as it is and the others follow from it with the conventions
-    z = σ_DP·S and z' = σ_DP·S' (`privacy.conventions`): `noise_multiplier` is the run's z;
-    `target_epsilon` is met by the smallest z' for the declared population K', S' at the
-    planned rounds (`privacy.noise_multiplier_for_epsilon`). Without noise all are 0.
+  def ledger(self, noise: dp_config.NoiseLevel,
+             num_clients: int) -> privacy_ledger.PrivacyLedger:
+    """The run's privacy ledger at `noise` on `num_clients` clients (`DPConfig.ledger`)."""
+    return self.dp.ledger(noise, cohort_size=self.run.cohort_size, population=num_clients,
+                          declared_cohort_size=self.declared_cohort_size,
+                          declared_population=self.declared_population(num_clients),
+                          rounds=self.run.rounds, sampling=self.effective_sampling)
+
+  def process(self, model_fn, noise_multiplier: float, tensor_names: Sequence[str]):
+    """The run's learning process: federated averaging, mixed FL or DGA, with the DP
+    aggregator of `dp` at the run's z.
+
+    Args:
+      model_fn: builds the TFF model.
+      noise_multiplier: the run's z (`noise_level`).
+      tensor_names: the model's trainable tensor names (the clipping groups).
+
+    Returns:
+      A `tff.learning.templates.LearningProcess`.
     """
-    dp, cohort, declared_cohort = self.dp, self.run.cohort_size, self.declared_cohort_size
-    if dp.noise_multiplier is not None:
-      sigma_dp = privacy.sigma_dp_from_noise_multiplier(dp.noise_multiplier, cohort)
-      return NoiseLevel(sigma_dp, float(dp.noise_multiplier),
-                        privacy.noise_multiplier_from_sigma_dp(sigma_dp, declared_cohort))
-    if dp.target_epsilon is not None:
-      declared_z = privacy.noise_multiplier_for_epsilon(
-          dp.target_epsilon, declared_cohort / self.declared_population(num_clients),
-          self.run.rounds, dp.delta)
-      sigma_dp = privacy.sigma_dp_from_noise_multiplier(declared_z, declared_cohort)
-      return NoiseLevel(sigma_dp, privacy.noise_multiplier_from_sigma_dp(sigma_dp, cohort),
-                        declared_z)
-    sigma_dp = 0.0 if dp.sigma_dp is None else dp.sigma_dp
-    noise_multiplier = privacy.noise_multiplier_from_sigma_dp(sigma_dp, cohort)
-    return NoiseLevel(float(sigma_dp), noise_multiplier,
-                      privacy.noise_multiplier_from_sigma_dp(sigma_dp, declared_cohort))
+    weighting = self.dga.weighting()
+    aggregator = self.dp.aggregator(
+        noise_multiplier, self.run.cohort_size, tensor_names, self.client_diagnostics,
+        min_weight=None if weighting is None else weighting.min_weight,
+        weight_budget=self.dga.dga_weight_budget)
+    # Client statistics are measured only where the runner releases them, labelled.
+    server = dict(server_optimizer=self.server.optimizer(),
+                  server_lr_schedule=self.server.schedule(), model_aggregator=aggregator,
+                  diagnostics=self.client_diagnostics)
+    if self.mixed.enabled:
+      return self.mixed.process(self.client, model_fn,
+                                gradient_dissimilarity=self.mixed.gradient_dissimilarity,
+                                **server)
+    if self.dga.enabled:
+      return self.dga.process(self.client, model_fn, **server)
+    return self.client.fed_avg_process(model_fn, **server)

@@ -1,84 +1,29 @@
-"""The DP federated training run: rounds, evaluation, privacy, checkpoints and metrics.
+"""The DP federated speech run: speakers as clients, on the one round loop (`training_loop`).
 
-One round (the DP-FL-for-ASR paper's Algorithm 1, after McMahan et al. 2018, "Learning
-Differentially Private Recurrent Language Models", ICLR): draw the cohort
-(`cohorts.sample_cohort` from the run secret and the round: Poisson sampling by default for runs
-with noise), build each client's dataset (with `local_steps`, only the batches the round uses, a
-sample of the client's utterances; all of the client's randomness seeded from the run secret, the
-round and the client), run the TFF learning process
-(`algorithms.build_fed_avg_process`: local SGD with local clipping, global or per-layer clipping
-of the deltas with `aggregators.PerLayerDPFactory`, Gaussian noise, the server optimizer).
-With `--mixed` (`config.MixedConfig`) the process is mixed federated learning
-(`algorithms.build_mixed_fl_process`): the server also trains on its own central data inside
-every round (`central_batches` draws the round's batches from the run secret and the round).
-With `config.DGAConfig` (`--aggregation`, `--rehearsal_steps`) it is dynamic gradient aggregation
-(`algorithms.build_dga_process`): client deltas weighted by their training loss (with DP noise
-through `aggregators.BoundedWeightDPFactory`), DGA-RL's learned weights orchestrated here
-(`algorithms.dga_rl`, its learner saved in the checkpoints), and server rehearsal on the
-server's data.
-Every `eval_every` rounds the global model is scored on held-out speakers and the privacy spent
-so far is accounted (`privacy_ledger`).
+A round (Pelikan et al., NeurIPS 2025, arXiv:2310.00098, Algorithm 1, after McMahan et al.,
+ICLR 2018): draw the cohort from the run secret (`cohorts`, Poisson by default with noise), build
+each sampled speaker's batches from a seed of (secret, round, speaker), and run the learning
+process `config.FederatedConfig.process` builds: federated averaging with local clipping, mixed
+FL (`--mixed`, the server trains on its own data inside the round) or DGA (`--aggregation`,
+`--rehearsal_steps`; DGA-RL's learner is orchestrated here and checkpointed).
 
-Privacy. A client is a speaker, and each contributes one delta per round, clipped to total L2
-norm C (per-layer bounds C_h with sum_h C_h^2 = C^2, enforced for any finite input), so adding
-or removing a speaker changes the sum of deltas by at most C. The aggregator adds Gaussian noise
-of std z·C to that sum and divides by the expected cohort S, i.e. σ_DP·C on the average. The
-noise is resolved once, before the process exists (`config.FederatedConfig.noise_level`): the
-given σ_DP, z or target ε becomes σ_DP, the run's z = σ_DP·S (given to the aggregator) and the
-declared z' = σ_DP·S'. The ledger accounts the z the aggregator's state reports
-(`privacy_ledger.applied_noise_multiplier`, checked every round) at q = S/K for this run
-(`epsilon_run_*`), and z' at q' = S'/K' for the declared population (`epsilon_declared_*`, an
-extrapolation). With adaptive clipping the same z is split between the value noise and the
-noised clipped counts, so the account is unchanged. What the run releases is kept inside that
-guarantee (the rules in full, with the threat model and the opt-ins: docs/privacy.md):
+Privacy argument. A client is a speaker and contributes one delta a round, clipped to total L2
+norm C (per-layer bounds C_h with sum_h C_h^2 = C^2, for any finite input), so adding or removing
+a speaker moves the sum by at most C; the aggregator adds Gaussian noise of std z·C to the sum and
+divides by the expected cohort S (σ_DP·C on the average). z is resolved once
+(`dp_config.DPConfig.noise_level`), given to the aggregator, and the ledger accounts the z the
+aggregator's state applies (`privacy_ledger.applied_noise_multiplier`, checked every round) at
+q = S/K, and z' = σ_DP·S' at q' = S'/K' for the declared population. What a run releases, keeps
+private and replays is in docs/privacy.md; `_round_metrics` and `client_statistic_columns` are
+where the code applies it.
 
-* Sampling: with "poisson" (the default with noise) the mechanism that runs is the one accounted;
-  "fixed" cohorts are also accounted without replacement (`privacy_ledger`). The run secret
-  behind the cohorts and client seeds is drawn from OS entropy and kept only in the checkpoints
-  (owner-only); a `seed` fixed by the user makes it public, and the statement says so.
-* Released metrics: in a run with noise only held-out evaluation, privacy figures, server
-  quantities computed from the noised aggregate (learning rate, update norm, noise std, clips,
-  per-layer norms of the noised average update and the noise's expected share of them;
-  mixed FL's `mixed/*`: central loss on server data, norms of the central and federated deltas
-  and of the augmenting gradients) and round times (a labelled side channel). Mixed FL's
-  central data is the server's: no guarantee covers it, and the statement says so.
-  Un-noised client statistics (training loss, delta norms, per-layer norms, clipped fractions,
-  how many clients took part) are computed and released only with
-  `release_client_diagnostics`, under the `client/` prefix, and named in the
-  statement as outside the guarantee. Evaluation data that shares speakers with the clients is
-  refused unless `release_client_evaluation`, which names its scores in the statement as
-  outside the guarantee (`check_eval_data`). Runs without noise release them all.
-* Files: the checkpoints hold the secrets and the fingerprint of the training clients (a hash
-  of their IDs, which would tell who is in the training set, so not in `config.json`); every
-  file in them, and `eval_per_speaker.csv`, is owner-only.
-* Replays: a round's outputs are held back until a checkpoint at or after it is durably saved
-  (`release_journal`), and every draw of a round is a function of (run secret, round, client),
-  so a round recomputed after a resume is bit-identical and released exactly once.
-* Client noise placement assumes secure aggregation and exactly S clients, so it is allowed only
-  with fixed-size cohorts, fixed clips and no client statistics.
-
-Run management with `tff.program`:
-* `tff.program.FileProgramStateManager` saves the process state and the run secret every
-  `checkpoint_every` rounds (and at round 0 and the end). Started again with the same
-  configuration, a run resumes from its latest checkpoint and ends in the same state as an
-  uninterrupted one; a damaged latest checkpoint is refused, not skipped
-  (`release_journal.load_latest`).
-* Metrics go to `tff.program` release managers: CSV (`metrics.csv`), TensorBoard
-  (`tensorboard/`) and a progress bar (which shows computed rounds at once, metrics when
-  released).
-
-Output directory: `config.json` (the configuration, grouped as in `config.FederatedConfig`),
-`checkpoints/` (private, with `clients.json`, the clients' fingerprint), `feature_cache/`
-(private; the binaries' default feature cache,
-`config.DataConfig.feature_cache_dir`), `metrics.csv`, `tensorboard/`, `model.npz` (final
-weights, `model_io`), `eval_per_speaker.csv`, `summary.json`.
+Output directory: `config.json` and `checkpoints/` (`run_record`, `training_loop`),
+`feature_cache/` (owner-only), `metrics.csv`, `tensorboard/`, `model.npz` (`model_io`),
+`eval_per_speaker.csv` (owner-only), `summary.json` (owner-only).
 """
 
-import asyncio
 import dataclasses
 import hashlib
-import json
-import math
 import os
 import time
 from typing import Any
@@ -93,16 +38,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import models
-from fedasr_tff import private_files
 from fedasr_tff.algorithms import dga_rl
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
-from fedasr_tff.program import progress as progress_lib
-from fedasr_tff.program import release_journal
+from fedasr_tff.program import run_record
+from fedasr_tff.program import training_loop
 from fedasr_tff.speech import central_batches
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
@@ -229,9 +173,10 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
 _CONFIG_FORMAT = 2
 
 
-def _fingerprint(config: config_lib.FederatedConfig, client_ids: List[str],
-                 initial_weights: Optional[tff.learning.models.ModelWeights],
-                 central_ids: Optional[List[str]] = None) -> Dict[str, Any]:
+def _run_record(config: config_lib.FederatedConfig, client_ids: List[str],
+                initial_weights: Optional[tff.learning.models.ModelWeights],
+                central_ids: Optional[List[str]] = None) -> run_record.RunRecord:
+  """The run's record: its configuration, the seed model's hash and the clients' fingerprint."""
   digest = hashlib.sha256('\n'.join(client_ids).encode()).hexdigest()
   if central_ids is not None:
     # The server's speakers too: a resumed mixed run must draw the same central batches.
@@ -243,103 +188,16 @@ def _fingerprint(config: config_lib.FederatedConfig, client_ids: List[str],
     for array in initial_weights.trainable:
       h.update(np.ascontiguousarray(array).tobytes())
     weights_digest = h.hexdigest()
-  return {'format': _CONFIG_FORMAT, 'config': dataclasses.asdict(config),
-          CLIENTS_KEY: digest, 'seed_model_sha256': weights_digest}
-
-
-# The fingerprint of the training clients: an unsalted hash of their IDs (or data), which
-# anyone holding the corpus could test leave-one-out subsets against, so it is kept with the
-# secrets, owner-only, and not in config.json.
-CLIENTS_KEY, CLIENTS_FILE = 'clients_sha256', os.path.join('checkpoints', 'clients.json')
-
-
-def write_clients_fingerprint(output_dir: str, digest: str) -> None:
-  """Writes the clients' fingerprint `digest` to `CLIENTS_FILE`, owner-only."""
-  private_files.make_private_directory(os.path.dirname(os.path.join(output_dir, CLIENTS_FILE)))
-  with private_files.open_private(os.path.join(output_dir, CLIENTS_FILE)) as f:
-    json.dump({CLIENTS_KEY: digest}, f)
-
-
-def clients_differ(output_dir: str, digest: str, saved_config: Dict[str, Any]) -> bool:
-  """Whether the run in `output_dir` (its `config.json` read as `saved_config`) trained on
-  other clients than those of fingerprint `digest`.
-
-  A run written before the fingerprint moved to `CLIENTS_FILE` has it in `config.json`: it is
-  compared there and, if equal, moved (written to `CLIENTS_FILE`, removed from `config.json`).
-  """
-  path = os.path.join(output_dir, CLIENTS_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f).get(CLIENTS_KEY) != digest
-  if CLIENTS_KEY not in saved_config:
-    raise ValueError(f'{output_dir!r} holds a run without the fingerprint of its training '
-                     f'clients ({CLIENTS_FILE}), so it cannot be checked for a resume. Use a new '
-                     'output directory.')
-  if saved_config[CLIENTS_KEY] != digest:
-    return True
-  write_clients_fingerprint(output_dir, digest)
-  public = {k: v for k, v in saved_config.items() if k != CLIENTS_KEY}
-  _write_config(output_dir, public)
-  return False
-
-
-def _write_config(output_dir: str, values: Dict[str, Any]) -> None:
-  """Writes config.json (atomically: a crash leaves the old or the new one)."""
-  path = os.path.join(output_dir, 'config.json')
-  with open(path + '.partial', 'w') as f:
-    json.dump(values, f, indent=2, sort_keys=True)
-  os.replace(path + '.partial', path)
-
-
-def _resume_relevant(grouped: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-  """The fields a resumed run must share, by flag name, from a saved grouped configuration."""
-  fields = fields_lib.config_fields(config_lib.FederatedConfig)
-  flat = {name: value for group in grouped.values() for name, value in group.items()}
-  # A field added after the run was saved has its default there.
-  return {name: flat.get(name, f.default) for name, f in fields.items()
-          if f.metadata.get(fields_lib.FINGERPRINT, True)}
-
-
-def _check_or_write_fingerprint(output_dir, fingerprint) -> None:
-  """A resumed run must be the same run: refuse an output dir holding a different one."""
-  path = os.path.join(output_dir, 'config.json')
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
-    if saved.get('format') != _CONFIG_FORMAT:
-      raise ValueError(f'{output_dir!r} holds a run written by an older fedasr-tff (its '
-                       'config.json has no grouped configuration), which this version cannot '
-                       'resume. Use a new output directory.')
-    # Compared as JSON, as saved (tuples become lists).
-    wanted = _resume_relevant(json.loads(json.dumps(fingerprint['config'])))
-    have = _resume_relevant(saved['config'])
-    changed = [f'--{name}' for name in wanted if have.get(name) != wanted[name]]
-    if clients_differ(output_dir, fingerprint[CLIENTS_KEY], saved):
-      changed.append('the training clients (corpus, split or speaker split)')
-    if saved.get('seed_model_sha256') != fingerprint['seed_model_sha256']:
-      changed.append('the seed model')
-    if changed:
-      raise ValueError(f'{output_dir!r} holds a run with a different configuration ('
-                       f'{", ".join(changed)} differ). Use a new output directory, or the '
-                       'same settings to resume.')
-    return
-  os.makedirs(output_dir, exist_ok=True)
-  # The clients' fingerprint first: a config.json always has its fingerprint beside it.
-  write_clients_fingerprint(output_dir, fingerprint[CLIENTS_KEY])
-  _write_config(output_dir, {k: v for k, v in fingerprint.items() if k != CLIENTS_KEY})
+  return run_record.RunRecord(
+      config, digest, _CONFIG_FORMAT,
+      checks={'seed_model_sha256': (weights_digest, 'the seed model')},
+      clients_description='the training clients (corpus, split or speaker split)')
 
 
 def _initial_weights(model_fn, seed) -> tff.learning.models.ModelWeights:
   """Seeded random initialisation, done eagerly so it does not depend on TFF's tracing."""
   tf.keras.utils.set_random_seed(seed)
   return model_io.model_weights(model_fn().keras_model)
-
-
-def update_norm(before, after) -> float:
-  """||after − before||_2 over the trainable weights of two `ModelWeights` (the server update
-  a round applied)."""
-  return math.sqrt(sum(float(np.sum(np.square(np.asarray(b) - np.asarray(a))))
-                       for a, b in zip(before.trainable, after.trainable, strict=True)))
 
 
 def _disclosures(config: config_lib.FederatedConfig,
@@ -397,7 +255,7 @@ class FederatedRun:
   model_fn: Callable[[], tff.learning.models.VariableModel]
   process: tff.templates.IterativeProcess
   schedule: Callable[[int], float]
-  noise: config_lib.NoiseLevel
+  noise: dp_config.NoiseLevel
   ledger: privacy_ledger.PrivacyLedger
   initial_state: Any
   central: Optional[central_batches.CentralBatches] = None
@@ -420,20 +278,12 @@ class FederatedRun:
       return self.process.next(state, client_datasets)
     return self.process.next(state, client_datasets, batches)
 
-  def program_state(self, state, secret: int):
-    """What a checkpoint holds: the process state, the run secret and DGA-RL's learner."""
-    saved = (state, cohorts.secret_to_words(secret))
-    return saved if self.rl is None else saved + (self.rl.state(),)
-
-  def restore(self, saved) -> Tuple[Any, int]:
-    """(process state, secret) from a checkpoint, restoring DGA-RL's learner too."""
-    if self.rl is not None:
-      self.rl.set_state(saved[2])
-    return saved[0], cohorts.secret_from_words(saved[1])
-
   def train(self, *, show_progress: bool = True, log=print) -> FederatedResult:
-    """Runs (or resumes) the training; see the module docstring and `train`."""
-    return _train(self, show_progress, log)
+    """Runs (or resumes) the training in `training_loop`; see `train`."""
+    rounds = _SpeechRounds(self)
+    training_loop.train(rounds, self.output_dir, show_progress=show_progress, log=log)
+    return FederatedResult(rounds.weights, self.config.run.rounds, rounds.final_evaluation,
+                           self.ledger, _disclosures(self.config, self.evaluated_clients))
 
 
 def distributed_refusal(config: config_lib.FederatedConfig) -> Optional[str]:
@@ -485,41 +335,14 @@ def build_run(config: config_lib.FederatedConfig,
   noise = config.noise_level(len(client_ids))
   # Checks the cohorts against the population now; the run's z is read back from the
   # aggregator once the process exists.
-  ledger = privacy_ledger.PrivacyLedger(
-      noise_multiplier=noise.noise_multiplier, cohort_size=config.run.cohort_size,
-      population=len(client_ids), declared_noise_multiplier=noise.declared_noise_multiplier,
-      declared_cohort_size=config.declared_cohort_size,
-      declared_population=config.declared_population(len(client_ids)),
-      planned_rounds=config.run.rounds, delta=config.dp.delta,
-      sampling=config.effective_sampling)
+  ledger = config.ledger(noise, len(client_ids))
   model_fn = models.build_tff_model_fn(config.model.model_config, vocabulary.tokens)
   tensor_names, _ = model_io.tensor_names(model_fn().keras_model)
-  schedule = config.server.schedule()
-  weighting = config.dga.weighting()
-  aggregator = config.dp.aggregator(
-      noise.noise_multiplier, config.run.cohort_size, tensor_names, config.client_diagnostics,
-      min_weight=None if weighting is None else weighting.min_weight,
-      weight_budget=config.dga.dga_weight_budget)
-  if config.mixed.enabled:
-    process = config.mixed.process(
-        config.client, model_fn, server_optimizer=config.server.optimizer(),
-        server_lr_schedule=schedule, model_aggregator=aggregator,
-        gradient_dissimilarity=config.mixed.gradient_dissimilarity,
-        diagnostics=config.client_diagnostics)
-  elif config.dga.enabled:
-    process = config.dga.process(config.client, model_fn,
-                                 server_optimizer=config.server.optimizer(),
-                                 server_lr_schedule=schedule, model_aggregator=aggregator,
-                                 diagnostics=config.client_diagnostics)
-  else:
-    # Client statistics are measured only where `_round_metrics` releases them, labelled.
-    process = config.client.fed_avg_process(
-        model_fn, server_optimizer=config.server.optimizer(), server_lr_schedule=schedule,
-        model_aggregator=aggregator, diagnostics=config.client_diagnostics)
+  process = config.process(model_fn, noise.noise_multiplier, tensor_names)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))
-  _check_or_write_fingerprint(output_dir, _fingerprint(
+  run_record.check_or_write(output_dir, _run_record(
       config, client_ids, initial_weights,
       central_data.client_ids if central_data is not None else None))
   if initial_weights is None:
@@ -535,7 +358,8 @@ def build_run(config: config_lib.FederatedConfig,
                                             weights).overall.cer,
         theta=config.dga.dga_rl_theta, exploration=config.dga.dga_rl_exploration,
         seed=config.run.seed_or_zero)
-  return FederatedRun(config, train_data, output_dir, model_fn, process, schedule, noise, ledger,
+  return FederatedRun(config, train_data, output_dir, model_fn, process,
+                      config.server.schedule(), noise, ledger,
                       state, central, rl, eval_data, evaluated_clients)
 
 
@@ -574,140 +398,108 @@ def train(config: config_lib.FederatedConfig,
   return run.train(show_progress=show_progress, log=log)
 
 
-def _train(run: FederatedRun, show_progress, log) -> FederatedResult:
-  config, process, ledger, output_dir = run.config, run.process, run.ledger, run.output_dir
-  eval_data = run.eval_data
-  client_ids = run.train_data.client_ids
-  rounds = config.run.rounds
-  adds_noise = config.dp.adds_noise
-  max_batches = config.client.batches_per_round()
-  # Made after the process: building it constructs models in graph mode, which invalidates
-  # Keras models made eagerly before it.
-  eval_model = run.model_fn()
-  state = run.initial_state
-  # The run secret: the user's seed (public, and the statement says so) or OS entropy, kept
-  # only in the checkpoints.
-  secret = cohorts.new_run_secret() if config.run.seed is None else config.run.seed
-  # Every file in it owner-only, those of a run written before this was done too.
-  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
-      os.path.join(output_dir, 'checkpoints')))
-  state_manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=3,
-                                                      keep_first=True)
-  journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
-  restored, start_round = release_journal.load_latest(
-      state_manager, run.program_state(state, secret), checkpoint_dir)
+class _SpeechRounds(training_loop.Task):
+  """The rounds of a built speech run, as `training_loop` drives them (module docstring)."""
 
-  csv_manager = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
-  managers = [csv_manager,
-              tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard'))]
-  progress = progress_lib.ProgressBarReleaseManager(rounds, start_round,
-                                                    disable=not show_progress)
-  release = tff.program.GroupingReleaseManager(managers + [progress])
+  def __init__(self, run: FederatedRun):
+    config = run.config
+    self.run, self.config, self.ledger = run, config, run.ledger
+    self.rounds = config.run.rounds
+    self.eval_every = config.run.eval_every
+    self.checkpoint_every = config.run.checkpoint_every
+    self.max_batches = config.client.batches_per_round()
+    # Made after the process: building it constructs models in graph mode, which invalidates
+    # Keras models made eagerly before it.
+    self.eval_model = run.model_fn()
+    self.state = run.initial_state
+    self.weights = run.process.get_model_weights(self.state)
+    # The run secret: the user's seed (public, and the statement says so) or OS entropy, kept
+    # only in the checkpoints.
+    self.secret = cohorts.new_run_secret() if config.run.seed is None else config.run.seed
+    self.evaluations = {}   # round -> EvaluationResult, so the final one is not computed twice
+    self.final_evaluation = None
 
-  def release_held(held) -> None:
-    values, lines = held
-    for round_num in sorted(values):
-      asyncio.run(release.release(values[round_num], round_num))
-    for line in lines:
-      progress.write(line, log)
+  def program_state(self):
+    """The process state, the run secret and DGA-RL's learner."""
+    saved = (self.state, cohorts.secret_to_words(self.secret))
+    return saved if self.run.rl is None else saved + (self.run.rl.state(),)
 
-  def checkpoint_and_release(round_num) -> None:
-    # Held outputs reach the disk first, then the state that covers them, then the sinks.
-    journal.write(round_num)
-    asyncio.run(state_manager.save(run.program_state(state, secret), round_num))
-    # TFF writes 0644 files: owner-only before anything is released.
-    saved = private_files.make_private_tree(
-        os.path.join(checkpoint_dir, f'program_state_{round_num}'))
-    private_files.fsync_tree(saved)
-    release_held(journal.held)
-    journal.clear()
+  def restore(self, saved) -> None:
+    if self.run.rl is not None:
+      self.run.rl.set_state(saved[2])
+    self.state, self.secret = saved[0], cohorts.secret_from_words(saved[1])
+    self.weights = self.run.process.get_model_weights(self.state)
 
-  if restored is not None:
-    state, secret = run.restore(restored)
-    progress.write(f'Resuming from the checkpoint of round {start_round} in {output_dir}.', log)
-    # A run killed between a checkpoint and its release: release those (identical) values.
-    release_held(journal.pending(start_round))
-    journal.clear()
-
-  if adds_noise and config.client_diagnostics:
-    progress.write('Releasing client statistics OUTSIDE the DP guarantee '
-                   '(--release_client_diagnostics): ' + '; '.join(client_statistic_columns(config)),
-                   log)
-  if adds_noise and run.evaluated_clients:
-    progress.write('Releasing client statistics OUTSIDE the DP guarantee '
+  def opening_lines(self) -> List[str]:
+    lines = []
+    if self.config.dp.adds_noise and self.config.client_diagnostics:
+      lines.append('Releasing client statistics OUTSIDE the DP guarantee '
+                   '(--release_client_diagnostics): '
+                   + '; '.join(client_statistic_columns(self.config)))
+    if self.config.dp.adds_noise and self.run.evaluated_clients:
+      lines.append('Releasing client statistics OUTSIDE the DP guarantee '
                    '(--release_client_evaluation): '
-                   + '; '.join(_evaluation_column(run.evaluated_clients)), log)
+                   + '; '.join(_evaluation_column(self.run.evaluated_clients)))
+    return lines
 
-  evaluations = {}  # round -> EvaluationResult, so the final one is not computed twice
+  def run_round(self, round_num: int) -> Dict[str, Any]:
+    run, config = self.run, self.config
+    started = time.perf_counter()
+    cohort = cohorts.sample_cohort(run.train_data.client_ids, config.run.cohort_size,
+                                   self.secret, round_num, config.effective_sampling)
+    # Only the batches the round uses, drawn from the client's seed (`pipeline`).
+    datasets = [
+        run.train_data.create_tf_dataset_for_client(
+            c, seed=cohorts.client_seed(self.secret, round_num, c), max_batches=self.max_batches)
+        for c in cohort
+    ]
+    output = run.next(self.state, datasets, self.secret, round_num)
+    self.state = output.state
+    self.ledger.check_round(self.state.aggregator)
+    new_weights = run.process.get_model_weights(self.state)
+    values = _round_metrics(config, output, run.schedule(round_num - 1),
+                            training_loop.update_norm(self.weights, new_weights),
+                            time.perf_counter() - started)
+    self.weights = new_weights
+    return values
 
-  def evaluate_and_account(round_num, weights) -> Tuple[Dict[str, Any], str]:
-    values = {}
-    if eval_data is not None:
-      result = evaluation.evaluate(eval_model, eval_data, weights)
-      evaluations[round_num] = result
-      values['eval'] = result.metrics()
-    if adds_noise:
-      values['privacy'] = ledger.metrics(round_num)
-    parts = [f'round {round_num}/{rounds}']
-    if 'eval' in values:
-      parts.append(f'WER {100 * values["eval"]["wer"]:.1f}% CER {100 * values["eval"]["cer"]:.1f}%')
-    parts.append(ledger.summary_line(round_num) if adds_noise else 'no DP noise')
-    return values, ' | '.join(parts)
+  def evaluate(self, round_num: int, values) -> Tuple[Dict[str, Any], str]:
+    del values   # The line shows the evaluation and the privacy spent only.
+    evaluated = {}
+    if self.run.eval_data is not None:
+      result = evaluation.evaluate(self.eval_model, self.run.eval_data, self.weights)
+      self.evaluations[round_num] = result
+      evaluated['eval'] = result.metrics()
+    if self.config.dp.adds_noise:
+      evaluated['privacy'] = self.ledger.metrics(round_num)
+    parts = [f'round {round_num}/{self.rounds}']
+    if 'eval' in evaluated:
+      parts.append(f'WER {100 * evaluated["eval"]["wer"]:.1f}% '
+                   f'CER {100 * evaluated["eval"]["cer"]:.1f}%')
+    parts.append(self.ledger.summary_line(round_num) if self.config.dp.adds_noise
+                 else 'no DP noise')
+    return evaluated, ' | '.join(parts)
 
-  weights = process.get_model_weights(state)
-  try:
-    if restored is None:
-      values, line = evaluate_and_account(0, weights)
-      journal.hold(0, values, (line,))
-      checkpoint_and_release(0)
-    for round_num in range(start_round + 1, rounds + 1):
-      started = time.perf_counter()
-      cohort = cohorts.sample_cohort(client_ids, config.run.cohort_size, secret, round_num,
-                                     config.effective_sampling)
-      # Only the batches the round uses, drawn from the client's seed (`pipeline`).
-      datasets = [
-          run.train_data.create_tf_dataset_for_client(
-              c, seed=cohorts.client_seed(secret, round_num, c), max_batches=max_batches)
-          for c in cohort
-      ]
-      output = run.next(state, datasets, secret, round_num)
-      state = output.state
-      ledger.check_round(state.aggregator)
-      new_weights = process.get_model_weights(state)
-      values = _round_metrics(config, output, run.schedule(round_num - 1),
-                              update_norm(weights, new_weights), time.perf_counter() - started)
-      weights = new_weights
-      lines = ()
-      if round_num % config.run.eval_every == 0 or round_num == rounds:
-        eval_values, line = evaluate_and_account(round_num, weights)
-        values.update(eval_values)
-        lines = (line,)
-      journal.hold(round_num, values, lines)
-      progress.advance(round_num)
-      if round_num % config.run.checkpoint_every == 0 or round_num == rounds:
-        checkpoint_and_release(round_num)
-  finally:
-    progress.close()
+  def final_weights(self):
+    return model_io.tensor_names(self.eval_model.keras_model), self.weights
 
-  model_io.save_weights(os.path.join(output_dir, 'model.npz'), eval_model.keras_model, weights)
-  final_eval = None
-  if eval_data is not None:
-    final_eval = evaluations.get(rounds) or evaluation.evaluate(eval_model, eval_data,
-                                                                       weights)
-    evaluation.write_per_speaker_csv(final_eval, os.path.join(output_dir,
-                                                              'eval_per_speaker.csv'))
-  disclosures = _disclosures(config, run.evaluated_clients)
-  summary = {
-      'rounds': rounds,
-      'eval': final_eval.metrics() if final_eval else None,
-      'privacy': ledger.metrics(rounds) if adds_noise else None,
-      'sigma_dp': run.noise.sigma_dp,
-      'noise_multiplier': ledger.noise_multiplier,
-      'sampling': config.effective_sampling,
-      'client_statistics_released': list(disclosures.client_statistics) + list(
-          _evaluation_column(disclosures.evaluated_clients)),
-      'privacy_statement': ledger.statement(rounds, disclosures),
-  }
-  with open(os.path.join(output_dir, 'summary.json'), 'w') as f:
-    json.dump(summary, f, indent=2)
-  return FederatedResult(weights, rounds, final_eval, ledger, disclosures)
+  def summary(self) -> Dict[str, Any]:
+    config, run, rounds = self.config, self.run, self.rounds
+    if run.eval_data is not None:
+      self.final_evaluation = (self.evaluations.get(rounds)
+                               or evaluation.evaluate(self.eval_model, run.eval_data,
+                                                      self.weights))
+      evaluation.write_per_speaker_csv(self.final_evaluation,
+                                       os.path.join(run.output_dir, 'eval_per_speaker.csv'))
+    disclosures = _disclosures(config, run.evaluated_clients)
+    return {
+        'rounds': rounds,
+        'eval': self.final_evaluation.metrics() if self.final_evaluation else None,
+        'privacy': self.ledger.metrics(rounds) if config.dp.adds_noise else None,
+        'sigma_dp': run.noise.sigma_dp,
+        'noise_multiplier': self.ledger.noise_multiplier,
+        'sampling': config.effective_sampling,
+        'client_statistics_released': list(disclosures.client_statistics) + list(
+            _evaluation_column(disclosures.evaluated_clients)),
+        'privacy_statement': self.ledger.statement(rounds, disclosures),
+    }

@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff.audit import clipping_check
-from fedasr_tff.speech import config as config_lib
+from fedasr_tff.program import dp_config
 from tests.audit import planted_bugs
 
 _Z = 2.0
@@ -22,7 +22,7 @@ _ROUNDS = 200
 
 def _production_query(cohort_size, **dp):
   """The query of the aggregator the runner builds (`DPConfig.aggregator`)."""
-  config = config_lib.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=1e-6, **dp)
+  config = dp_config.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=1e-6, **dp)
   factory = config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False)
   value_type = tff.types.tensorflow_to_type(
       [tf.TensorSpec(shape, tf.float32) for shape in _SHAPES])

@@ -14,7 +14,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff import privacy
 from fedasr_tff.audit import distinguishing
-from fedasr_tff.speech import config as config_lib
+from fedasr_tff.program import dp_config
 from tests.audit import planted_bugs
 
 _TRIALS = 20000
@@ -38,7 +38,7 @@ def _audit(query, **kwargs):
 
 def _production_query(cohort_size, **dp):
   """The query of the aggregator the runner builds (`DPConfig.aggregator`)."""
-  config = config_lib.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=_DELTA, **dp)
+  config = dp_config.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=_DELTA, **dp)
   factory = config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False)
   value_type = tff.types.tensorflow_to_type(
       [tf.TensorSpec(shape, tf.float32) for shape in _SHAPES])

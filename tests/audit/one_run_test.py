@@ -14,6 +14,7 @@ from fedasr_tff import privacy
 from fedasr_tff import runtime
 from fedasr_tff.audit import configuration
 from fedasr_tff.audit import one_run
+from fedasr_tff.program import dp_config
 from fedasr_tff.speech import config as config_lib
 from tests.audit import planted_bugs
 
@@ -34,7 +35,7 @@ def _audit(aggregator, *, canaries=_CANARIES, cohort_size=None, guesses=100, **k
 
 def _production_aggregator(cohort_size, **dp):
   """The aggregator the runner builds (`DPConfig.aggregator`) for these DP flags."""
-  config = config_lib.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=_DELTA, **dp)
+  config = dp_config.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=_DELTA, **dp)
   return config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False)
 
 
@@ -94,7 +95,7 @@ class OneRunAuditTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'sampling="fixed"'):
       one_run.audit(aggregator, planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES, canaries=10,
                     rounds=1, cohort_size=5, canary_norm=1e3, sampling='fixed')
-    config = config_lib.FederatedConfig(dp=config_lib.DPConfig(clipping='dim'))
+    config = config_lib.FederatedConfig(dp=dp_config.DPConfig(clipping='dim'))
     with self.assertRaisesRegex(ValueError, '`sigma_dp`'):
       configuration.audit_configuration(config, configuration.AuditConfig(canaries=10),
                                         planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES)

@@ -5,6 +5,7 @@ from absl import flags
 from absl.testing import absltest
 
 from experiments import config_flags
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
@@ -69,7 +70,7 @@ class ConfigFlagsTest(absltest.TestCase):
   def test_argv_from_config_rebuilds_the_configuration(self):
     config = config_lib.FederatedConfig(
         client=config_lib.ClientConfig(client_lr=0.3),
-        dp=config_lib.DPConfig(clipping='uniform', normalize=True, sigma_dp=1e-3,
+        dp=dp_config.DPConfig(clipping='uniform', normalize=True, sigma_dp=1e-3,
                                release_client_diagnostics=True),
         run=config_lib.RunConfig(cohort_size=4, seed=5))
     argv = config_flags.argv_from_config(config)

@@ -8,11 +8,12 @@ from absl.testing import absltest
 from fedasr_tff import aggregators
 from fedasr_tff import optimizers
 from fedasr_tff import privacy
+from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import config as config_lib
 
 _SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
-                config_lib.ServerConfig, config_lib.DPConfig, config_lib.RunConfig,
+                config_lib.ServerConfig, dp_config.DPConfig, config_lib.RunConfig,
                 config_lib.CentralDataConfig, config_lib.MixedConfig, config_lib.DGAConfig)
 
 
@@ -87,7 +88,7 @@ class ConfigTest(absltest.TestCase):
     self.assertGreater(epsilon, 1.9)
     self.assertAlmostEqual(target.sigma_dp * 100, target.declared_noise_multiplier)
     self.assertAlmostEqual(target.noise_multiplier, target.sigma_dp * 8)
-    self.assertEqual(level(), config_lib.NoiseLevel(0.0, 0.0, 0.0))
+    self.assertEqual(level(), dp_config.NoiseLevel(0.0, 0.0, 0.0))
     with self.assertRaisesRegex(ValueError, 'one way only'):
       level(sigma_dp=0.1, noise_multiplier=1.0)
     for name in ('sigma_dp', 'noise_multiplier'):
@@ -107,17 +108,17 @@ class ConfigTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '`server_lr_schedule`'):
       config_lib.ServerConfig(server_lr_schedule='cosine').schedule()
     with self.assertRaisesRegex(ValueError, '`clip`'):
-      config_lib.DPConfig(clip=0.0, adaptive_clipping=True).aggregator(0.1, 2, ['a'], False)
+      dp_config.DPConfig(clip=0.0, adaptive_clipping=True).aggregator(0.1, 2, ['a'], False)
     with self.assertRaisesRegex(ValueError, '`clip_learning_rate`'):
-      config_lib.DPConfig(adaptive_clipping=True, clip_learning_rate=-1.0).aggregator(
+      dp_config.DPConfig(adaptive_clipping=True, clip_learning_rate=-1.0).aggregator(
           0.1, 2, ['a'], False)
     with self.assertRaisesRegex(ValueError, 'clipping`=none'):
-      config_lib.DPConfig(clipping='none', sigma_dp=0.1)
+      dp_config.DPConfig(clipping='none', sigma_dp=0.1)
 
   def test_aggregator_of_each_clipping(self):
-    self.assertIsNone(config_lib.DPConfig(clipping='none').aggregator(0.0, 2, ['a'], True))
+    self.assertIsNone(dp_config.DPConfig(clipping='none').aggregator(0.0, 2, ['a'], True))
     for clipping in ('global', 'uniform', 'dim', 'weighted'):
-      factory = config_lib.DPConfig(clipping=clipping).aggregator(
+      factory = dp_config.DPConfig(clipping=clipping).aggregator(
           0.5, 4, ['block_00/w1/kernel', 'output/kernel'], diagnostics=False)
       self.assertIsInstance(factory, aggregators.PerLayerDPFactory, clipping)
 

@@ -18,6 +18,7 @@ from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.program import run_record
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import federated_training
 from tests.program import damage
@@ -284,11 +285,11 @@ class FederatedTrainingTest(absltest.TestCase):
     saved['clients_sha256'] = digest
     with open(os.path.join(output_dir, 'config.json'), 'w') as f:
       json.dump(saved, f)
-    self.assertFalse(federated_training.clients_differ(output_dir, digest, saved))
+    self.assertFalse(run_record.clients_differ(output_dir, digest, saved))
     with open(os.path.join(output_dir, 'config.json')) as f:
       self.assertNotIn('clients_sha256', json.load(f))
     self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
-    self.assertTrue(federated_training.clients_differ(output_dir, 'another', saved))
+    self.assertTrue(run_record.clients_differ(output_dir, 'another', saved))
 
   def test_an_output_directory_of_the_flat_configuration_is_refused(self):
     output_dir = os.path.join(self.root, 'flat')

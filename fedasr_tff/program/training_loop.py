@@ -1,0 +1,193 @@
+"""One resumable round loop for every federated task (speech FedAvg, DGA, mixed FL, retriever).
+
+A task (`Task`) supplies what differs between federated programs: a round (its cohort, its
+clients' data, the process's `next`, the released values of the round), evaluation, the state a
+checkpoint holds and the final outputs. The loop (`train`) owns what must be the same for all of
+them, the way `tff.learning.programs.train_model` owns it for TFF's learning programs:
+
+* checkpoints with `tff.program.FileProgramStateManager` in an owner-only folder, every
+  `checkpoint_every` rounds, at round 0 and at the end; a run started again resumes from its
+  latest checkpoint, and a damaged latest checkpoint is refused (`release_journal.load_latest`);
+* releases (metrics.csv, TensorBoard, a progress bar, log lines) held back until a checkpoint
+  covers them (`release_journal`), so each round is released exactly once, even after a kill;
+* the final model (`model.npz`, named tensors, atomic) and `summary.json` (owner-only, atomic).
+
+Every draw a task makes in a round must be a function of (its secrets, the round, the client),
+and the secrets must be in `program_state`, so a round recomputed after a resume is
+bit-identical and releases nothing new (docs/privacy.md, "Replays").
+"""
+
+import abc
+import asyncio
+import json
+import math
+import os
+from typing import Any
+from typing import Callable
+from typing import Dict
+from typing import Sequence
+from typing import Tuple
+
+import numpy as np
+import tensorflow_federated as tff
+
+from fedasr_tff import private_files
+from fedasr_tff.program import model_io
+from fedasr_tff.program import progress as progress_lib
+from fedasr_tff.program import release_journal
+
+Values = Dict[str, Any]
+
+
+class Task(abc.ABC):
+  """What a federated task supplies to `train`.
+
+  Attributes:
+    rounds: the rounds of the run, T.
+    eval_every: rounds between evaluations (and at the last round).
+    checkpoint_every: rounds between checkpoints (and at rounds 0 and T).
+    shown_metrics: the released metrics the progress bar shows, by flattened name.
+  """
+  rounds: int
+  eval_every: int
+  checkpoint_every: int
+  shown_metrics: Sequence[str] = progress_lib.DEFAULT_SHOWN
+
+  @abc.abstractmethod
+  def program_state(self) -> Any:
+    """What a checkpoint holds now: the process state and every secret the rounds draw from."""
+
+  @abc.abstractmethod
+  def restore(self, saved: Any) -> None:
+    """Continues from `saved`, a `program_state` read back from a checkpoint."""
+
+  def opening_lines(self) -> Sequence[str]:
+    """Lines logged when the loop starts (for example, releases outside the guarantee)."""
+    return ()
+
+  @abc.abstractmethod
+  def run_round(self, round_num: int) -> Values:
+    """Trains round `round_num` (from 1) and returns its released values."""
+
+  @abc.abstractmethod
+  def evaluate(self, round_num: int, values: Values) -> Tuple[Values, str]:
+    """Scores the current model after `round_num` (0: before training).
+
+    Args:
+      round_num: the round just trained.
+      values: the released values of that round (empty for round 0).
+
+    Returns:
+      (values to release beside the round's, the log line of the evaluation).
+    """
+
+  @abc.abstractmethod
+  def final_weights(self) -> Tuple[Tuple[Sequence[str], Sequence[str]],
+                                   tff.learning.models.ModelWeights]:
+    """((trainable tensor names, non-trainable tensor names), the final weights), for
+    `model.npz` (`model_io.save_named_weights`)."""
+
+  @abc.abstractmethod
+  def summary(self) -> Values:
+    """The content of `summary.json`, once the last round is trained."""
+
+
+def train(task: Task, output_dir: str, *, show_progress: bool = True,
+          log: Callable[[str], None] = print) -> None:
+  """Runs (or resumes from `output_dir`) the rounds of `task`; see the module docstring.
+
+  Args:
+    task: the task, built and checked (its `run_record` written or compared).
+    output_dir: the run's output directory.
+    show_progress: draw a progress bar on stderr.
+    log: where the log lines go (held back like the metrics).
+  """
+  # Every file in it owner-only, those of a run written before this was done too.
+  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
+      os.path.join(output_dir, 'checkpoints')))
+  # The first checkpoint kept too: the start of the run, for a user who wants to look back.
+  state_manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=3,
+                                                      keep_first=True)
+  journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
+  restored, start_round = release_journal.load_latest(state_manager, task.program_state(),
+                                                      checkpoint_dir)
+  progress = progress_lib.ProgressBarReleaseManager(task.rounds, start_round,
+                                                    task.shown_metrics,
+                                                    disable=not show_progress)
+  release = tff.program.GroupingReleaseManager([
+      tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv')),
+      tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard')),
+      progress])
+
+  def release_held(held: release_journal.Held) -> None:
+    values, lines = held
+    for round_num in sorted(values):
+      asyncio.run(release.release(values[round_num], round_num))
+    for line in lines:
+      progress.write(line, log)
+
+  def checkpoint_and_release(round_num: int) -> None:
+    # Held outputs reach the disk first, then the state that covers them, then the sinks.
+    journal.write(round_num)
+    asyncio.run(state_manager.save(task.program_state(), round_num))
+    # TFF writes 0644 files: owner-only before anything is released.
+    saved = private_files.make_private_tree(
+        os.path.join(checkpoint_dir, f'program_state_{round_num}'))
+    private_files.fsync_tree(saved)
+    release_held(journal.held)
+    journal.clear()
+
+  if restored is not None:
+    task.restore(restored)
+    progress.write(f'Resuming from the checkpoint of round {start_round} in {output_dir}.', log)
+    # A run killed between a checkpoint and its release: release those (identical) values.
+    release_held(journal.pending(start_round))
+    journal.clear()
+  for line in task.opening_lines():
+    progress.write(line, log)
+
+  try:
+    if restored is None:
+      values, line = task.evaluate(0, {})
+      journal.hold(0, values, (line,))
+      checkpoint_and_release(0)
+    for round_num in range(start_round + 1, task.rounds + 1):
+      values = task.run_round(round_num)
+      lines = ()
+      if round_num % task.eval_every == 0 or round_num == task.rounds:
+        evaluated, line = task.evaluate(round_num, values)
+        values.update(evaluated)
+        lines = (line,)
+      journal.hold(round_num, values, lines)
+      progress.advance(round_num)
+      if round_num % task.checkpoint_every == 0 or round_num == task.rounds:
+        checkpoint_and_release(round_num)
+  finally:
+    progress.close()
+
+  names, weights = task.final_weights()
+  model_io.save_named_weights(os.path.join(output_dir, 'model.npz'), names, weights)
+  _write_private_json(os.path.join(output_dir, 'summary.json'), task.summary())
+
+
+def update_norm(before: tff.learning.models.ModelWeights,
+                after: tff.learning.models.ModelWeights) -> float:
+  """||after − before||_2 over the trainable weights (the server update a round applied).
+
+  Args:
+    before: the weights before the round.
+    after: the weights after it.
+
+  Returns:
+    The L2 norm of the difference, over all trainable tensors.
+  """
+  return math.sqrt(sum(float(np.sum(np.square(np.asarray(b) - np.asarray(a))))
+                       for a, b in zip(before.trainable, after.trainable, strict=True)))
+
+
+def _write_private_json(path: str, values: Values) -> None:
+  """Writes `values` to `path` owner-only and atomically (a crash leaves the old or the new)."""
+  partial = f'{path}.partial'
+  with private_files.open_private(partial) as f:
+    json.dump(values, f, indent=2)
+  os.replace(partial, path)

@@ -1,0 +1,49 @@
+"""The house as docs/architecture.md draws it: wings apart, no plotting in the library."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+_LIBRARY = pathlib.Path(__file__).resolve().parent.parent / 'fedasr_tff'
+_WINGS = ('speech', 'retrieval')
+
+
+def _imported_packages(path: pathlib.Path):
+  """The `fedasr_tff` packages a module imports (`fedasr_tff.X...` or `from fedasr_tff import X`)."""
+  packages = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('fedasr_tff'):
+      parts = node.module.split('.')
+      packages.update([parts[1]] if len(parts) > 1 else [a.name for a in node.names])
+    elif isinstance(node, ast.Import):
+      packages.update(a.name.split('.')[1] for a in node.names
+                      if a.name.startswith('fedasr_tff.'))
+  return packages
+
+
+class ArchitectureTest(absltest.TestCase):
+
+  def test_neither_wing_imports_the_other_and_the_run_layer_imports_no_wing(self):
+    for package in _WINGS + ('program',):
+      others = set(_WINGS) - {package}
+      for path in sorted((_LIBRARY / package).glob('*.py')):
+        self.assertFalse(_imported_packages(path) & others, f'{path} imports {others}')
+
+  def test_importing_the_library_loads_no_plotting_library(self):
+    modules = sorted('fedasr_tff.' + '.'.join(p.relative_to(_LIBRARY).with_suffix('').parts)
+                     for p in _LIBRARY.rglob('*.py') if p.name != '__init__.py'
+                     and p.name != 'namespace_bridge.py')   # A script run on its own.
+    code = ('import importlib, sys\n'
+            f'for name in {modules!r}: importlib.import_module(name)\n'
+            'print(sorted(m for m in sys.modules if m.split(".")[0] in '
+            '("matplotlib", "pylab", "seaborn")))')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            check=True, cwd=_LIBRARY.parent)
+    self.assertEqual(result.stdout.strip().splitlines()[-1], '[]')
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,140 @@
+"""The round loop every task runs on (`fedasr_tff.program.training_loop`), with a toy task."""
+
+import csv
+import json
+import os
+import stat
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+import tensorflow_federated as tff
+
+from fedasr_tff.program import cohorts
+from fedasr_tff.program import training_loop
+
+
+class _Killed(Exception):
+  pass
+
+
+class _CountingTask(training_loop.Task):
+  """A task whose state is a vector moved by noise drawn from its secret, the round and the
+  client, as a DP task's rounds are: a replayed round is bit-identical only if the secret is
+  restored from the checkpoint."""
+
+  def __init__(self, rounds=5, eval_every=2, checkpoint_every=2, kill_at=None, seed=None):
+    self.rounds, self.eval_every, self.checkpoint_every = rounds, eval_every, checkpoint_every
+    self.kill_at = kill_at
+    self.secret = cohorts.new_run_secret() if seed is None else seed
+    self.weights = np.zeros(3, np.float32)
+    self.trained = []
+
+  def program_state(self):
+    return (self.weights, cohorts.secret_to_words(self.secret))
+
+  def restore(self, saved):
+    self.weights = np.asarray(saved[0]).copy()
+    self.secret = cohorts.secret_from_words(saved[1])
+
+  def run_round(self, round_num):
+    if round_num == self.kill_at:
+      raise _Killed()
+    self.trained.append(round_num)
+    rng = np.random.default_rng(cohorts.client_seed(self.secret, round_num, 'client'))
+    before = tff.learning.models.ModelWeights([self.weights], [])
+    self.weights = self.weights + rng.normal(size=3).astype(np.float32)
+    after = tff.learning.models.ModelWeights([self.weights], [])
+    return {'server': {'update_norm': training_loop.update_norm(before, after)}}
+
+  def evaluate(self, round_num, values):
+    score = float(np.sum(self.weights))
+    return {'eval': {'score': score}}, f'round {round_num}: {score:.6f} {sorted(values)}'
+
+  def final_weights(self):
+    return (['w'], []), tff.learning.models.ModelWeights([self.weights], [])
+
+  def summary(self):
+    return {'rounds': self.rounds, 'score': float(np.sum(self.weights))}
+
+
+def _released_rounds(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    return [int(row['key']) for row in csv.DictReader(f)]
+
+
+class TrainingLoopTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.root = self.enterContext(tempfile.TemporaryDirectory())
+
+  def _train(self, name, task):
+    lines = []
+    output_dir = os.path.join(self.root, name)
+    training_loop.train(task, output_dir, show_progress=False, log=lines.append)
+    return output_dir, lines
+
+  def test_a_killed_run_resumes_bit_identically_and_releases_each_round_once(self):
+    whole, whole_lines = self._train('whole', _CountingTask(seed=7))
+    killed = _CountingTask(kill_at=4, seed=7)
+    with self.assertRaises(_Killed):
+      self._train('killed', killed)
+    output_dir = os.path.join(self.root, 'killed')
+    # Round 3 was computed but no checkpoint covers it: it is not released.
+    self.assertEqual(killed.trained, [1, 2, 3])
+    self.assertEqual(_released_rounds(output_dir), [0, 1, 2])
+    resumed = _CountingTask()   # Another secret: the checkpoint's must win.
+    _, lines = self._train('killed', resumed)
+    self.assertEqual(resumed.trained, [3, 4, 5])
+    self.assertEqual(_released_rounds(output_dir), [0, 1, 2, 3, 4, 5])
+    self.assertEqual(_released_rounds(whole), [0, 1, 2, 3, 4, 5])
+    with np.load(os.path.join(whole, 'model.npz')) as a, \
+        np.load(os.path.join(output_dir, 'model.npz')) as b:
+      self.assertEqual(a.files, ['w'])
+      np.testing.assert_array_equal(a['w'], b['w'])
+    self.assertIn('Resuming from the checkpoint of round 2', lines[0])
+    self.assertEqual(lines[1:], [line for line in whole_lines
+                                 if line.startswith(('round 4', 'round 5'))])
+
+  def test_evaluations_and_checkpoints_follow_the_cadence(self):
+    output_dir, lines = self._train('cadence', _CountingTask(rounds=5))
+    self.assertEqual([line.split(':')[0] for line in lines],
+                     ['round 0', 'round 2', 'round 4', 'round 5'])
+    # The evaluation line sees the round's own values.
+    self.assertIn("['server']", lines[1])
+    versions = sorted(int(name.rsplit('_', 1)[1])
+                      for name in os.listdir(os.path.join(output_dir, 'checkpoints'))
+                      if name.startswith('program_state_'))
+    self.assertEqual(versions, [0, 4, 5])   # The first and the two latest are kept.
+
+  def test_the_secret_stays_in_owner_only_checkpoints(self):
+    secret = 2**61 + 12345
+    output_dir, _ = self._train('private', _CountingTask(seed=secret))
+    for directory, _, files in os.walk(output_dir):
+      inside = directory.startswith(os.path.join(output_dir, 'checkpoints'))
+      if inside:
+        self.assertEqual(stat.S_IMODE(os.stat(directory).st_mode), 0o700, directory)
+      for name in files:
+        path = os.path.join(directory, name)
+        if inside:
+          self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600, path)
+        elif name.endswith(('.json', '.csv')):
+          with open(path) as f:
+            text = f.read()
+          self.assertNotIn(str(secret), text, path)
+    summary = os.path.join(output_dir, 'summary.json')
+    self.assertEqual(stat.S_IMODE(os.stat(summary).st_mode), 0o600)
+    with open(summary) as f:
+      self.assertEqual(json.load(f)['rounds'], 5)
+
+  def test_a_finished_run_started_again_trains_nothing(self):
+    output_dir, _ = self._train('finished', _CountingTask(rounds=2))
+    again = _CountingTask(rounds=2)
+    self._train('finished', again)
+    self.assertEqual(again.trained, [])
+    self.assertEqual(_released_rounds(output_dir), [0, 1, 2])
+
+
+if __name__ == '__main__':
+  absltest.main()
