@@ -12,7 +12,7 @@ _WINGS = ('speech', 'retrieval')
 
 
 def _imported_packages(path: pathlib.Path):
-  """The `fedasr_tff` packages a module imports (`fedasr_tff.X...` or `from fedasr_tff import X`)."""
+  """The `fedasr_tff` packages a module imports (`fedasr_tff.X...`, `from fedasr_tff import X`)."""
   packages = set()
   for node in ast.walk(ast.parse(path.read_text())):
     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('fedasr_tff'):
