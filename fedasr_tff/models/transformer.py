@@ -138,12 +138,23 @@ class InputNormalization(tf.keras.layers.Layer):
   """x * scale + bias with one learnable scalar of each."""
 
   def build(self, input_shape):
-    """Creates the scale (1) and bias (0); `input_shape` is unused."""
+    """Creates the scale (1) and bias (0).
+
+    Args:
+      input_shape: unused (both are scalars).
+    """
     self.scale = self.add_weight(name='scale', shape=[], initializer='ones')
     self.bias = self.add_weight(name='bias', shape=[], initializer='zeros')
 
   def call(self, x):
-    """Returns x * scale + bias."""
+    """Applies the normalisation.
+
+    Args:
+      x: the features.
+
+    Returns:
+      x * scale + bias.
+    """
     return x * self.scale + self.bias
 
 

@@ -17,7 +17,14 @@ class EmbeddingAdapter(tf.keras.layers.Layer):
   """
 
   def build(self, input_shape):
-    """Creates W_a = I, d x d with d the last axis of `input_shape` (which must be known)."""
+    """Creates W_a = I.
+
+    Args:
+      input_shape: the input's shape; its last axis d (which must be known) sizes W_a, d x d.
+
+    Raises:
+      ValueError: if d is unknown.
+    """
     dim = input_shape[-1]
     if dim is None:
       raise ValueError('The last axis of the adapter input (d) must be known.')
@@ -26,5 +33,12 @@ class EmbeddingAdapter(tf.keras.layers.Layer):
     super().build(input_shape)
 
   def call(self, token_embeddings):
-    """Returns W_a e for every [..., d] token embedding e."""
+    """Applies the adapter.
+
+    Args:
+      token_embeddings: [..., d].
+
+    Returns:
+      W_a e for every token embedding e, [..., d].
+    """
     return tf.einsum('...j,ij->...i', token_embeddings, self.kernel)

@@ -68,7 +68,14 @@ class Backbone(tf.keras.Model):
     raise NotImplementedError
 
   def call(self, inputs):
-    """Returns `encode(embed(token_ids), mask, **extras)` of a dict of inputs (class doc)."""
+    """The hidden states of a batch.
+
+    Args:
+      inputs: a dict with `token_ids` and `mask`, and the subclass's extras.
+
+    Returns:
+      [B, T, d]: `encode(embed(token_ids), mask, **extras)`.
+    """
     extras = {key: value for key, value in inputs.items() if key not in ('token_ids', 'mask')}
     return self.encode(self.embed(inputs['token_ids']), inputs['mask'], **extras)
 

@@ -203,12 +203,23 @@ class RMSNorm(tf.keras.layers.Layer):
     self.epsilon = epsilon
 
   def build(self, input_shape):
-    """Creates w, ones over the last axis of `input_shape`."""
+    """Creates w.
+
+    Args:
+      input_shape: the input's shape; w has its last axis, initialised to ones.
+    """
     self.weight = self.add_weight(name='weight', shape=[input_shape[-1]], initializer='ones')
     super().build(input_shape)
 
   def call(self, x):
-    """Returns the normalised `x`."""
+    """Normalises over the last axis.
+
+    Args:
+      x: [..., d].
+
+    Returns:
+      w ⊙ x / √(mean(x²) + ε).
+    """
     return self.weight * x * tf.math.rsqrt(tf.reduce_mean(x * x, -1, keepdims=True) +
                                            self.epsilon)
 
