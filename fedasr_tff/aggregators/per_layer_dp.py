@@ -224,7 +224,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return group_ids, sizes
 
   def _group_names(self, leaves, num_groups):
-    """The groups' names in the measurements (module docstring), after checking `leaf_names`."""
+    """The groups' names in the measurements (class docstring), after checking `leaf_names`."""
     leaf_names = self._leaf_names
     if leaf_names is not None:
       if isinstance(leaf_names, str) or not all(isinstance(n, str) for n in leaf_names):

@@ -274,7 +274,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     self._value_noise_multiplier = float(value_noise_multiplier)
     self._total_noise_multiplier = self._value_noise_multiplier
     if target_quantile is not None and clipped_count_stddev > 0 and value_noise_multiplier > 0:
-      # The value and count releases together are one Gaussian mechanism (module docstring).
+      # The value and count releases together are one Gaussian mechanism
+      # (`adaptive_value_noise_multiplier`).
       count_multiplier = 2.0 * clipped_count_stddev / math.sqrt(len(initial_group_clips))
       self._total_noise_multiplier = (value_noise_multiplier**-2 + count_multiplier**-2)**-0.5
     self._clients_per_round = float(clients_per_round)
