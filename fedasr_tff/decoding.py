@@ -1,27 +1,5 @@
-"""Transcripts of CTC logits: greedy or beam-search candidates, and restriction to a word list.
-
-`decode` gives every utterance its candidate transcripts, best first, each with a log-probability:
-
-* `greedy`: one candidate, the best path (`models.greedy_decode`); its score is the best path's
-  log-probability Σ_t max_k log softmax(logits_t)_k, not that of its label sequence (a lower
-  bound of it).
-* `beam`: the `top_paths` label sequences of TF's prefix beam search with `beam_width` prefixes
-  (`models.beam_search_decode`), with log p(y | logits) as the beam summed it.
-
-Word list (`WordList.restrict`). TF's CTC beam search has no lexicon constraint, so the list is
-applied to the decoder's output, in two steps:
-
-1. the first candidate (best first) whose words are all in the list is the transcript;
-2. if no candidate is, the best candidate with every word not in the list replaced by the listed
-   word nearest to it in character edit distance (Levenshtein, `tf.edit_distance`), ties going to
-   the word listed first.
-
-Limits: step 1 can only choose among the candidates the beam kept, so it helps with beam search
-and `top_paths` > 1 (greedy decoding gives one candidate, so only step 2 applies). Step 2 looks
-at spelling only, not at the audio or at neighbouring words, and keeps the decoder's word
-boundaries: a word split in two or two words run together are mapped piece by piece. It is not a
-lexicon-constrained search (such as a WFST decoder), which could find a listed word sequence the
-beam pruned. An empty candidate (no words) counts as in the list.
+"""Transcripts of CTC logits: greedy or beam-search candidates (`decode`), and restriction to a
+word list (`WordList.restrict`).
 """
 
 import dataclasses
@@ -39,7 +17,12 @@ DECODERS = ('greedy', 'beam')
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-  """One decoded transcript and its log-probability (module docstring)."""
+  """One decoded transcript and its log-probability (`decode`).
+
+  Attributes:
+    text: the transcript.
+    log_probability: its log-probability.
+  """
   text: str
   log_probability: float
 
@@ -47,7 +30,13 @@ class Candidate:
 def decode(logits: tf.Tensor, logit_lengths: tf.Tensor, tokens: Sequence[str],
            decoder: str = 'greedy', beam_width: int = 16,
            top_paths: int = 1) -> List[List[Candidate]]:
-  """The candidates of every utterance of a batch, best first (module docstring).
+  """The candidate transcripts of every utterance of a batch, best first.
+
+  * `greedy`: one candidate, the best path (`models.greedy_decode`); its score is the best
+    path's log-probability Σ_t max_k log softmax(logits_t)_k, not that of its label sequence (a
+    lower bound of it).
+  * `beam`: the `top_paths` label sequences of TF's prefix beam search with `beam_width`
+    prefixes (`models.beam_search_decode`), with log p(y | logits) as the beam summed it.
 
   Args:
     logits: [B, T, V + 1] unnormalised scores, the CTC blank at id 0.
@@ -56,6 +45,13 @@ def decode(logits: tf.Tensor, logit_lengths: tf.Tensor, tokens: Sequence[str],
     decoder: one of `DECODERS`.
     beam_width: prefixes kept per frame by beam search.
     top_paths: candidates per utterance from beam search (1 for greedy decoding).
+
+  Returns:
+    For every utterance, its `Candidate`s (those the beam found, with a finite score).
+
+  Raises:
+    ValueError: for an unknown decoder, `top_paths` != 1 with greedy decoding, or a beam width
+      or `top_paths` out of range.
   """
   if decoder not in DECODERS:
     raise ValueError(f'`decoder` must be one of {DECODERS}, got {decoder!r}.')
@@ -76,10 +72,17 @@ def decode(logits: tf.Tensor, logit_lengths: tf.Tensor, tokens: Sequence[str],
 
 
 class WordList:
-  """The words transcripts are restricted to (module docstring, `restrict`)."""
+  """The words transcripts are restricted to (`restrict`)."""
 
   def __init__(self, words: Sequence[str]):
-    """`words`: normalised words (no spaces), in order of preference for ties."""
+    """Initializes the list.
+
+    Args:
+      words: normalised words (no spaces), in order of preference for ties; repeats are merged.
+
+    Raises:
+      ValueError: for an empty list or an entry that is not one word.
+    """
     self.words = tuple(dict.fromkeys(words))
     if not self.words:
       raise ValueError('The word list is empty.')
@@ -92,7 +95,14 @@ class WordList:
 
   @classmethod
   def from_file(cls, path: str, vocabulary: text_lib.Vocabulary) -> 'WordList':
-    """One word per line, normalised as transcripts are; blank lines are skipped.
+    """Reads a word list: one word per line, normalised as transcripts are.
+
+    Args:
+      path: the file; blank lines are skipped.
+      vocabulary: the model's vocabulary, which every word must fit.
+
+    Returns:
+      The `WordList`.
 
     Raises:
       ValueError: naming `path:line` for a line that is not one word of `vocabulary`'s
@@ -124,7 +134,15 @@ class WordList:
     return word in self._set
 
   def nearest(self, word: str) -> str:
-    """The listed word at the smallest edit distance from `word`; the first listed on ties."""
+    """The listed word nearest to a word.
+
+    Args:
+      word: a word.
+
+    Returns:
+      The listed word at the smallest character edit distance (Levenshtein, `tf.edit_distance`)
+      from `word`; the first listed on ties.
+    """
     if word not in self._nearest:
       hypothesis = tf.strings.unicode_split(tf.fill([len(self.words)], word), 'UTF-8')
       distances = tf.edit_distance(hypothesis.to_sparse(), self._listed, normalize=False)
@@ -132,7 +150,31 @@ class WordList:
     return self._nearest[word]
 
   def restrict(self, candidates: Sequence[str]) -> str:
-    """The first candidate all in the list, else the first mapped word by word (module doc)."""
+    """Restricts a decoder's candidates to the list.
+
+    TF's CTC beam search has no lexicon constraint, so the list is applied to the decoder's
+    output, in two steps:
+
+    1. the first candidate (best first) whose words are all in the list is the transcript;
+    2. if no candidate is, the best candidate with every word not in the list replaced by the
+       listed word nearest to it (`nearest`).
+
+    Limits: step 1 can only choose among the candidates the beam kept, so it helps with beam
+    search and `top_paths` > 1 (greedy decoding gives one candidate, so only step 2 applies).
+    Step 2 looks at spelling only, not at the audio or at neighbouring words, and keeps the
+    decoder's word boundaries: a word split in two or two words run together are mapped piece
+    by piece. It is not a lexicon-constrained search (such as a WFST decoder), which could find
+    a listed word sequence the beam pruned. An empty candidate (no words) counts as in the list.
+
+    Args:
+      candidates: the candidate texts, best first.
+
+    Returns:
+      The transcript.
+
+    Raises:
+      ValueError: for no candidates.
+    """
     if not candidates:
       raise ValueError('`candidates` is empty.')
     for candidate in candidates:

@@ -5,7 +5,6 @@
 
 where edits is the Levenshtein distance (substitutions + deletions + insertions). Texts are
 compared as given: normalise them first (`fedasr_tff.data.normalize_transcript`).
-`error_counts` gives the two sums as tensors, for metrics accumulated inside TF (the TFF model).
 """
 
 from typing import Sequence
@@ -26,7 +25,19 @@ def _tokens(texts: tf.Tensor, unit: str) -> tf.RaggedTensor:
 
 def error_counts(references: tf.Tensor, hypotheses: tf.Tensor,
                  unit: str) -> Tuple[tf.Tensor, tf.Tensor]:
-  """(total edits, total reference tokens) over a batch of string tensors, as float32."""
+  """The two sums of an error rate, for metrics accumulated inside TF (the TFF model).
+
+  Args:
+    references: [B] reference strings.
+    hypotheses: [B] hypothesis strings.
+    unit: "word" or "char" (`UNITS`).
+
+  Returns:
+    (total edits, total reference tokens), float32 scalars.
+
+  Raises:
+    ValueError: for an unknown unit.
+  """
   if unit not in UNITS:
     raise ValueError(f'`unit` must be one of {UNITS}, got {unit!r}.')
   ref_tokens = _tokens(references, unit)
@@ -50,10 +61,32 @@ def _error_rate(references: Sequence[str], hypotheses: Sequence[str], unit: str)
 
 
 def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
-  """Total word edits over total reference words (whitespace-separated words)."""
+  """Total word edits over total reference words (whitespace-separated words).
+
+  Args:
+    references: the reference texts.
+    hypotheses: the hypotheses, one per reference.
+
+  Returns:
+    The WER.
+
+  Raises:
+    ValueError: for lists of different lengths, no references or no reference word.
+  """
   return _error_rate(references, hypotheses, 'word')
 
 
 def character_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
-  """Total character edits over total reference characters, spaces between words included."""
+  """Total character edits over total reference characters, spaces between words included.
+
+  Args:
+    references: the reference texts.
+    hypotheses: the hypotheses, one per reference.
+
+  Returns:
+    The CER.
+
+  Raises:
+    ValueError: for lists of different lengths, no references or no reference character.
+  """
   return _error_rate(references, hypotheses, 'char')

@@ -10,14 +10,29 @@ import os
 
 
 def make_private_directory(path: str) -> str:
-  """Creates `path` (and parents) if needed and makes it owner-only (0700); returns `path`."""
+  """Creates a directory (and parents) if needed and makes it owner-only (0700).
+
+  Args:
+    path: the directory.
+
+  Returns:
+    `path`.
+  """
   os.makedirs(path, mode=0o700, exist_ok=True)
   os.chmod(path, 0o700)
   return path
 
 
 def open_private(path: str, mode: str = 'w'):
-  """Opens `path` for writing, owner-only (0600): created so, or made so if it exists."""
+  """Opens a file for writing, owner-only (0600): created so, or made so if it exists.
+
+  Args:
+    path: the file.
+    mode: a writing mode of `open` ('w', 'wb', 'a', ...); 'a' appends, else it truncates.
+
+  Returns:
+    The open file object.
+  """
   flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if 'a' in mode else os.O_TRUNC)
   fd = os.open(path, flags, 0o600)
   os.fchmod(fd, 0o600)   # A file written before, with a wider mode.
@@ -25,12 +40,18 @@ def open_private(path: str, mode: str = 'w'):
 
 
 def make_private_tree(path: str) -> str:
-  """Makes `path` and everything under it owner-only (directories 0700, files 0600); returns
-  `path`.
+  """Makes a directory and everything under it owner-only (directories 0700, files 0600).
 
   For files a library writes itself (TFF's `FileProgramStateManager`): called after each save.
   Not a umask, which is process-wide and would change the files other threads create meanwhile;
-  until the call the files are protected by their owner-only parent.
+  until the call the files are protected by their owner-only parent. Symbolic links are left
+  alone.
+
+  Args:
+    path: the directory.
+
+  Returns:
+    `path`.
   """
   os.chmod(path, 0o700)
   for root, dirs, files in os.walk(path):
@@ -43,7 +64,11 @@ def make_private_tree(path: str) -> str:
 
 
 def fsync_directory(path: str) -> None:
-  """Makes the entries of directory `path` (creations, renames) durable."""
+  """Makes a directory's entries (creations, renames) durable.
+
+  Args:
+    path: the directory.
+  """
   fd = os.open(path, os.O_RDONLY)
   try:
     os.fsync(fd)
@@ -52,7 +77,11 @@ def fsync_directory(path: str) -> None:
 
 
 def fsync_tree(path: str) -> None:
-  """fsyncs every file and directory under `path`, then `path`'s parent (a saved checkpoint)."""
+  """Makes a saved tree (a checkpoint) durable.
+
+  Args:
+    path: the tree's root; every file and directory under it is fsynced, then its parent.
+  """
   for root, _, files in os.walk(path):
     for name in files:
       fd = os.open(os.path.join(root, name), os.O_RDONLY)

@@ -28,7 +28,16 @@ ALLOCATIONS = ('global', 'uniform', 'dim', 'weighted')
 
 
 def check_allocation(allocation: str, layer_weights: Optional[Sequence[float]]) -> None:
-  """Raises ValueError for an unknown allocation or misplaced/non-positive `layer_weights`."""
+  """Checks an allocation and its layer weights.
+
+  Args:
+    allocation: one of `ALLOCATIONS`.
+    layer_weights: a_h, one per group, for "weighted" only (else None).
+
+  Raises:
+    ValueError: for an unknown allocation, or `layer_weights` missing for "weighted", given for
+      another allocation, or not all finite and > 0.
+  """
   if allocation not in ALLOCATIONS:
     raise ValueError(f'`allocation` must be one of {ALLOCATIONS}, got {allocation!r}.')
   if allocation == 'weighted':
@@ -45,13 +54,19 @@ def check_allocation(allocation: str, layer_weights: Optional[Sequence[float]]) 
 
 def group_clips(clip: float, group_sizes: Sequence[int], allocation: str,
                 layer_weights: Optional[Sequence[float]] = None) -> np.ndarray:
-  """Returns C_h for every group (module docstring); for "global" a single entry C.
+  """The clip C_h of every group (module docstring).
 
   Args:
     clip: the total clip C > 0.
     group_sizes: d_h, the number of parameters in each group.
     allocation: one of `ALLOCATIONS`.
     layer_weights: a_h for "weighted", one per group.
+
+  Returns:
+    A float64 array of C_h, with sqrt(Σ_h C_h²) = C; for "global" a single entry C.
+
+  Raises:
+    ValueError: as `check_allocation`, or if `layer_weights` has not one weight per group.
   """
   check_allocation(allocation, layer_weights)
   sizes = np.asarray(group_sizes, dtype=np.float64)

@@ -1,28 +1,10 @@
 """`PerLayerDPFactory`: user-level DP aggregation with per-layer clipping, as a TFF factory.
 
-The factory builds a `PerLayerClipGaussianSumQuery` (see `per_layer_query` for the mechanism and
-its privacy argument) for the value type it is asked to aggregate, wraps it in
-`tfp.NormalizedQuery` (division by `clients_per_round`) and hands it to TFF's own
-`tff.aggregators.DifferentiallyPrivateFactory`. So the process it creates has TFF's state and
-measurements layout: `tff.aggregators.differential_privacy.extract_dp_event_from_state(state)`
-returns the round's `DpEvent`, and the measurements (`per_layer_query`, "Diagnostics") are under
-`dp_query_metrics`. By default they hold no client statistic; `diagnostics=True` adds the exact,
-un-noised ones (outside the DP guarantee).
-
-Group names. The measurements key every group by its name: `GLOBAL_GROUP` ('all') for the single
-group of "global" allocation; with one group per leaf tensor (the default grouping) the leaf's
-name from `leaf_names` (for a model, its tensor names in flatten order, such as
-`block_00/w1/kernel`); `group_<h>` for a custom `grouping` or without `leaf_names`.
-
-Usage, like `tff.aggregators.DifferentiallyPrivateFactory`:
-
-    aggregator = PerLayerDPFactory.gaussian_fixed(
-        noise_multiplier=z, clients_per_round=S, clip=C, allocation='dim')
-    process = tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn, client_optimizer_fn, model_aggregator=aggregator)
-
-With σ_DP the paper's noise on the averaged update (units of C), z = σ_DP · S
-(`fedasr_tff.privacy.noise_multiplier_from_sigma_dp`).
+A drop-in for `tff.aggregators.DifferentiallyPrivateFactory` that runs
+`per_layer_query.PerLayerClipGaussianSumQuery` (the mechanism and its privacy argument): the
+per-layer clipping of Pelikan et al., "Enabling Differentially Private Federated Learning for
+Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098 (Sec. 3, Def. 3). Usage: `docs/aggregators.md`.
 """
 
 import collections
@@ -51,7 +33,19 @@ def _check_noise_placement(noise_placement):
 class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """Unweighted DP mean of client deltas with global or per-layer clipping.
 
-  Use the named constructors `gaussian_fixed` and `gaussian_adaptive`.
+  Use the named constructors `gaussian_fixed` and `gaussian_adaptive`. `create` wraps the query
+  in `tfp.NormalizedQuery` (division by `clients_per_round`) and hands it to TFF's
+  `tff.aggregators.DifferentiallyPrivateFactory`, so the process has TFF's state and
+  measurements: `tff.aggregators.differential_privacy.extract_dp_event_from_state(state)`
+  returns the round's `DpEvent`, and the measurements of
+  `PerLayerClipGaussianSumQuery.derive_metrics` are under `dp_query_metrics`. By default they
+  hold no client statistic; `diagnostics=True` adds the exact, un-noised ones (outside the DP
+  guarantee).
+
+  The measurements key every group by its name: `GLOBAL_GROUP` ('all') for the single group of
+  "global" allocation; with one group per leaf tensor (the default grouping) the leaf's name from
+  `leaf_names` (for a model, its tensor names in flatten order, such as `block_00/w1/kernel`);
+  `group_<h>` for a custom `grouping` or without `leaf_names`.
   """
 
   @classmethod
@@ -70,7 +64,9 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     """Fixed per-layer clipping and Gaussian noise of std `noise_multiplier * clip` on the sum.
 
     Args:
-      noise_multiplier: z >= 0, noise std on the cohort sum in units of `clip`.
+      noise_multiplier: z >= 0, noise std on the cohort sum in units of `clip`. For σ_DP, the
+        paper's noise on the averaged update in units of C, z = σ_DP · S
+        (`fedasr_tff.privacy.noise_multiplier_from_sigma_dp`).
       clients_per_round: S >= 1; the sum is divided by S.
       clip: the total clip C > 0.
       allocation: "global", "uniform", "dim" or "weighted" (`allocation` module).
@@ -93,7 +89,13 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         knowing it reveals the noise.
       leaf_names: names of the value's leaf tensors in flatten order (e.g. the model's tensor
         names), unique; with the default grouping they name the groups in the measurements
-        (module docstring). Checked against the value when the process is created.
+        (class docstring). Checked against the value when the process is created.
+
+    Returns:
+      A `PerLayerDPFactory`.
+
+    Raises:
+      ValueError: for an argument out of range or inconsistent with the others.
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('clip', clip)
@@ -131,6 +133,14 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       allocation, layer_weights, noise_placement, grouping, diagnostics, noise_seed,
         leaf_names: as in `gaussian_fixed`.
       clipped_count_stddev: σ_b; default 0.05 * S (TFF's default), 0 when z = 0.
+
+    Returns:
+      A `PerLayerDPFactory`.
+
+    Raises:
+      ValueError: for an argument out of range or inconsistent with the others; the clipped
+        counts' budget is checked when the query is built
+        (`per_layer_query.adaptive_value_noise_multiplier`).
     """
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('initial_clip', initial_clip)
@@ -146,7 +156,24 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
   def __init__(self, noise_multiplier, clients_per_round, clip, allocation, layer_weights,
                normalize, noise_placement, grouping, diagnostics, *, target_quantile,
                learning_rate=0.0, clipped_count_stddev=None, noise_seed=None, leaf_names=None):
-    """Use `gaussian_fixed` or `gaussian_adaptive`."""
+    """Use `gaussian_fixed` or `gaussian_adaptive`.
+
+    Args:
+      noise_multiplier: z, the total multiplier of a round.
+      clients_per_round: S >= 1.
+      clip: the total clip C (the initial one if adaptive).
+      allocation: as in `gaussian_fixed`.
+      layer_weights: as in `gaussian_fixed`.
+      normalize: as in `gaussian_fixed`.
+      noise_placement: as in `gaussian_fixed`.
+      grouping: as in `gaussian_fixed`.
+      diagnostics: as in `gaussian_fixed`.
+      target_quantile: γ of adaptive clipping; None for fixed clips.
+      learning_rate: as in `gaussian_adaptive`.
+      clipped_count_stddev: as in `gaussian_adaptive`.
+      noise_seed: as in `gaussian_fixed`.
+      leaf_names: as in `gaussian_fixed`.
+    """
     validation.check_positive('clients_per_round', clients_per_round)
     if clients_per_round < 1:
       raise ValueError(f'`clients_per_round` must be >= 1, got {clients_per_round!r}.')
@@ -197,7 +224,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     return group_ids, sizes
 
   def _group_names(self, leaves, num_groups):
-    """The groups' names in the measurements (module docstring), after checking `leaf_names`."""
+    """The groups' names in the measurements (class docstring), after checking `leaf_names`."""
     leaf_names = self._leaf_names
     if leaf_names is not None:
       if isinstance(leaf_names, str) or not all(isinstance(n, str) for n in leaf_names):
@@ -217,23 +244,46 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   @property
   def clients_per_round(self) -> float:
+    """S, the divisor of the sum."""
     return self._clients_per_round
 
   @property
   def noise_placement(self) -> str:
+    """"server" or "client" (`gaussian_fixed`)."""
     return self._noise_placement
 
   @property
   def diagnostics(self) -> bool:
+    """Whether the measurements include client statistics."""
     return self._diagnostics
 
   def build_query(self, value_type) -> tfp.DPQuery:
-    """The normalized DPQuery this factory runs for `value_type`."""
+    """The normalized DPQuery this factory runs for `value_type`.
+
+    Args:
+      value_type: the TFF type of a client's value (all leaves floating, fully defined shapes).
+
+    Returns:
+      `build_sum_query(value_type)` inside a `tfp.NormalizedQuery` dividing by S.
+    """
     return tfp.NormalizedQuery(self.build_sum_query(value_type),
                                denominator=self._clients_per_round)
 
   def build_sum_query(self, value_type) -> per_layer_query.PerLayerClipGaussianSumQuery:
-    """The clipped, noised sum query for `value_type`, before division by the cohort."""
+    """The clipped, noised sum query for `value_type`, before division by the cohort.
+
+    Args:
+      value_type: the TFF type of a client's value.
+
+    Returns:
+      A `PerLayerClipGaussianSumQuery` with one group per leaf (or by `grouping`), the clips of
+      the allocation and the value noise multiplier (for adaptive clipping, what is left of z
+      after the clipped counts).
+
+    Raises:
+      ValueError: if `value_type` has no tensors, a non-floating leaf or an undefined shape, or
+        does not match `grouping` or `leaf_names`.
+    """
     specs = tff.types.type_to_tf_tensor_specs(value_type)
     leaves = tf.nest.flatten(specs)
     if not leaves:
@@ -268,5 +318,13 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         group_names=group_names)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
+    """Creates the aggregation process for `value_type`.
+
+    Args:
+      value_type: the TFF type of a client's value.
+
+    Returns:
+      TFF's `DifferentiallyPrivateFactory` process running `build_query(value_type)`.
+    """
     return tff.aggregators.DifferentiallyPrivateFactory(self.build_query(value_type)).create(
         value_type)

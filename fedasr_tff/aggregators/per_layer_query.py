@@ -1,153 +1,21 @@
-"""A tensorflow-privacy `DPQuery` for per-layer clipping with isotropic Gaussian noise.
+"""Per-layer clipping with isotropic Gaussian noise, as a tensorflow-privacy `DPQuery`.
 
-Mechanism. DP federated averaging (McMahan et al. 2018, "Learning Differentially Private
-Recurrent Language Models", ICLR 2018) with per-layer clipping: each client delta g is split into
-H groups g_h (tensors, or a given grouping), with bounds C_h such that sqrt(Σ_h C_h^2) = C
-(`allocation.group_clips`).
+DP federated averaging (McMahan et al., "Learning Differentially Private Recurrent Language
+Models", ICLR 2018, arXiv:1710.06963) with per-layer clipping (Pelikan et al., "Enabling
+Differentially Private Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers
+and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 3, Def. 3) and, optionally, one
+adaptive clip per group (Andrew et al., "Differentially Private Learning with Adaptive Clipping",
+NeurIPS 2021, arXiv:1905.03871).
 
-1. Sanitise: a delta holding NaN or Inf is replaced by zeros (and counted), so it can never reach
-   the sum; a zero delta has norm 0 <= C, so this does not change the sensitivity.
-2. Clip every group:
-   * clip (McMahan et al. 2018, per-layer clipping): g_h <- g_h · min(1, C_h / ||g_h||);
-   * normalize (the variant of the DP-FL-for-ASR paper's released code): if ||g|| >= C every
-     group is rescaled to exactly C_h, otherwise g is left alone.
-3. Guard: if the clipped record's total norm exceeds C it is rescaled to C (below).
-4. Sum over the cohort and add N(0, (z C)^2) to every coordinate of every group: isotropic noise
-   calibrated to the *total* sensitivity C, not to C_h. `noise_placement="client"` instead adds
-   N(0, (z C)^2 / S) on each of the S clients before the sum, as the paper's Algorithm 1 does;
-   the S independent draws sum to the same N(0, (z C)^2), provided exactly S clients report.
-   The guarantee then covers the *aggregate*: it assumes the server only learns the sum (secure
-   aggregation). A server that saw single noised records would see each with std z C / sqrt(S).
-   (Dividing by S, done by the enclosing `tfp.NormalizedQuery`, gives std σ_DP·C on the mean
-   with σ_DP = z / S.)
-
-Sensitivity, for every finite input. Adding or removing one client moves the sum by its clipped
-record, so the sensitivity is C if ||clipped record|| <= C holds for *every* finite input, not
-only for typical deltas. Computed naively in float32, ||g_h||^2 = Σ x^2 underflows for groups of
-entries below ~1e-19 (or where most squares underflow and a few do not) and overflows near the
-float32 maximum; normalize would then scale a tiny group up by C_h / (its underestimated norm),
-releasing a record many orders of magnitude outside the ball of radius C. So:
-
-* Group norms are computed as ||g_h|| = 2^e_h · n_h with n_h = ||2^-e_h g_h||, where 2^e_h is the
-  power of two at the group's largest |x| (clamped so that 2^±e_h are normal numbers). The scaled
-  entries lie in (-4, 4), the largest at least 1 in magnitude unless the whole group is
-  subnormal, so Σ (2^-e_h x)^2 neither overflows nor loses more than d_h · 2^-126 (relative) to
-  underflow. A multiplication by a power of two is exact, so on ordinary inputs the norms and the
-  clipped record are bit for bit those of the direct formulas, but for the guard's corrections
-  of rounding (one ulp).
-* The clip is applied as (2^-e_h g_h) · b_h with b_h = min(2^e_h, C_h / n_h) (clip) or
-  b_h = C_h / n_h (normalize): no factor can overflow, and an all-zero group stays zero.
-* The guard recomputes the total norm of the clipped record the same way (in float64 across
-  groups) and, if it exceeds C = sqrt(Σ_h C_h^2), rescales the record to C. So
-  ||clipped record|| <= C to float rounding for every finite input, every allocation, with and
-  without normalize and for both noise placements, whatever the clipping above computed; on an
-  ordinary input it only ever corrects rounding.
-* TensorFlow flushes subnormal numbers (below 1.2e-38 in float32) to zero on CPU: such entries
-  count as 0, which can only lower the norm.
-
-The adaptive indicators and the diagnostics below use the same robust norms.
-
-One round is therefore the Gaussian mechanism with noise multiplier z, reported as
-`GaussianDpEvent(z)`; with Poisson sampling of rate q the accountant composes
-`PoissonSampledDpEvent(q, GaussianDpEvent(z))` over rounds.
-
-Gaussian noise of unbounded reach. TensorFlow's Gaussian samplers (float32 and float64) use
-Box-Muller with the uniform draw u clamped at 1e-7, so a draw never exceeds
-a = sqrt(-2 ln 1e-7) = 5.678 standard deviations, and a pair of draws lands exactly on the circle
-of radius a with probability p_a ≈ 1e-7 (u = 0, 2^-23, in float32; u < 1e-7 in float64), whose
-coordinates pile up towards ±a (an arcsine law). Bounded support breaks the Gaussian mechanism's
-argument: an output coordinate within Δ_i of the edge of one dataset's noise range, where the
-noise of a neighbouring dataset (mean shifted by Δ_i) cannot reach, identifies the dataset, so
-that event belongs in δ. With one draw per coordinate its probability per round is about
-Σ_i [φ(a) Δ_i / σ + p_a sqrt(2 Δ_i / (a σ)) / π]; at the paper's scale (d = 2.6e8 parameters,
-z = σ / C ≈ 0.6, Δ spread evenly so that Δ_i / σ = 1 / (z sqrt(d))) that is 1e-3 + 6e-2 per
-round, far above δ = 1e-9.
-
-Every DP noise tensor here (value noise on the server or on the clients, clipped-count noise) is
-therefore drawn by `gaussian_noise` as the sum of k = `NOISE_DRAWS` = 7 independent TF draws of
-variance σ^2 / k: still variance σ^2, but support ±a sqrt(k) σ = ±15.02 σ. Write a draw as
-T_j = G_j · min(1, a / R_j), with G_j the exact Box-Muller output of the same uniforms and R_j its
-radius, so T_j has the sign of G_j and |T_j| <= |G_j|. The edge event of coordinate i needs
-Σ_j T_j > k a - sqrt(k) Δ_i / σ; when Δ_i <= a σ / sqrt(k) this forces every T_j >= 0, hence
-Σ_j G_j >= Σ_j T_j, so its probability is at most Φ̄(a sqrt(k) - Δ_i / σ) (Φ̄ the standard
-normal tail). As Δ_i <= C = σ / z, a round's edge event has probability at most
-d Φ̄(a sqrt(k) - 1/z) for any neighbour once z >= sqrt(k) / a = 0.47: 1e-32 at the paper's scale
-(for Δ spread evenly, d Φ̄(15.02) + φ(15.02) sqrt(d) / z = 7e-43 + 1e-45), far below
-δ / (100 T) = 5e-15 for δ = 1e-9 and T = 2000 rounds. k = 5 is the smallest k meeting that
-bound at this scale (k = 4 gives 4e-14); 7 leaves room for larger models and smaller z. Inside
-its support the k-sum differs from a Gaussian only through the clamped draws (probability p_a per
-pair). What remains is the discreteness of floating-point noise: float outputs lie on a grid
-whose gaps differ between neighbouring outputs, so in principle the low-order bits of a release
-can distinguish neighbouring datasets (Mironov 2012, "On significance of the least significant
-bits for differential privacy", ACM CCS 2012). That is a known limitation shared by all
-TensorFlow-based DP (tensorflow-privacy, TFF), which the k-sum does not address.
-
-Adaptive clipping (Andrew et al. 2021, "Differentially private learning with adaptive clipping",
-NeurIPS 2021; the geometric update of tensorflow-privacy's `QuantileEstimatorQuery`). Every group
-tracks its own quantile: each client also reports b_h = 1[||g_h|| <= C_h] - 1/2 for all h, the
-server adds N(0, σ_b^2) to each of the H sums and sets
-
-    u_h = clip((Σ_k b_h,k + noise_h) / S + 1/2, 0, 1),   C_h <- C_h · exp(-η (u_h - γ)),
-
-with target quantile γ and learning rate η. The value noise follows the current total
-C = sqrt(Σ_h C_h^2): its std is z_v·C, so the sensitivity the noise assumes is the one the
-clipping (and the guard) enforces, whatever the C_h drift to.
-
-Privacy of the adaptive round. One client changes each b_h by at most 1/2, in all H coordinates at
-once, so the count vector has L2 sensitivity sqrt(H)/2 and noise multiplier z_b = 2σ_b / sqrt(H).
-The round releases two Gaussian mechanisms on the same client, whose joint noise multiplier z
-satisfies 1/z^2 = 1/z_v^2 + 1/z_b^2 (their sensitivities add in quadrature once each is
-measured in its own noise units). To spend exactly the budget of a multiplier z, the value noise is
-raised to
-
-    z_v = (z^-2 - H (2σ_b)^-2)^(-1/2),
-
-which needs z < 2σ_b / sqrt(H). This is TFF's `adaptive_clip_noise_params` (Andrew et al.
-2021's split) with the count sensitivity sqrt(H)/2 in place of 1/2 (H = 1 gives TFF's formula
-exactly). The reported event is the equivalent single `GaussianDpEvent(z)`. (Not
-`ComposedDpEvent([Gaussian(z_v), Gaussian(z_b)])`: TFF hands events back with float32
-multipliers, and dp-accounting 0.4.3's RDP accountant then silently keeps only the first Gaussian
-of a composition under Poisson sampling, understating ε.)
-
-Noise randomness. Server-side noise (the value noise with `noise_placement="server"` and the
-clipped-count noise) is drawn with stateless ops from a seed carried in the global state, which
-is split every round (and each leaf's seed into the k draws): the noise stream is fresh every
-round, and a run restored from a checkpoint of that state continues the exact stream an
-uninterrupted run would have drawn. The seed defaults to 63 bits of OS entropy (`secrets`), drawn
-when the query is built; a fixed `noise_seed` is for reproducible simulations only, since anyone
-who knows it can subtract the noise. Client-side noise comes from TF's stateful RNG on each client
-(a client has no identity in a TFF aggregation to derive a distinct seed from), so it is not
-replayed on resume.
-
-Diagnostics. `derive_metrics` reports the measurements of the round just run, per-group ones
-keyed by the group's name (`group_names`; `PerLayerDPFactory` names the groups by the value's
-leaf tensors), scalars as scalars:
-
-    noise_stddev        std of the noise on each coordinate of the averaged update (σ_DP·C)
-    clip                C = sqrt(Σ_h C_h^2), the total clip of the round
-    per_group
-      <group name>
-        clip            C_h of the round
-        next_clip       C_h of the next round (equal to clip unless adaptive)
-        released_norm   ||ũ_h||, the norm of group h of the released (noised) sum divided by S
-        noise_norm      sqrt(d_h)·σ_DP·C, the expected norm of the noise alone in that group
-                        (d_h its coordinates), so E||ũ_h||^2 = ||u_h||^2 + noise_norm^2
-    client_statistics   (only with diagnostics)
-      clipped_fraction  fraction of the clients clipped, mean over the groups
-      nonfinite_clients clients whose delta held NaN or Inf
-      clients           clients that reported
-      per_group
-        <group name>
-          norm_before_clip   mean over the clients of ||g_h|| before clipping
-          norm_after_clip    mean over the clients of ||g_h|| after clipping
-          clipped_fraction   fraction of the clients whose group h was clipped
-
-Everything outside `client_statistics` is public: the clips are constants or the noised adaptive
-state, the noise std is a function of them, and `released_norm` is computed from the noised
-release alone (post-processing). `client_statistics` are exact (un-noised) sums
-over the round's clients carried in the global state only when `diagnostics=True` (off by
-default), for the per-layer norm plots. They never feed back into the model or the clips, but
-releasing them is outside the DP guarantee, so a caller asks for them explicitly.
+The privacy argument. Each client delta is split into H groups clipped to C_h with
+sqrt(Σ_h C_h²) = C, and a guard rescales any record whose total norm still exceeds C, so one
+client moves the sum by at most C for every finite input (`PerLayerClipGaussianSumQuery`). Every
+coordinate of the sum gets N(0, (z C)²), drawn so that the bounded reach of TensorFlow's samplers
+adds a negligible term to δ (`gaussian_noise`): one round is the Gaussian mechanism with
+multiplier z, reported as
+`GaussianDpEvent(z)`. Adaptive clips release H noised clipped counts as well, paid for out of the
+same z (`adaptive_value_noise_multiplier`). What a run releases: `docs/privacy.md`; usage:
+`docs/aggregators.md`.
 """
 
 import collections
@@ -163,7 +31,7 @@ import tensorflow_privacy as tfp
 
 NOISE_PLACEMENTS = ('server', 'client')
 
-# Every DP noise tensor is the sum of this many TF Gaussian draws (module docstring).
+# Every DP noise tensor is the sum of this many TF Gaussian draws (`gaussian_noise` says why 7).
 NOISE_DRAWS = 7
 
 _GlobalState = collections.namedtuple(
@@ -172,15 +40,40 @@ _GlobalState = collections.namedtuple(
 
 
 def fresh_noise_seed() -> int:
-  """63 bits of OS entropy, the default seed of the server-side noise."""
+  """Returns 63 bits of OS entropy, the default seed of the server-side noise."""
   return secrets.randbits(63)
 
 
 def gaussian_noise(shape, stddev, dtype=tf.float32, seed=None) -> tf.Tensor:
-  """N(0, stddev^2) noise drawn as the sum of `NOISE_DRAWS` TF draws of variance stddev^2 / k.
+  """N(0, stddev²) noise drawn as the sum of k = `NOISE_DRAWS` TF draws of variance stddev² / k.
 
-  A single TF draw never exceeds 5.678 standard deviations; the sum of k reaches
-  5.678 sqrt(k) (module docstring, "Gaussian noise of unbounded reach").
+  Why a sum. TensorFlow's Gaussian samplers (float32 and float64) use Box-Muller with the uniform
+  draw u clamped at 1e-7, so a draw never exceeds a = sqrt(-2 ln 1e-7) = 5.678 standard
+  deviations, and a pair of draws lands exactly on the circle of radius a with probability
+  p_a ≈ 1e-7 (u = 0, 2^-23, in float32; u < 1e-7 in float64), whose coordinates pile up towards
+  ±a (an arcsine law). Bounded support breaks the Gaussian mechanism's argument: an output
+  coordinate within Δ_i of the edge of one dataset's noise range, where the noise of a
+  neighbouring dataset (mean shifted by Δ_i) cannot reach, identifies the dataset, so that event
+  belongs in δ. With one draw per coordinate its probability per round is about
+  Σ_i [φ(a) Δ_i / σ + p_a sqrt(2 Δ_i / (a σ)) / π]; at the scale of Pelikan et al. 2025
+  (d = 2.6e8 parameters, z = σ / C ≈ 0.6, Δ spread evenly so that Δ_i / σ = 1 / (z sqrt(d)))
+  that is 1e-3 + 6e-2 per round, far above δ = 1e-9.
+
+  The sum of k draws still has variance σ², but support ±a sqrt(k) σ = ±15.02 σ. Write a draw as
+  T_j = G_j · min(1, a / R_j), with G_j the exact Box-Muller output of the same uniforms and R_j
+  its radius, so T_j has the sign of G_j and |T_j| <= |G_j|. The edge event of coordinate i needs
+  Σ_j T_j > k a - sqrt(k) Δ_i / σ; when Δ_i <= a σ / sqrt(k) this forces every T_j >= 0, hence
+  Σ_j G_j >= Σ_j T_j, so its probability is at most Φ̄(a sqrt(k) - Δ_i / σ) (Φ̄ the standard
+  normal tail). As Δ_i <= C = σ / z, a round's edge event has probability at most
+  d Φ̄(a sqrt(k) - 1/z) for any neighbour once z >= sqrt(k) / a = 0.47: 1e-32 at that scale
+  (for Δ spread evenly, d Φ̄(15.02) + φ(15.02) sqrt(d) / z = 7e-43 + 1e-45), far below
+  δ / (100 T) = 5e-15 for δ = 1e-9 and T = 2000 rounds. k = 5 is the smallest k meeting that
+  bound at this scale (k = 4 gives 4e-14); 7 leaves room for larger models and smaller z. Inside
+  its support the k-sum differs from a Gaussian only through the clamped draws (probability p_a
+  per pair). Not addressed: float outputs lie on a grid whose gaps differ between neighbouring
+  outputs, so in principle the low-order bits of a release can distinguish neighbouring datasets
+  (Mironov, "On Significance of the Least Significant Bits for Differential Privacy", ACM CCS
+  2012), a known limitation shared by all TensorFlow-based DP (tensorflow-privacy, TFF).
 
   Args:
     shape: shape of the noise.
@@ -188,6 +81,9 @@ def gaussian_noise(shape, stddev, dtype=tf.float32, seed=None) -> tf.Tensor:
     dtype: a floating dtype.
     seed: a shape-[2] integer seed: stateless draws (the seed is split into k), for noise that is
       a function of the aggregator state; None draws from TF's stateful RNG.
+
+  Returns:
+    A tensor of `shape` and `dtype`.
   """
   draws = NOISE_DRAWS
   seeds = None if seed is None else tf.random.experimental.stateless_split(seed, draws)
@@ -243,7 +139,33 @@ def _unscaled(norms, exponents):
 
 def adaptive_value_noise_multiplier(noise_multiplier: float, clipped_count_stddev: float,
                                     num_groups: int) -> float:
-  """z_v such that value and H clipped-count releases together cost multiplier z (module doc)."""
+  """The value noise multiplier z_v that leaves a round of adaptive clipping at total z.
+
+  One client changes each clipped-count indicator b_h by at most 1/2, in all H coordinates at
+  once, so the count vector has L2 sensitivity sqrt(H)/2 and noise multiplier
+  z_b = 2σ_b / sqrt(H). The round releases two Gaussian mechanisms on the same client, whose
+  joint noise multiplier z satisfies 1/z² = 1/z_v² + 1/z_b² (their sensitivities add in
+  quadrature once each is measured in its own noise units). To spend exactly the budget of z,
+  the value noise is raised to
+
+      z_v = (z^-2 - H (2σ_b)^-2)^(-1/2),
+
+  which needs z < 2σ_b / sqrt(H). This is TFF's `adaptive_clip_noise_params` (the split of
+  Andrew et al. 2021) with the count sensitivity sqrt(H)/2 in place of 1/2 (H = 1 gives TFF's
+  formula exactly).
+
+  Args:
+    noise_multiplier: z >= 0, the total multiplier of one round.
+    clipped_count_stddev: σ_b, the noise std on each group's clipped count.
+    num_groups: H, the number of clipping groups.
+
+  Returns:
+    z_v; 0.0 when z is 0.
+
+  Raises:
+    ValueError: if z > 0 and σ_b <= 0, or z >= 2σ_b / sqrt(H) (the counts alone would spend
+      the budget).
+  """
   if noise_multiplier == 0:
     return 0.0
   if clipped_count_stddev <= 0:
@@ -262,7 +184,41 @@ def adaptive_value_noise_multiplier(noise_multiplier: float, clipped_count_stdde
 class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
   """Per-group clipping, isotropic Gaussian noise on the sum, optional adaptive clips.
 
-  See the module docstring for the mechanism and its privacy argument.
+  A record is a client delta g, split into H groups g_h by `group_ids`. For every record
+  (`preprocess_record`):
+
+  1. Sanitise: a delta holding NaN or Inf is replaced by zeros (and counted), so it can never
+     reach the sum; a zero delta has norm 0 <= C, so this does not change the sensitivity.
+  2. Clip every group: g_h <- g_h · min(1, C_h / ||g_h||) (McMahan et al. 2018), or with
+     `normalize` (the variant of the released code of Pelikan et al. 2025) rescale every group
+     to exactly C_h if ||g|| >= C and leave g alone otherwise.
+  3. Guard: if the clipped record's total norm exceeds C = sqrt(Σ_h C_h²), rescale it to C.
+
+  So adding or removing one client moves the sum by at most C for *every* finite input, not only
+  for typical deltas (`_clip` says how the norms escape float32 under- and overflow). The sum
+  gets N(0, (z C)²) on every coordinate of every group (`get_noised_result`): isotropic noise
+  calibrated to the total sensitivity C, not to C_h. `noise_placement="client"` instead adds
+  N(0, (z C)² / S) to each of the S records, as Algorithm 1 of Pelikan et al. 2025 does; the S
+  independent draws sum to the same N(0, (z C)²), provided exactly S clients report. The
+  guarantee then covers the aggregate only: it assumes the server learns nothing but the sum
+  (secure aggregation), since each noised record has std z C / sqrt(S). Dividing by S (the
+  enclosing `tfp.NormalizedQuery`) gives std σ_DP·C on the mean, with σ_DP = z / S. One round
+  is `GaussianDpEvent(z)`; with Poisson sampling of rate q the accountant composes
+  `PoissonSampledDpEvent(q, GaussianDpEvent(z))` over rounds.
+
+  Adaptive clipping (the geometric update of tensorflow-privacy's `QuantileEstimatorQuery`,
+  Andrew et al. 2021), one quantile per group: each client also reports
+  b_h = 1[||g_h|| <= C_h] - 1/2 for all h, the server adds N(0, σ_b²) to each of the H sums and
+  sets
+
+      u_h = clip((Σ_k b_h,k + noise_h) / S + 1/2, 0, 1),   C_h <- C_h · exp(-η (u_h - γ)),
+
+  with target quantile γ and learning rate η. The value noise follows the current total C (std
+  z_v·C), so the sensitivity the noise assumes is the one the clipping and the guard enforce,
+  whatever the C_h drift to. The reported event is the equivalent single `GaussianDpEvent(z)`
+  (`adaptive_value_noise_multiplier`), not `ComposedDpEvent([Gaussian(z_v), Gaussian(z_b)])`:
+  TFF hands events back with float32 multipliers, and dp-accounting 0.4.3's RDP accountant then
+  silently keeps only the first Gaussian of a composition under Poisson sampling, understating ε.
   """
 
   def __init__(self,
@@ -287,17 +243,26 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
       value_noise_multiplier: z_v; the noise std on the sum is z_v * sqrt(sum_h C_h^2).
       clients_per_round: S, the expected number of clients a round.
       normalize: rescale every group to C_h when the total norm is >= C (the released code's
-        variant, module docstring).
+        variant, class docstring).
       noise_placement: "server" (on the sum) or "client" (on each record).
       target_quantile: γ for adaptive clipping; None keeps the clips fixed.
       learning_rate: η of the geometric clip update.
       clipped_count_stddev: σ_b, noise std on each group's clipped count.
       diagnostics: keep exact per-group client statistics in the state and report them
-        (module docstring; outside the DP guarantee, off by default).
-      noise_seed: seed of the server-side noise stream (module docstring); None draws one from
-        OS entropy.
-      group_names: unique names of the groups, the keys of the per-group measurements (module
-        docstring, "Diagnostics"); default `group_<h>`.
+        (`derive_metrics`; outside the DP guarantee, off by default).
+      noise_seed: seed of the server-side noise (the value noise with `noise_placement="server"`
+        and the clipped-count noise). It is carried in the global state and split every round,
+        so a run restored from a checkpoint of that state continues the exact noise stream an
+        uninterrupted run would have drawn. None draws 63 bits of OS entropy when the query is
+        built; fix it for reproducible simulations only, since anyone who knows it can subtract
+        the noise. Client-side noise comes from TF's stateful RNG on each client (a client has no
+        identity in a TFF aggregation to derive a seed from), so a resumed run does not replay it.
+      group_names: unique names of the groups, the keys of the per-group measurements
+        (`derive_metrics`); default `group_<h>`.
+
+    Raises:
+      ValueError: for adaptive clipping with noise but no clipped-count noise, or `group_names`
+        that are not H unique strings.
     """
     if target_quantile is not None and value_noise_multiplier > 0 and clipped_count_stddev <= 0:
       # Clipped counts released without noise would not be covered by the reported event.
@@ -309,7 +274,8 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     self._value_noise_multiplier = float(value_noise_multiplier)
     self._total_noise_multiplier = self._value_noise_multiplier
     if target_quantile is not None and clipped_count_stddev > 0 and value_noise_multiplier > 0:
-      # The value and count releases together are one Gaussian mechanism (module docstring).
+      # The value and count releases together are one Gaussian mechanism
+      # (`adaptive_value_noise_multiplier`).
       count_multiplier = 2.0 * clipped_count_stddev / math.sqrt(len(initial_group_clips))
       self._total_noise_multiplier = (value_noise_multiplier**-2 + count_multiplier**-2)**-0.5
     self._clients_per_round = float(clients_per_round)
@@ -331,6 +297,7 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
 
   @property
   def adaptive(self) -> bool:
+    """Whether the clips adapt (a target quantile was given)."""
     return self._target_quantile is not None
 
   @property
@@ -340,6 +307,7 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
 
   @property
   def noise_placement(self) -> str:
+    """"server" (noise on the sum) or "client" (noise on every record)."""
     return self._noise_placement
 
   def _zero_diagnostics(self):
@@ -354,15 +322,38 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
         clients=tf.constant(0.0))
 
   def initial_global_state(self):
+    """The global state before the first round.
+
+    Returns:
+      A `_GlobalState` with the initial clips (as this round's and the last round's), zero
+      diagnostics, the noise seed `[0, noise_seed]` and zero released and noise norms.
+    """
     seed = tf.constant([0, self._noise_seed], tf.int64)
     clips = tf.constant(self._initial_group_clips)
     zeros = tf.zeros([self._num_groups], tf.float32)
     return _GlobalState(clips, clips, self._zero_diagnostics(), seed, zeros, zeros)
 
   def derive_sample_params(self, global_state):
+    """The round's clips, passed to `preprocess_record`.
+
+    Args:
+      global_state: the query's global state.
+
+    Returns:
+      C_h of every group, a float32 vector.
+    """
     return global_state.group_clips
 
   def initial_sample_state(self, template=None):
+    """An empty sum of records.
+
+    Args:
+      template: a nest of tensors or specs with the records' structure, shapes and dtypes.
+
+    Returns:
+      (zeros shaped like `template`, H zero clipped counts if adaptive, zero diagnostics if
+      enabled; `()` for each absent part).
+    """
     value = tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype), template)
     below = tf.zeros([self._num_groups], tf.float32) if self.adaptive else ()
     return value, below, self._zero_diagnostics()
@@ -371,7 +362,29 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     return self._value_noise_multiplier * tf.norm(group_clips)
 
   def _clip(self, leaves, group_clips):
-    """Clips every group and guards the total norm (module docstring, "Sensitivity").
+    """Clips every group and guards the total norm (class docstring, steps 2 and 3).
+
+    Computed naively in float32, ||g_h||² = Σ x² underflows for groups of entries below ~1e-19
+    (or where most squares underflow and a few do not) and overflows near the float32 maximum;
+    normalize would then scale a tiny group up by C_h / (its underestimated norm), releasing a
+    record many orders of magnitude outside the ball of radius C. So:
+
+    * Group norms are computed as ||g_h|| = 2^e_h · n_h with n_h = ||2^-e_h g_h||
+      (`_scaled_group_norms`). The scaled entries lie in (-4, 4), the largest at least 1 in
+      magnitude unless the whole group is subnormal, so Σ (2^-e_h x)² neither overflows nor
+      loses more than d_h · 2^-126 (relative) to underflow. A multiplication by a power of two is
+      exact, so on ordinary inputs the norms and the clipped record are bit for bit those of the
+      direct formulas, but for the guard's corrections of rounding (one ulp).
+    * The clip is applied as (2^-e_h g_h) · b_h with b_h = min(2^e_h, C_h / n_h) (clip) or
+      b_h = C_h / n_h (normalize): no factor can overflow, and an all-zero group stays zero.
+    * The guard recomputes the total norm of the clipped record the same way (in float64 across
+      groups) and, if it exceeds C, rescales the record to C. So ||clipped record|| <= C to float
+      rounding for every finite input, every allocation, with and without normalize and for both
+      noise placements; on an ordinary input it only ever corrects rounding.
+    * TensorFlow flushes subnormal numbers (below 1.2e-38 in float32) to zero on CPU: such
+      entries count as 0, which can only lower the norm.
+
+    The adaptive indicators and the diagnostics use the same norms.
 
     Args:
       leaves: the record's finite leaves, all of one floating dtype.
@@ -386,7 +399,7 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     norms_before = _unscaled(norms, exponents)
     clips = tf.cast(group_clips, tf.float64)
     total_clip = tf.norm(clips)
-    # With y = 2^-e g_h and n = ||y||, the clipped group is y · b_h (module docstring).
+    # With y = 2^-e g_h and n = ||y||, the clipped group is y · b_h (docstring).
     restore = _pow2(exponents, dtype)
     to_bound = tf.math.divide_no_nan(tf.cast(group_clips, dtype), norms)
     if self._normalize:
@@ -407,6 +420,16 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     return values, norms_before, norms_after * guard, clipped
 
   def preprocess_record(self, params, record):
+    """Sanitises, clips and guards one client's record (class docstring, steps 1-3).
+
+    Args:
+      params: the round's clips C_h (`derive_sample_params`).
+      record: the client's delta, a nest of floating tensors.
+
+    Returns:
+      (the clipped record, noised here if `noise_placement="client"`; the clipped-count
+      indicators b_h if adaptive, else `()`; the record's diagnostics if enabled, else `()`).
+    """
     group_clips = params
     leaves = tf.nest.flatten(record)
     finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(leaf)) for leaf in leaves])
@@ -434,10 +457,21 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
     return value, below, diagnostics
 
   def get_noised_result(self, sample_state, global_state):
+    """Noises the cohort's sum and, if adaptive, updates the clips (class docstring).
+
+    Args:
+      sample_state: the sum over the cohort of `preprocess_record`'s outputs.
+      global_state: the query's global state.
+
+    Returns:
+      (the noised sum, the next global state, `GaussianDpEvent(z)` with z the round's total
+      multiplier, `noise_multiplier`).
+    """
     value_sum, below_sum, diagnostics = sample_state
     group_clips = global_state.group_clips
     leaves = tf.nest.flatten(value_sum)
-    # One seed per leaf, one for the counts, one carried to the next round.
+    # One seed per leaf, one for the counts, one carried to the next round: stateless draws from
+    # the state's seed, so a restored state replays this round's noise (`noise_seed`).
     seeds = tf.random.experimental.stateless_split(global_state.noise_seed, len(leaves) + 2)
     if self._noise_placement == 'server' and self._value_noise_multiplier > 0:
       stddev = self._value_stddev(group_clips)
@@ -476,10 +510,39 @@ class PerLayerClipGaussianSumQuery(tfp.SumAggregationDPQuery):
         for h, name in enumerate(self._group_names))
 
   def derive_metrics(self, global_state):
-    """The measurements of the round just run (module docstring, "Diagnostics").
+    """The measurements of the round just run.
 
-    Always `noise_stddev`, `clip` (scalars) and `per_group` (each group's `clip` and
-    `next_clip`); with diagnostics also `client_statistics`.
+    Args:
+      global_state: the global state `get_noised_result` returned.
+
+    Returns:
+      An ordered dict, per-group entries keyed by the group's name (`group_names`;
+      `PerLayerDPFactory` names the groups by the value's leaf tensors), scalars as scalars:
+
+          noise_stddev        std of the noise on each coordinate of the averaged update (σ_DP·C)
+          clip                C = sqrt(Σ_h C_h²), the total clip of the round
+          per_group
+            <group name>
+              clip            C_h of the round
+              next_clip       C_h of the next round (equal to clip unless adaptive)
+              released_norm   ||ũ_h||, the norm of group h of the released (noised) sum over S
+              noise_norm      sqrt(d_h)·σ_DP·C, the expected norm of the noise alone in that
+                              group (d_h its coordinates), so E||ũ_h||² = ||u_h||² + noise_norm²
+          client_statistics   (only with diagnostics)
+            clipped_fraction  fraction of the clients clipped, mean over the groups
+            nonfinite_clients clients whose delta held NaN or Inf
+            clients           clients that reported
+            per_group
+              <group name>
+                norm_before_clip   mean over the clients of ||g_h|| before clipping
+                norm_after_clip    mean over the clients of ||g_h|| after clipping
+                clipped_fraction   fraction of the clients whose group h was clipped
+
+      Everything outside `client_statistics` is public: the clips are constants or the noised
+      adaptive state, the noise std is a function of them, and `released_norm` is computed from
+      the noised release alone (post-processing). `client_statistics` are exact (un-noised) sums
+      over the round's clients, kept in the state only with `diagnostics=True`: they never feed
+      back into the model or the clips, but releasing them is outside the DP guarantee.
     """
     round_clips = global_state.round_clips
     # Std of the noise on each coordinate of the averaged update (σ_DP·C), the same in every

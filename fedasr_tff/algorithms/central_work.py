@@ -2,28 +2,8 @@
 
 The centralized loss term of mixed federated learning (Augenstein et al., "Mixed Federated
 Learning: Joint Decentralized and Centralized Learning", arXiv:2205.13655, Sec. 3 and
-Algorithm 1) and the server rehearsal of dynamic gradient aggregation are both training of the
+Algorithm 1) and the server rehearsal of dynamic gradient aggregation (`dga`) both train the
 global model on the server's own data between client rounds; this module is that one component.
-
-The central loss is w·f_c(model; B): `loss_fn(model, batch)` on server batches (by default the
-model's own loss, `model_loss`), or a data-free term (`data_free`: `loss_fn(model, None)`, e.g. a
-regulariser on the weights), times the weight w (w_c of the mixed loss).
-
-* `steps(optimizer_state, x, batches[, augmenting_gradient])`: from x, K = `steps` steps
-  x_{k+1} = CentralOpt(x_k, clip(∇ w·f_c(x_k; B_k)) + g_aug) over the batches (cycled when there are
-  fewer than K; the step k is folded into a batch's `seed` as on clients,
-  `local_training.with_step_seed`). Returns the optimizer state, the delta x − x_K (old minus
-  new, the sign of client deltas), the mean of the K (clipped) stochastic gradients
-  (g_aug excluded: the 2-way transfer's g̃_c, exact for any CentralOpt) and the mean unweighted
-  loss f_c(x_k; B_k). Zero batches take zero steps.
-* `gradient(x, batches)`: the mean over the batches of clip(∇ w·f_c(x; B)) at x (the 1-way
-  transfer's central gradient, one gradient on a batch of their union) and the mean unweighted
-  loss.
-
-clip(g) = g·min(1, C/||g||) with C = `clip_norm` (global L2 norm; None: no clip), the clients'
-local clip (`local_training`): the central branch steps like one more client, so plain SGD at the
-clients' learning rate is as stable on the server as on the clients (the CTC loss's raw
-gradients are far larger than the clip).
 
 Privacy: nothing here reads client data. What it computes is a function of the global model
 (already a DP release in a DP run) and the server's data, which no client-level guarantee covers.
@@ -41,7 +21,15 @@ from fedasr_tff.algorithms import local_training
 
 
 def model_loss(model: tff.learning.models.VariableModel, batch) -> tf.Tensor:
-  """The model's own training loss on a server batch (the default central loss)."""
+  """The model's own training loss on a server batch (the default central loss).
+
+  Args:
+    model: the model, whose `forward_pass` gives the loss.
+    batch: a batch of the model's `input_spec`.
+
+  Returns:
+    The scalar loss of a training-mode forward pass.
+  """
   # The forward pass traced inline, as in client work (`local_training`).
   forward_pass = getattr(model.forward_pass, 'python_function', model.forward_pass)
   return forward_pass(batch, training=True).loss
@@ -49,7 +37,7 @@ def model_loss(model: tff.learning.models.VariableModel, batch) -> tf.Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class CentralWork:
-  """The central component's TFF computations (module docstring).
+  """The central component's TFF computations (`build_central_work`).
 
   Attributes:
     initialize: () -> the central optimizer's initial state.
@@ -66,19 +54,27 @@ class CentralWork:
 
 
 class ServerDataProcess(tff.templates.IterativeProcess):
-  """A learning process whose rounds also take server data: `next(state, client_data,
-  central_data)`, or `next(state, client_data)` when the server's loss is data-free; returns
-  `tff.learning.templates.LearningProcessOutput`, with the model-weight accessors of a
-  `LearningProcess`.
+  """A learning process whose rounds also take server data.
 
-  The central batches are a SERVER-placed sequence argument, not data read inside the
-  computation, so a round is a pure function of its inputs (the runner draws them from its
-  secret and the round, and a replayed round is bit-identical). Mixed FL (`mixed_fl`) and DGA's
-  server rehearsal (`dga`) are such processes.
+  `next(state, client_data, central_data)`, or `next(state, client_data)` when the server's
+  loss is data-free, returns `tff.learning.templates.LearningProcessOutput`; the process has the
+  model-weight accessors of a `LearningProcess`. The central batches are a SERVER-placed
+  sequence argument, not data read inside the computation, so a round is a pure function of its
+  inputs (the runner draws them from its secret and the round, and a replayed round is
+  bit-identical). Mixed FL (`mixed_fl`) and DGA's server rehearsal (`dga`) are such processes.
   """
 
   def __init__(self, initialize_fn, next_fn, get_model_weights, set_model_weights,
                central_data_type):
+    """Initializes the process.
+
+    Args:
+      initialize_fn: the TFF computation of the initial server state.
+      next_fn: the TFF computation of a round (above).
+      get_model_weights: TFF computation from state to its `ModelWeights`.
+      set_model_weights: TFF computation from (state, `ModelWeights`) to state.
+      central_data_type: the `tff.SequenceType` of the central batches; None when data-free.
+    """
     super().__init__(initialize_fn, next_fn)
     self._get_model_weights = get_model_weights
     self._set_model_weights = set_model_weights
@@ -86,10 +82,12 @@ class ServerDataProcess(tff.templates.IterativeProcess):
 
   @property
   def get_model_weights(self) -> tff.Computation:
+    """TFF computation from state to the global `ModelWeights`."""
     return self._get_model_weights
 
   @property
   def set_model_weights(self) -> tff.Computation:
+    """TFF computation from (state, `ModelWeights`) to the state holding them."""
     return self._set_model_weights
 
   @property
@@ -99,8 +97,16 @@ class ServerDataProcess(tff.templates.IterativeProcess):
 
 
 def model_weight_accessors(state_type: tff.Type, model_weights_type: tff.Type):
-  """(get_model_weights, set_model_weights) TFF computations of a process whose server state is
-  a NamedTuple with a `global_model_weights` field (mixed FL's and DGA's states)."""
+  """The model-weight accessors of a process whose state has `global_model_weights`.
+
+  Args:
+    state_type: the federated type of the server state, a NamedTuple with a
+      `global_model_weights` field (mixed FL's and DGA's states).
+    model_weights_type: the TFF type of the `ModelWeights`.
+
+  Returns:
+    (get_model_weights, set_model_weights), TFF computations.
+  """
 
   @tff.tensorflow.computation(state_type.member)
   def get_model_weights(state):
@@ -126,6 +132,11 @@ def build_central_work(
 ) -> CentralWork:
   """Builds the central component.
 
+  The central loss is w·f_c(model; B): `loss_fn(model, batch)` on server batches (by default the
+  model's own loss, `model_loss`), or a data-free term (`data_free`: `loss_fn(model, None)`, e.g.
+  a regulariser on the weights), times the weight w (w_c of the mixed loss). Every data gradient
+  is clipped, clip(g) = g·min(1, C/||g||) with C = `clip_norm` (global L2 norm).
+
   Args:
     model_fn: no-argument callable returning the `tff.learning.models.VariableModel` trained.
     optimizer: CentralOpt, a `tff.learning.optimizers.Optimizer`; None builds only `gradient`
@@ -136,6 +147,23 @@ def build_central_work(
     data_free: the loss needs no server data.
     augmented: `steps` takes an augmenting gradient added to every step's gradient.
     clip_norm: C > 0 of the global-norm clip of every data gradient, or None.
+
+  Returns:
+    A `CentralWork` whose computations are:
+    * `steps(optimizer_state, x, batches[, augmenting_gradient])`: from x, K = `steps` steps
+      x_{k+1} = CentralOpt(x_k, clip(∇ w·f_c(x_k; B_k)) + g_aug) over the batches (cycled when
+      there are fewer than K; the step k is folded into a batch's `seed` as on clients,
+      `local_training.with_step_seed`). Returns the optimizer state, the delta x − x_K (old
+      minus new, the sign of client deltas), the mean of the K (clipped) stochastic gradients
+      (g_aug excluded: the 2-way transfer's g̃_c, exact for any CentralOpt) and the mean
+      unweighted loss f_c(x_k; B_k). Zero batches take zero steps.
+    * `gradient(x, batches)`: the mean over the batches of clip(∇ w·f_c(x; B)) at x (the 1-way
+      transfer's central gradient, one gradient on a batch of their union) and the mean
+      unweighted loss.
+
+  Raises:
+    ValueError: for an argument out of range or an optimizer that is not a
+      `tff.learning.optimizers.Optimizer`.
   """
   validation.check_positive_integer('central_steps', steps)
   validation.check_non_negative('central_weight', loss_weight)
@@ -156,6 +184,9 @@ def build_central_work(
     return None if data_free else local_training.with_step_seed(batch, step)
 
   def clipped(grads):
+    # The clients' local clip (`local_training`): the central branch steps like one more client,
+    # so plain SGD at the clients' learning rate is as stable on the server as on the clients
+    # (the CTC loss's raw gradients are far larger than the clip).
     if clip_norm is None:
       return grads
     return tf.clip_by_global_norm(grads, clip_norm)[0]

@@ -1,7 +1,7 @@
 """Hierarchical optimization with dynamic gradient aggregation (DGA) and server rehearsal.
 
-D. Dimitriadis, K. Kumatani, R. Gmyr, Y. Gaur, S. E. Eskimez, "Federated Transfer Learning with
-Dynamic Gradient Aggregation", arXiv:2008.02452 (Sec. 2-3, Algorithms 1-2, eqs. 4-6). A round:
+Dimitriadis, Kumatani, Gmyr, Gaur and Eskimez, "Federated Transfer Learning with Dynamic
+Gradient Aggregation", arXiv:2008.02452 (Sec. 2-3, Algorithms 1-2, eqs. 4-6). A round:
 
     clients j in the cohort: Δ_j = x − x_j after local SGD (`local_training`), loss L_j
     g = Σ_j α_j Δ_j,  Σ_j α_j = 1                    (the paper's eq. 4, without its stray 1/N)
@@ -10,56 +10,15 @@ Dynamic Gradient Aggregation", arXiv:2008.02452 (Sec. 2-3, Algorithms 1-2, eqs. 
 
 Deltas are old minus new (the paper writes local minus global, then descends along it, which
 would move away from the clients), so with uniform α_j = 1/N and server SGD at learning rate 1
-the round is FedAvg exactly.
-
-Weightings (`weighting`):
-
-* uniform (None): α_j = 1/N, the paper's "hierarchical optimization" baseline.
-* DGA softmax (`SoftmaxWeighting`, eq. 6): α_j = exp(−β L_j) / Σ_i exp(−β L_i): a client the
-  model fits badly weighs less. The weights are computed inside the round's federated
-  computation: every client maps its mean training loss over its local steps to an
-  unnormalised weight w_j = exp(−β (clip(L_j, L_lo, L_max) − L_lo)) ∈ [w_min, 1],
-  w_min = exp(−β (L_max − L_lo)), inside its local training (`local_training`,
-  `update_weight_fn`, so the weight costs the round no step of its own), and the weighted mean
-  Σ w_j Δ_j / Σ w_j (TFF's `MeanFactory`, or `aggregators.BoundedWeightDPFactory` with DP) is
-  the softmax aggregate. Shifting by the fixed, public L_lo instead of the cohort's min L (the
-  usual log-sum-exp shift) leaves the softmax unchanged (it is shift-invariant) and keeps the
-  round one aggregation of client values, which TFF's mergeable multi-worker form needs; the
-  public loss range keeps every exponent in [−β (L_max − L_lo), 0], so no weight overflows or
-  underflows (`MAX_LOG_WEIGHT_RANGE`).
-  Within the range the ratio is exact, α_i/α_j = exp(−β (L_i − L_j)); a loss outside it
-  saturates at its bound.
-* DGA-RL (`dga_rl`): weights from a small network trained with rewards, orchestrated in Python
-  from the stages below.
-
-Stages. Besides `next`, the process has three federated computations that together make `next`,
-for orchestration in Python (DGA-RL's two candidate server steps from one state):
-`client_round(state, client_data)` -> (updates, losses, weights, features) placed at the
-clients (a list in simulation, in cohort order) and the client work's measurements (only with
-`with_client_round`: its client work reports the loss itself, a second trace of local
-training, which a softmax or uniform run does not need);
-`server_step(state, updates, weights)` -> the round's aggregator and server optimizer step
-(the process's own aggregator and finalizer) as a `LearningProcessOutput`; and
-`rehearse(state, batches)` -> the rehearsal steps. Local training and the broadcast are
-stateless, so `client_round` leaves the state as it is.
-
-Server rehearsal (`rehearsal_steps`, `rehearsal_learning_rate`): SGD steps on server-held data
-after the server optimizer step, with the central component of mixed FL
-(`central_work.build_central_work`: the same loss, the gradient clipped at the clients' local
-clip). Its batches are `next`'s third argument (`central_work.ServerDataProcess`); 0 steps or a
-learning rate of 0 is no rehearsal, and `next` takes no batches.
-
-Measurements: `client_work` (with `diagnostics` only: local training's `train`, and `weights`:
-`weight_sum` Σ_j w_j and `effective_clients` (Σ w)²/Σ w², un-noised client statistics; empty by
-default, in `next` and `client_round` alike), `aggregator`, `finalizer`, and `rehearsal`
-(`loss`, the mean rehearsal loss; `delta_norm`), which are server quantities.
+the round is FedAvg exactly. The weights α are uniform (the paper's "hierarchical optimization"
+baseline), DGA's softmax of the losses (`SoftmaxWeighting`) or learned (DGA-RL, `dga_rl`).
+Usage and evidence: `docs/dga.md`.
 
 Privacy. Uniform weighting with `aggregators.PerLayerDPFactory` is DP FedAvg. The softmax
-weights are client data: with noise, aggregate with `aggregators.BoundedWeightDPFactory`, whose
-module docstring holds the argument (weights bounded to [w_min, 1], weighted clipped deltas and
-the weight sum both noised, one Gaussian event). Rehearsal reads the server's data and the
+weights are client data: with noise, aggregate with `aggregators.BoundedWeightDPFactory`
+(`BoundedWeightMeanQuery` states the argument). Rehearsal reads the server's data and the
 (already released) model: it costs the clients nothing, and no client guarantee covers the
-server's data. The `weights` statistics are outside any guarantee.
+server's data. What a run releases: `docs/privacy.md`.
 """
 
 import collections
@@ -87,7 +46,21 @@ MAX_LOG_WEIGHT_RANGE = 80.0
 
 @dataclasses.dataclass(frozen=True)
 class SoftmaxWeighting:
-  """DGA softmax weights over a public loss range (module docstring).
+  """DGA softmax weights over a public loss range (the paper's eq. 6).
+
+  α_j = exp(−β L_j) / Σ_i exp(−β L_i): a client the model fits badly weighs less. The weights
+  are computed inside the round's federated computation: every client maps its mean training
+  loss over its local steps to an unnormalised weight w_j = exp(−β (clip(L_j, L_lo, L_max) −
+  L_lo)) ∈ [w_min, 1], w_min = exp(−β (L_max − L_lo)), inside its local training
+  (`local_training`, `update_weight_fn`, so the weight costs the round no step of its own), and
+  the weighted mean Σ w_j Δ_j / Σ w_j (TFF's `MeanFactory`, or
+  `aggregators.BoundedWeightDPFactory` with DP) is the softmax aggregate. Shifting by the fixed,
+  public L_lo instead of the cohort's min L (the usual log-sum-exp shift) leaves the softmax
+  unchanged (it is shift-invariant) and keeps the round one aggregation of client values, which
+  TFF's mergeable multi-worker form needs; the public loss range keeps every exponent in
+  [−β (L_max − L_lo), 0], so no weight overflows or underflows (`MAX_LOG_WEIGHT_RANGE`).
+  Within the range the ratio is exact, α_i/α_j = exp(−β (L_i − L_j)); a loss outside it
+  saturates at its bound.
 
   The range matters with DP noise (`aggregators.BoundedWeightDPFactory`): the noise is sized
   for the largest weight, 1, so the noised mean Σ w_j Δ_j / Σ w_j carries noise S / Σ w_j times
@@ -127,22 +100,44 @@ class SoftmaxWeighting:
     return math.exp(-self.beta * (self.loss_clip - self.loss_floor))
 
   def client_weight(self, loss) -> tf.Tensor:
-    """w = exp(−β (clip(L, L_lo, L_max) − L_lo)) ∈ [w_min, 1], float32; a non-finite loss (a
-    client whose training diverged) gets w_min."""
+    """A client's unnormalised weight.
+
+    Args:
+      loss: L, the client's mean training loss.
+
+    Returns:
+      w = exp(−β (clip(L, L_lo, L_max) − L_lo)) ∈ [w_min, 1], float32; w_min for a non-finite
+      loss (a client whose training diverged).
+    """
     loss = tf.cast(loss, tf.float32)
     clipped = tf.clip_by_value(loss, self.loss_floor, self.loss_clip)
     clipped = tf.where(tf.math.is_finite(loss), clipped, self.loss_clip)
     return tf.exp(-self.beta * (clipped - self.loss_floor))
 
   def weights(self, losses) -> np.ndarray:
-    """The normalised weights α of a cohort's losses (the same formula, float32)."""
+    """The normalised weights of a cohort (`client_weight`, then normalised; float32).
+
+    Args:
+      losses: the clients' mean training losses.
+
+    Returns:
+      α, an array summing to 1.
+    """
     w = self.client_weight(tf.constant(np.asarray(losses, np.float32))).numpy()
     return w / w.sum()
 
 
 def client_features(update, loss) -> tf.Tensor:
-  """DGA-RL's features of one client [L, mean |Δ|, var |Δ|] (population variance over every
-  coordinate of every tensor of the delta), float32 [3]."""
+  """DGA-RL's features of one client.
+
+  Args:
+    update: the client's delta Δ, a nest of tensors.
+    loss: its mean training loss L.
+
+  Returns:
+    [L, mean |Δ|, var |Δ|], float32 [3]: mean and population variance over every coordinate of
+    every tensor of the delta.
+  """
   flat = tf.concat([tf.reshape(tf.abs(tf.cast(t, tf.float64)), [-1])
                     for t in tf.nest.flatten(update)], axis=0)
   mean = tf.reduce_mean(flat)
@@ -151,24 +146,47 @@ def client_features(update, loss) -> tf.Tensor:
 
 
 def variance_proxy(norms, weights) -> float:
-  """V(α) = Σ_j ||g_j||² / α_j, the paper's App. A proxy for the variance of the weighted
-  aggregate (up to 1/N²)."""
+  """The paper's App. A proxy for the variance of the weighted aggregate (up to 1/N²).
+
+  Args:
+    norms: ||g_j|| of the clients' pseudo-gradients.
+    weights: α_j > 0.
+
+  Returns:
+    V(α) = Σ_j ||g_j||² / α_j.
+  """
   norms, weights = np.asarray(norms, np.float64), np.asarray(weights, np.float64)
   return float(np.sum(np.square(norms) / weights))
 
 
 def variance_optimal_weights(norms) -> np.ndarray:
-  """argmin of `variance_proxy` on the simplex: α_j ∝ ||g_j|| (Cauchy-Schwarz). DGA's softmax
-  gives large gradients (losses) *less* weight, the opposite: the paper's App. A argument does
-  not show that DGA lowers the variance; DGA is a heuristic that down-weights badly modelled
-  clients."""
+  """The minimiser of `variance_proxy` on the simplex: α_j ∝ ||g_j|| (Cauchy-Schwarz).
+
+  DGA's softmax gives large gradients (losses) *less* weight, the opposite: the paper's App. A
+  argument does not show that DGA lowers the variance; DGA is a heuristic that down-weights
+  badly modelled clients.
+
+  Args:
+    norms: ||g_j|| of the clients' pseudo-gradients, not all zero.
+
+  Returns:
+    α, an array summing to 1.
+  """
   norms = np.asarray(norms, np.float64)
   return norms / norms.sum()
 
 
 class DGAState(NamedTuple):
-  """The state of a DGA process: FedAvg's parts and `rehearsal`, the rehearsal optimizer's
-  state (empty without rehearsal)."""
+  """The state of a DGA process.
+
+  Attributes:
+    global_model_weights: the model x, a `ModelWeights`.
+    distributor: the broadcast process's state.
+    client_work: the client work's state (its learning rate).
+    aggregator: the model aggregator's state.
+    finalizer: the server optimizer's state.
+    rehearsal: the rehearsal optimizer's state (empty without rehearsal).
+  """
   global_model_weights: Any
   distributor: Any
   client_work: Any
@@ -178,12 +196,33 @@ class DGAState(NamedTuple):
 
 
 class DGAProcess(central_work_lib.ServerDataProcess):
-  """A `ServerDataProcess` (rehearsal batches as `next`'s third argument) with the stages of a
-  round (module docstring): `client_round`, `server_step` and `rehearse` (None without
-  rehearsal)."""
+  """A `ServerDataProcess` (rehearsal batches as `next`'s third argument) with its stages.
+
+  Besides `next`, the process has three federated computations that together make `next`, for
+  orchestration in Python (DGA-RL's two candidate server steps from one state). Local training
+  and the broadcast are stateless, so `client_round` leaves the state as it is.
+  """
 
   def __init__(self, initialize_fn, next_fn, get_model_weights, set_model_weights,
                central_data_type, *, client_round, server_step, rehearse):
+    """Initializes the process.
+
+    Args:
+      initialize_fn: as in `ServerDataProcess`.
+      next_fn: as in `ServerDataProcess`.
+      get_model_weights: as in `ServerDataProcess`.
+      set_model_weights: as in `ServerDataProcess`.
+      central_data_type: the type of the rehearsal batches; None without them.
+      client_round: `client_round(state, client_data)` -> (updates, losses, weights, features)
+        placed at the clients (a list in simulation, in cohort order) and the client work's
+        measurements; None unless asked for (its client work reports the loss itself, a second
+        trace of local training, which a softmax or uniform run does not need).
+      server_step: `server_step(state, updates, weights)` -> the round's aggregator and server
+        optimizer step (the process's own aggregator and finalizer) as a
+        `LearningProcessOutput`.
+      rehearse: `rehearse(state, batches)` -> the rehearsal steps as a `LearningProcessOutput`;
+        None without rehearsal.
+    """
     super().__init__(initialize_fn, next_fn, get_model_weights, set_model_weights,
                      central_data_type)
     self.client_round = client_round
@@ -234,20 +273,40 @@ def build_dga_process(
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
     weighting: None (uniform) or a `SoftmaxWeighting`.
-    client_learning_rate, local_steps, local_epochs, local_clip_norm, fedprox_mu: the client
-      work (`local_training`).
-    server_optimizer, server_lr_schedule: the server optimizer (the paper: Adam).
+    client_learning_rate: η > 0 of the clients' local SGD (`local_training`).
+    local_steps: local steps per round; or
+    local_epochs: local epochs per round. Exactly one of the two.
+    local_clip_norm: the clients' local gradient clip, or None; the rehearsal clips at it too.
+    fedprox_mu: μ >= 0 of the clients' proximal term.
+    server_optimizer: ServerOpt (the paper: Adam).
+    server_lr_schedule: callable from round (0-based) to server learning rate, or None.
     model_aggregator: the deltas' aggregation factory: weighted (TFF's `MeanFactory`,
       `aggregators.BoundedWeightDPFactory`) or, for uniform weights, unweighted (for example
       `aggregators.PerLayerDPFactory`). Default TFF's mean of the weighting.
-    rehearsal_steps: server rehearsal steps per round (>= 0).
+    rehearsal_steps: server rehearsal steps per round (>= 0): SGD steps on server-held data
+      after the server optimizer step, with mixed FL's central component
+      (`central_work.build_central_work`: the same loss, the gradient clipped at the clients'
+      local clip). Their batches are `next`'s third argument; 0 steps or a learning rate of 0
+      is no rehearsal, and `next` then takes no batches.
     rehearsal_learning_rate: η_w >= 0 of the rehearsal's SGD.
     rehearsal_loss_fn: (model, batch) -> scalar loss of the rehearsal; default the model's.
     rehearsal_data_free: the rehearsal loss needs no server data.
     with_client_round: also build the `client_round` stage (DGA-RL needs it; otherwise None).
     diagnostics: also measure the clients' un-noised statistics (`client_work`: `train` and
-      `weights`; module docstring), outside any DP guarantee; off by default. The aggregator's
-      own client statistics are its factory's choice.
+      `weights`), outside any DP guarantee; off by default. The aggregator's own client
+      statistics are its factory's choice.
+
+  Returns:
+    A `DGAProcess`. Measurements: `client_work` (with `diagnostics` only: local training's
+    `train`, and `weights`: `weight_sum` Σ_j w_j and `effective_clients` (Σ w)²/Σ w², un-noised
+    client statistics; empty by default, in `next` and `client_round` alike), `aggregator`,
+    `finalizer`, and `rehearsal` (`loss`, the mean rehearsal loss; `delta_norm`), which are
+    server quantities.
+
+  Raises:
+    ValueError: for a `weighting` that is not a `SoftmaxWeighting`, an argument out of range, an
+      unweighted aggregator with softmax weights, or a `BoundedWeightDPFactory` whose
+      `min_weight` exceeds the weighting's.
   """
   if weighting is not None and not isinstance(weighting, SoftmaxWeighting):
     raise ValueError(f'`weighting` must be None (uniform) or a SoftmaxWeighting, got '

@@ -1,8 +1,8 @@
 """DGA-RL: aggregation weights from a small network trained with rewards.
 
-D. Dimitriadis, K. Kumatani, R. Gmyr, Y. Gaur, S. E. Eskimez, "Federated Transfer Learning with
-Dynamic Gradient Aggregation", arXiv:2008.02452, Sec. 3.2 and Algorithm 2. Each round, after
-the clients report (`dga.DGAProcess.client_round`):
+Dimitriadis, Kumatani, Gmyr, Gaur and Eskimez, "Federated Transfer Learning with Dynamic
+Gradient Aggregation", arXiv:2008.02452, Sec. 3.2 and Algorithm 2. Each round, after the clients
+report (`dga.DGAProcess.client_round`):
 
     x = standardised features of the N clients, concat_j [L_j, mean|Δ_j|, var|Δ_j|]   (3N)
     a = RL(x)                       N weights (the network's softmax, sampled for exploration)
@@ -10,28 +10,13 @@ the clients report (`dga.DGAProcess.client_round`):
     candidates A, B = one server step with a, with b, both from the *same* state (the process's
                       own aggregator and server optimizer, `DGAProcess.server_step`)
     e_A, e_B = validation errors of the candidates (lower is better; the paper's CER)
-    reward:  e_B − e_A > θ -> keep A, r = +R;  |e_A − e_B| <= θ -> keep A, r = +0.1 R;
-             otherwise keep B, r = −R
-    commit the kept candidate's model *and* optimizer state; push (x, sample, r) to a replay
-    buffer of 1,000; train the network on a minibatch of 32.
-
-Read literally, the paper's pseudocode rewards the RL weights when they are worse
-(CER_A − CER_B > θ gives +R); its prose says +1 when the inferred weights give a better CER,
-−1 when worse and +0.1 when similar, which `reward` follows. The paper says "active RL" and no
-more about the training rule; ours is a contextual-bandit REINFORCE: the network gives logits
-μ = f(x), the action is u = μ + s·ε with ε ~ N(0, I) and exploration s (annealed), a = softmax(u);
-the loss of a minibatch is mean_b r_b ||u_b − f(x_b)||² / (2 s²) (the negative log-likelihood of
-u under N(f(x), s² I), times the reward), minimised with Adam at 1e-3.
-
-The network (`build_weight_network`): 5 dense layers with ReLU, the 4th (second to last) a
-bottleneck: 3N-512-512-512-64-N (the paper gives only "5 layers, bottleneck, input 3N, output
-N"). Its inputs are fixed slots, so N must be the same every round (a fixed-size cohort, with
-or without replacement) and it is not permutation-equivariant. Features are z-scored per type
-across the round's N clients (the paper does not say how it scales them).
+    keep A or B and reward the network (`reward`); commit the kept candidate's model *and*
+    optimizer state; push (x, sample, r) to a replay buffer of 1,000; train the network on a
+    minibatch of 32 (`WeightPolicy`).
 
 Privacy. The features are un-noised client statistics and every round chooses between two
 models by their error on validation data: DGA-RL has no DP argument, and runs with DP noise
-refuse it (`program.config`).
+refuse it (`speech.config`).
 """
 
 import collections
@@ -55,8 +40,22 @@ TIE_REWARD = 0.1
 
 def reward(error_a: float, error_b: float, theta: float,
            reward_scale: float = 1.0) -> Tuple[bool, float]:
-  """(keep the RL candidate A, reward) from the candidates' validation errors (module
-  docstring): A clearly better, +R; within θ, A and +0.1 R; B better, B and −R."""
+  """Which candidate to keep, and the network's reward.
+
+  e_B − e_A > θ: keep A, r = +R; |e_A − e_B| <= θ: keep A, r = +0.1 R; otherwise keep B,
+  r = −R. Read literally, the paper's pseudocode rewards the RL weights when they are worse
+  (CER_A − CER_B > θ gives +R); its prose says +1 when the inferred weights give a better CER,
+  −1 when worse and +0.1 when similar, which this follows.
+
+  Args:
+    error_a: e_A, the validation error of the candidate with the RL weights.
+    error_b: e_B, that of the candidate with the softmax weights.
+    theta: θ >= 0, the tolerance of "about equal".
+    reward_scale: R > 0.
+
+  Returns:
+    (whether to keep the RL candidate A, the reward r).
+  """
   if error_b - error_a > theta:
     return True, reward_scale
   if abs(error_a - error_b) <= theta:
@@ -68,6 +67,11 @@ class ReplayBuffer:
   """FIFO memory of (features, action, reward); minibatches drawn without replacement."""
 
   def __init__(self, capacity: int = BUFFER_CAPACITY):
+    """Initializes an empty buffer.
+
+    Args:
+      capacity: the most entries kept, a positive integer.
+    """
     validation.check_positive_integer('capacity', capacity)
     self._entries = collections.deque(maxlen=capacity)
 
@@ -76,6 +80,7 @@ class ReplayBuffer:
 
   @property
   def capacity(self) -> int:
+    """The most entries kept."""
     return self._entries.maxlen
 
   @property
@@ -84,11 +89,23 @@ class ReplayBuffer:
     return list(self._entries)
 
   def push(self, entry) -> None:
-    """Adds `entry`, dropping the oldest when full."""
+    """Adds `entry`, dropping the oldest when full.
+
+    Args:
+      entry: a (features, action, reward) tuple.
+    """
     self._entries.append(entry)
 
   def sample(self, rng: np.random.Generator, batch_size: int = BATCH_SIZE) -> List[Any]:
-    """min(`batch_size`, len) distinct entries, uniformly."""
+    """Draws a minibatch of distinct entries, uniformly.
+
+    Args:
+      rng: the generator drawing the entries.
+      batch_size: the most entries to draw, a positive integer.
+
+    Returns:
+      min(`batch_size`, len) distinct entries.
+    """
     validation.check_positive_integer('batch_size', batch_size)
     picks = rng.choice(len(self._entries), size=min(batch_size, len(self._entries)),
                        replace=False)
@@ -97,8 +114,21 @@ class ReplayBuffer:
 
 def build_weight_network(num_clients: int, hidden_units=HIDDEN_UNITS,
                          seed: int = 0) -> tf.keras.Sequential:
-  """The weight network: 3N inputs, ReLU hidden layers `hidden_units`, N logits (module
-  docstring; `WeightPolicy.weights` applies the softmax)."""
+  """The weight network: 3N inputs, ReLU hidden layers, N logits.
+
+  The default is 5 dense layers, the 4th (second to last) a bottleneck: 3N-512-512-512-64-N (the
+  paper gives only "5 layers, bottleneck, input 3N, output N"). Its inputs are fixed slots, so N
+  must be the same every round (a fixed-size cohort, with or without replacement), and it is not
+  permutation-equivariant. `WeightPolicy.weights` applies the softmax.
+
+  Args:
+    num_clients: N, the fixed cohort size.
+    hidden_units: the hidden layers' widths.
+    seed: seed of the Glorot initialisers (layer i uses seed + i).
+
+  Returns:
+    An uncompiled `tf.keras.Sequential`.
+  """
   validation.check_positive_integer('num_clients', num_clients)
   layers = [tf.keras.layers.InputLayer(input_shape=(3 * num_clients,))]
   for i, units in enumerate(hidden_units):
@@ -112,8 +142,21 @@ def build_weight_network(num_clients: int, hidden_units=HIDDEN_UNITS,
 
 
 def standardized_features(features) -> np.ndarray:
-  """The network's input from the clients' [N, 3] features: each column z-scored across the
-  clients (a constant column becomes 0), flattened client by client: [L_1, m_1, v_1, L_2, ...]."""
+  """The network's input from the clients' features.
+
+  Each feature is z-scored across the round's N clients (the paper does not say how it scales
+  them).
+
+  Args:
+    features: the clients' [N, 3] features (`dga.client_features`).
+
+  Returns:
+    float32 [3N]: each column z-scored across the clients (a constant column becomes 0),
+    flattened client by client: [L_1, m_1, v_1, L_2, ...].
+
+  Raises:
+    ValueError: if `features` is not [N, 3].
+  """
   features = np.asarray(features, np.float64)
   if features.ndim != 2 or features.shape[1] != 3:
     raise ValueError(f'`features` must have shape [N, 3], got {features.shape}.')
@@ -124,11 +167,29 @@ def standardized_features(features) -> np.ndarray:
 
 
 class WeightPolicy:
-  """The weight network, its exploration and its REINFORCE training (module docstring)."""
+  """The weight network, its exploration and its REINFORCE training.
+
+  The paper says "active RL" and no more about the training rule; ours is a contextual-bandit
+  REINFORCE: the network gives logits μ = f(x), the action is u = μ + s·ε with ε ~ N(0, I) and
+  exploration s (annealed), a = softmax(u); the loss of a minibatch is
+  mean_b r_b ||u_b − f(x_b)||² / (2 s²) (the negative log-likelihood of u under N(f(x), s² I),
+  times the reward), minimised with Adam.
+  """
 
   def __init__(self, num_clients: int, *, exploration: float = 0.1,
                exploration_decay: float = 0.995, min_exploration: float = 0.01,
                learning_rate: float = 1e-3, hidden_units=HIDDEN_UNITS, seed: int = 0):
+    """Builds the network and its optimizer.
+
+    Args:
+      num_clients: N, the fixed cohort size.
+      exploration: the initial s > 0.
+      exploration_decay: the factor in (0, 1] applied to s after every update.
+      min_exploration: the floor > 0 of s.
+      learning_rate: Adam's learning rate.
+      hidden_units: the network's hidden layers (`build_weight_network`).
+      seed: seed of the network's initialisation.
+    """
     validation.check_positive('exploration', exploration)
     validation.check_sampling_rate('exploration_decay', exploration_decay)
     validation.check_positive('min_exploration', min_exploration)
@@ -143,24 +204,54 @@ class WeightPolicy:
     self._min_exploration = float(min_exploration)
 
   def optimizer_variables(self) -> List[tf.Variable]:
+    """Returns the optimizer's variables, for a checkpoint."""
     return list(self.optimizer.variables)
 
   def logits(self, features) -> tf.Tensor:
+    """The network's logits f(x).
+
+    Args:
+      features: one or more standardised feature vectors of 3N entries.
+
+    Returns:
+      float32 [batch, N].
+    """
     return self.network(tf.reshape(tf.cast(features, tf.float32), [-1, 3 * self.num_clients]))
 
   def weights(self, features) -> np.ndarray:
-    """The greedy weights softmax(f(x)) of one feature vector."""
+    """The greedy weights of one feature vector.
+
+    Args:
+      features: a standardised feature vector of 3N entries.
+
+    Returns:
+      softmax(f(x)), N weights.
+    """
     return tf.nn.softmax(self.logits(features))[0].numpy()
 
   def act(self, features, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
-    """(weights a = softmax(u), action u = f(x) + s·ε) for one feature vector."""
+    """Samples the exploring weights of one feature vector.
+
+    Args:
+      features: a standardised feature vector of 3N entries.
+      rng: the generator of the exploration noise ε.
+
+    Returns:
+      (weights a = softmax(u), action u = f(x) + s·ε).
+    """
     mu = self.logits(features)[0].numpy()
     u = (mu + self.exploration * rng.standard_normal(mu.shape)).astype(np.float32)
     return tf.nn.softmax(u).numpy(), u
 
   def update(self, batch) -> float:
-    """One Adam step on mean_b r_b ||u_b − f(x_b)||² / (2 s²); then anneals s. Returns the
-    loss."""
+    """One Adam step on mean_b r_b ||u_b − f(x_b)||² / (2 s²); then anneals s.
+
+    Args:
+      batch: (features x, action u, reward r) entries of the replay buffer.
+
+    Returns:
+      The minibatch's loss.
+    """
     features = tf.constant(np.stack([entry[0] for entry in batch]), tf.float32)
     actions = tf.constant(np.stack([entry[1] for entry in batch]), tf.float32)
     rewards = tf.constant([entry[2] for entry in batch], tf.float32)
@@ -181,7 +272,8 @@ class RLRound:
     state: the committed process state (after rehearsal, if any).
     measurements: the round's measurements (`client_work`, `aggregator`, `finalizer`, and
       `rehearsal`) as the kept candidate's `next` would have reported them.
-    rl_weights, softmax_weights: the normalised weights a and b, in cohort order.
+    rl_weights: the normalised weights a, in cohort order.
+    softmax_weights: the normalised weights b, in cohort order.
     errors: (e_A, e_B), the candidates' validation errors.
     kept_rl: whether A (the RL weights) was kept.
     reward: the reward.
@@ -231,9 +323,14 @@ class DGARL:
     self._rounds = 0
 
   def state(self) -> List[np.ndarray]:
-    """The learner's state as arrays, for a checkpoint: the network's weights, the optimizer's
-    variables, the exploration, and the replay buffer padded to its capacity with its fill.
-    Exploration noise and minibatches are drawn from (seed, round), so no RNG state is kept."""
+    """The learner's state as arrays, for a checkpoint.
+
+    Exploration noise and minibatches are drawn from (seed, round), so no RNG state is kept.
+
+    Returns:
+      The network's weights, the optimizer's variables, the exploration, and the replay buffer
+      (features, actions, rewards) padded to its capacity, then its fill.
+    """
     n, capacity = self.policy.num_clients, self.buffer.capacity
     features = np.zeros([capacity, 3 * n], np.float32)
     actions = np.zeros([capacity, n], np.float32)
@@ -246,7 +343,11 @@ class DGARL:
              np.int64(len(self.buffer))])
 
   def set_state(self, arrays: List[np.ndarray]) -> None:
-    """Restores what `state` returned."""
+    """Restores what `state` returned.
+
+    Args:
+      arrays: the arrays of `state`.
+    """
     arrays = list(arrays)
     network = self.policy.network
     count = len(network.get_weights())
@@ -262,10 +363,20 @@ class DGARL:
 
   def round(self, state, client_data, rehearsal_data=None,
             round_num: Optional[int] = None) -> RLRound:
-    """One round from `state` on the cohort's datasets (and the rehearsal batches).
+    """One round from `state` on the cohort's datasets (module docstring).
 
-    `round_num` seeds the round's exploration and minibatch (default: rounds run so far), so a
-    resumed run that restored `state()` draws what an uninterrupted one would.
+    Args:
+      state: the process state.
+      client_data: the cohort's datasets, exactly N.
+      rehearsal_data: the rehearsal batches, if the process rehearses on server data.
+      round_num: seeds the round's exploration and minibatch (default: rounds run so far), so a
+        resumed run that restored `state()` draws what an uninterrupted one would.
+
+    Returns:
+      The round's `RLRound`.
+
+    Raises:
+      ValueError: if `client_data` does not hold exactly N datasets.
     """
     round_num = self._rounds if round_num is None else round_num
     self._rounds = round_num + 1

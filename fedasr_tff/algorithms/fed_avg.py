@@ -1,4 +1,8 @@
-"""The DP federated averaging process, composed from TFF templates ([1], Sec. 2, Algorithm 1).
+"""The DP federated averaging process, composed from TFF templates.
+
+Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 2,
+Algorithm 1:
 
     distributor (TFF broadcast) -> local training (`local_training`) -> model aggregator
     (default unweighted mean; `PerLayerDPFactory` for DP) -> apply the server optimizer
@@ -6,12 +10,6 @@
 
 The process is independent of the model: anything `model_fn` returns as a
 `tff.learning.models.VariableModel` trains, so mixed FL, DGA and retrieval reuse it.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
 """
 
 from typing import Callable
@@ -47,8 +45,11 @@ def build_fed_avg_process(
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
-    client_learning_rate, local_steps, local_epochs, local_clip_norm, fedprox_mu: the client
-      work, see `local_training.build_local_training_client_work`.
+    client_learning_rate: η_loc > 0 of local SGD.
+    local_steps: local SGD steps (batches) per round, cycling the data; or
+    local_epochs: passes over the client's data per round. Exactly one of the two.
+    local_clip_norm: C_loc > 0 of the local gradient clip, or None for none.
+    fedprox_mu: μ >= 0 of FedProx's proximal term (`local_training`).
     server_optimizer: a `tff.learning.optimizers.Optimizer` (`fedasr_tff.optimizers.build`).
     server_lr_schedule: callable from round (0-based) to server learning rate
       (`fedasr_tff.optimizers.schedules`); None keeps the optimizer's learning rate.
@@ -56,6 +57,9 @@ def build_fed_avg_process(
       `tff.aggregators.UnweightedMeanFactory()`.
     diagnostics: also measure the clients' un-noised training statistics under
       `client_work/train` (outside any DP guarantee); off by default.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess` (`compose_process`).
   """
   client_work = local_training.build_local_training_client_work(
       model_fn,
@@ -91,7 +95,13 @@ def compose_process(
     initial_model_weights_fn: a no-argument TFF computation returning the initial
       `tff.learning.models.ModelWeights`.
     client_work: a `ClientWorkProcess` whose updates are client deltas (global minus local).
-    server_optimizer, server_lr_schedule, model_aggregator: as in `build_fed_avg_process`.
+    server_optimizer: as in `build_fed_avg_process`.
+    server_lr_schedule: as in `build_fed_avg_process`.
+    model_aggregator: as in `build_fed_avg_process`.
+
+  Returns:
+    The `LearningProcess` of TFF's `compose_learning_process` over TFF's broadcast,
+    `client_work` and `build_server_components`.
   """
   model_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
@@ -109,11 +119,25 @@ def build_server_components(
     server_lr_schedule: Optional[Callable] = None,
     model_aggregator=None,
 ) -> Tuple[tff.templates.AggregationProcess, tff.learning.templates.FinalizerProcess]:
-  """The aggregation process of the client deltas and the server optimizer's finalizer; the
-  server side of `compose_process`, of the mixed FL processes (`mixed_fl`) and of DGA (`dga`).
+  """The server side of a process: the aggregator of the client deltas and the finalizer.
 
-  `model_aggregator` is an unweighted factory (which ignores the clients' weights) or a
-  weighted one (DGA's weights); default TFF's unweighted mean.
+  Shared by `compose_process`, the mixed FL processes (`mixed_fl`), DGA (`dga`) and the
+  retrieval process.
+
+  Args:
+    model_weights_type: the TFF type of the model's `ModelWeights`.
+    server_optimizer: a `tff.learning.optimizers.Optimizer`.
+    server_lr_schedule: callable from round (0-based) to server learning rate; None keeps the
+      optimizer's.
+    model_aggregator: an unweighted factory (which ignores the clients' weights) or a weighted
+      one (DGA's weights); default TFF's unweighted mean.
+
+  Returns:
+    (the aggregation process of the trainable weights' deltas, with float32 weights; TFF's
+    apply-optimizer finalizer).
+
+  Raises:
+    ValueError: if `server_optimizer` or `model_aggregator` has the wrong type.
   """
   if not isinstance(server_optimizer, tff.learning.optimizers.Optimizer):
     raise ValueError('`server_optimizer` must be a tff.learning.optimizers.Optimizer, got '
@@ -139,6 +163,14 @@ def build_server_components(
 def build_evaluation_process(
     model_fn: Callable[[], tff.learning.models.VariableModel]
 ) -> tff.learning.templates.LearningProcess:
-  """Federated evaluation of the same model (TFF's `build_fed_eval`): set its weights with
-  `process.set_model_weights(eval_state, learning_state.global_model_weights)`."""
+  """Federated evaluation of the same model (TFF's `build_fed_eval`).
+
+  Set its weights with `process.set_model_weights(eval_state, learning_state.global_model_weights)`.
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
+
+  Returns:
+    TFF's federated evaluation `LearningProcess`.
+  """
   return tff.learning.algorithms.build_fed_eval(model_fn)

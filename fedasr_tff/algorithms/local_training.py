@@ -1,72 +1,12 @@
 """Client work of DP federated learning: local SGD with local gradient clipping.
 
-As in [1], Algorithm 1 and Sec. 4 ("Federated Training": SGD with a constant learning rate, local
-gradients clipped to norm 1).
-
-Each client starts from the broadcast global weights θ and, for `local_steps` batches (cycling
-its data when it has fewer) or `local_epochs` passes over its data, takes plain SGD steps
-
-    g <- ∇ [loss(θ_k; B) + (μ/2) ||θ_k − θ||²]        (FedProx [2], μ = `fedprox_mu`)
-    g <- g · min(1, C_loc / ||g||)                      (global L2 norm over all trainable weights)
-    θ_k <- θ_k − η_loc g
-
-and returns Δ_k = θ − θ_k (old minus new, so Δ acts as a gradient for the server optimizer) with
-client weight 1: DP averaging needs uniform weights ([1], Theorem 1 and App. H.1: ω_k = 1/K).
-There is no optimizer state to carry between rounds. The local learning rate lives in the process
-state (`get_hparams`).
-
-Mixed federated learning (Augenstein et al., "Mixed Federated Learning: Joint Decentralized and
-Centralized Learning", arXiv:2205.13655, Algorithm 1, ClientUpdate) reuses this client work with
-two options. `loss_weight` w multiplies the loss (the federated term's weight w_f of the mixed
-loss). With `augmented`, the broadcast value is `augmented_broadcast(weights, g_aug)`: the model
-and an augmenting gradient g_aug (the server's central gradient), added to every step's
-gradient **after** the local clip,
-
-    θ_k <- θ_k − η_loc (clip(∇ w·loss(θ_k; B)) + g_aug),
-
-and the update is the private part only, Δ_k − η_loc·steps·g_aug = η_loc Σ_k clip(∇ ...): what
-the server adds back (`mixed_fl`) is public. Outside the clip because g_aug is public and the
-same on every client: inside, it would spend the clip budget, scale the data gradient by a
-factor set by the public term, and the private part would no longer be the sum of clipped data
-gradients the 2-way transfer recovers (η_loc times the federated average gradient).
-
-Randomness: every training-time random draw of client work is a function of the client's dataset
-and the local step, never of TF's global random state. A batch that is a mapping with a `seed`
-entry (a [2] integer tensor, as the speech pipeline's batches are) reaches the model's forward
-pass with the local step k (0, 1, ...) folded into that seed (`local_step_seed`), so a batch seen
-again (`local_steps` cycling the data, `local_epochs`) draws fresh dropout masks, yet the whole
-client update is a function of the dataset's seeds. This is what makes a replayed round (a resumed
-DP run replays the round's noise) bit-identical: were client work random, two executions with the
-same noise would differ by a noise-free difference of client updates, which cancels the noise.
-Batches of other structures (tuples of generic models) pass unchanged; such models must then draw
-nothing at random in training for the guarantee to hold.
-
-Dynamic gradient aggregation (`dga`) weights a client's delta by a function of its training loss:
-with `update_weight_fn`, the `ClientResult`'s `update_weight` is `update_weight_fn(L)` of the
-client's mean training loss L over its local steps (the loss `train/loss` averages), computed in
-the client's own TF computation so that the weight costs the round no step of its own; otherwise
-it is 1. The measurements then gain `weights`: `weight_sum` Σ_j w_j and `effective_clients`
-(Σ_j w_j)² / Σ_j w_j², summed with the other statistics (no extra aggregation).
-
-Measurements (`train`): `loss`, the mean over clients of each client's mean loss over its local
-steps; `examples` and `steps` (summed over clients); `clients`, the number of clients;
-`delta_norm`, the mean over clients of the L2 norm of the delta; and the largest gradient norm
-before and after clipping seen on any client (`max_grad_norm`, `max_clipped_grad_norm`). The means
-are a sum over clients divided by `clients` on the server, 0 in a round of no clients (Poisson
-sampling can draw an empty cohort), as are the maxima. With `start_gradient`,
-`start_gradient` is the mean over clients of ∇ w·loss at the broadcast weights on the client's
-first batch (one extra gradient; mixed FL's gradient dissimilarity). These client statistics are
-sent without noise: they are simulation diagnostics outside the DP guarantee, so the
-measurements are empty unless `diagnostics=True` asks for `train` and `weights`
-(`start_gradient` is its own request).
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
-[2] T. Li et al. Federated Optimization in Heterogeneous Networks. MLSys 2020,
-    arXiv:1812.06127.
+Each client starts from the broadcast global weights, takes SGD steps with every gradient clipped
+to a global L2 norm and returns its delta with weight 1 (Pelikan et al., "Enabling Differentially
+Private Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+Clipping", NeurIPS 2025, arXiv:2310.00098, Algorithm 1 and Sec. 4: SGD with a constant learning
+rate, local gradients clipped to norm 1), optionally with FedProx's proximal term (Li et al.,
+"Federated Optimization in Heterogeneous Networks", MLSys 2020, arXiv:1812.06127). Mixed FL
+(`mixed_fl`) and DGA (`dga`) reuse it through the options of `build_local_training_client_work`.
 """
 
 import collections
@@ -83,7 +23,15 @@ from fedasr_tff.optimizers import hparams
 
 
 def check_local_work(local_steps: Optional[int], local_epochs: Optional[int]) -> None:
-  """Exactly one of `local_steps` and `local_epochs`, a positive integer."""
+  """Checks that exactly one of `local_steps` and `local_epochs` is given, a positive integer.
+
+  Args:
+    local_steps: the number of local steps, or None.
+    local_epochs: the number of local epochs, or None.
+
+  Raises:
+    ValueError: if both or neither are given, or the one given is not a positive integer.
+  """
   if (local_steps is None) == (local_epochs is None):
     raise ValueError('Give exactly one of `local_steps` and `local_epochs`, got '
                      f'local_steps={local_steps!r}, local_epochs={local_epochs!r}.')
@@ -133,8 +81,16 @@ def _finalize_measurements(sums, maxima):
 
 
 def weight_statistics(weight_sum, weight_square_sum) -> collections.OrderedDict:
-  """The `weights` measurements: `weight_sum` Σ_j w_j and `effective_clients`
-  (Σ_j w_j)² / Σ_j w_j² (Kish's effective sample size; 0 without clients)."""
+  """The `weights` measurements of weighted client updates.
+
+  Args:
+    weight_sum: Σ_j w_j over the round's clients.
+    weight_square_sum: Σ_j w_j².
+
+  Returns:
+    {`weight_sum`: Σ_j w_j, `effective_clients`: (Σ_j w_j)² / Σ_j w_j² (Kish's effective sample
+    size; 0 without clients)}.
+  """
   return collections.OrderedDict(
       weight_sum=weight_sum,
       effective_clients=tf.math.divide_no_nan(tf.square(weight_sum), weight_square_sum))
@@ -144,32 +100,84 @@ _MODEL_WEIGHTS, _AUGMENTING_GRADIENT = 'model_weights', 'augmenting_gradient'
 
 
 def augmented_broadcast_type(model_weights_type: tff.Type) -> tff.StructType:
-  """The type of `augmented_broadcast`: the model weights and one tensor per trainable one."""
+  """The type of `augmented_broadcast`.
+
+  Args:
+    model_weights_type: the TFF type of the model's `ModelWeights`.
+
+  Returns:
+    A struct of the model weights and one tensor per trainable weight (the augmenting gradient).
+  """
   return tff.StructWithPythonType(
       [(_MODEL_WEIGHTS, model_weights_type),
        (_AUGMENTING_GRADIENT, model_weights_type.trainable)], collections.OrderedDict)
 
 
 def augmented_broadcast(model_weights, augmenting_gradient):
-  """What the server broadcasts to `augmented` client work: weights and augmenting gradient."""
+  """What the server broadcasts to `augmented` client work.
+
+  Args:
+    model_weights: the global `ModelWeights`.
+    augmenting_gradient: g_aug, one tensor per trainable weight.
+
+  Returns:
+    An ordered dict of the two, of type `augmented_broadcast_type`.
+  """
   return collections.OrderedDict([(_MODEL_WEIGHTS, model_weights),
                                   (_AUGMENTING_GRADIENT, augmenting_gradient)])
 
 
 def local_step_seed(seed, step) -> tf.Tensor:
-  """The seed of local step `step` over a batch of seed `seed`: the step folded in; [2] int64."""
+  """The seed of a local step over a batch (`with_step_seed`).
+
+  Args:
+    seed: the batch's seed, a [2] integer tensor.
+    step: the local step k.
+
+  Returns:
+    `seed` with k folded in, a [2] int64 tensor.
+  """
   return tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
 
 
 def dense_gradients(gradients, variables):
-  """Gradients as dense tensors of their variables' static shapes (loop state must keep its
-  shape; an embedding's gradient comes as `IndexedSlices` of unknown row count)."""
+  """Gradients as dense tensors of their variables' static shapes.
+
+  Loop state must keep its shape, and an embedding's gradient comes as `IndexedSlices` of
+  unknown row count.
+
+  Args:
+    gradients: one gradient per variable, dense or `IndexedSlices`.
+    variables: the variables.
+
+  Returns:
+    A list of dense tensors, each of its variable's shape.
+  """
   return [tf.ensure_shape(tf.convert_to_tensor(g), v.shape)
           for g, v in zip(gradients, variables, strict=True)]
 
 
 def with_step_seed(batch, step):
-  """`batch` with the local step folded into its seed, if it is a mapping holding one."""
+  """`batch` with the local step folded into its seed, if it is a mapping holding one.
+
+  Every training-time random draw of client work is a function of the client's dataset and the
+  local step, never of TF's global random state. A batch that is a mapping with a `seed` entry
+  (a [2] integer tensor, as the speech pipeline's batches are) reaches the model's forward pass
+  with the local step k (0, 1, ...) folded into that seed, so a batch seen again (`local_steps`
+  cycling the data, `local_epochs`) draws fresh dropout masks, yet the whole client update is a
+  function of the dataset's seeds. This is what makes a replayed round (a resumed DP run replays
+  the round's noise) bit-identical: were client work random, two executions with the same noise
+  would differ by a noise-free difference of client updates, which cancels the noise. Batches of
+  other structures (tuples of generic models) pass unchanged; such models must then draw nothing
+  at random in training for the guarantee to hold.
+
+  Args:
+    batch: a batch of the client's dataset.
+    step: the local step k, 0-based.
+
+  Returns:
+    `batch` with its seed replaced by `local_step_seed(seed, step)`, or `batch` unchanged.
+  """
   if isinstance(batch, abc.Mapping) and 'seed' in batch:
     return collections.OrderedDict(batch, seed=local_step_seed(batch['seed'], step))
   return batch
@@ -195,7 +203,19 @@ def build_local_training_client_work(
     update_weight_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     diagnostics: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """Builds the `ClientWorkProcess` of the module docstring.
+  """Builds the client work: local SGD with local gradient clipping.
+
+  Each client starts from the broadcast global weights θ and, for `local_steps` batches (cycling
+  its data when it has fewer) or `local_epochs` passes over its data, takes plain SGD steps
+
+      g <- ∇ [w·loss(θ_k; B) + (μ/2) ||θ_k − θ||²]
+      g <- g · min(1, C_loc / ||g||)          (global L2 norm over all trainable weights)
+      θ_k <- θ_k − η_loc g
+
+  and returns Δ_k = θ − θ_k (old minus new, so Δ acts as a gradient for the server optimizer)
+  with update weight 1: DP averaging needs uniform weights (Pelikan et al. 2025, Theorem 1 and
+  App. H.1: ω_k = 1/K). There is no optimizer state to carry between rounds; η_loc lives in the
+  process state (`get_hparams`).
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
@@ -204,16 +224,41 @@ def build_local_training_client_work(
     local_epochs: number of passes over the client's data. Exactly one of the two.
     local_clip_norm: C_loc > 0, or None for no local clipping.
     fedprox_mu: μ >= 0 of the proximal term (μ/2)||θ_k − θ||².
-    loss_weight: w >= 0 multiplying the loss (mixed FL's w_f).
-    augmented: the broadcast value is `augmented_broadcast(...)` and every step adds its
-      augmenting gradient outside the clip; needs `local_steps` (the server adds back
-      η_loc·local_steps·g_aug, so every client's step count must be public).
-    start_gradient: also measure `start_gradient` (module docstring).
-    update_weight_fn: maps the client's mean training loss (a float32 scalar) to its update
-      weight, inside the client's computation (module docstring); None: weight 1.
+    loss_weight: w >= 0 multiplying the loss (the federated term's weight w_f of mixed FL's
+      loss).
+    augmented: mixed FL's augmenting gradient (Augenstein et al., "Mixed Federated Learning:
+      Joint Decentralized and Centralized Learning", arXiv:2205.13655, Algorithm 1,
+      ClientUpdate). The broadcast value is `augmented_broadcast(weights, g_aug)` and every step
+      adds g_aug (the server's central gradient) after the local clip,
+      θ_k <- θ_k − η_loc (clip(∇ w·loss(θ_k; B)) + g_aug); the update is the private part only,
+      Δ_k − η_loc·steps·g_aug = η_loc Σ_k clip(∇ ...), since what the server adds back
+      (`mixed_fl`) is public. Needs `local_steps`: the server adds back η_loc·local_steps·g_aug,
+      so every client's step count must be public.
+    start_gradient: also measure `start_gradient` (below).
+    update_weight_fn: DGA's weighting (`dga`): maps the client's mean training loss L over its
+      local steps (the loss `train/loss` averages; a float32 scalar) to its update weight,
+      computed in the client's own TF computation so that the weight costs the round no step of
+      its own; None: weight 1.
     diagnostics: also measure the clients' un-noised statistics (`train`, and `weights` with
-      `update_weight_fn`; module docstring), which are outside any DP guarantee. Off by
-      default: the measurements are then empty (or `start_gradient` alone).
+      `update_weight_fn`), which are outside any DP guarantee. Off by default: the measurements
+      are then empty (or `start_gradient` alone).
+
+  Returns:
+    A `ClientWorkProcess`: `next(state, weights, client_data)` returns the clients' `ClientResult`
+    and measurements. With `diagnostics`, `train`: `loss`, the mean over clients of each
+    client's mean loss over its local steps; `examples` and `steps` (summed over clients);
+    `clients`; `delta_norm`, the mean over clients of the delta's L2 norm; `max_grad_norm` and
+    `max_clipped_grad_norm`, the largest gradient norm before and after clipping on any client
+    (means and maxima are 0 in a round of no clients: Poisson sampling can draw an empty
+    cohort); with `update_weight_fn` also `weights` (`weight_statistics`). With
+    `start_gradient`, `start_gradient`: the mean over clients of ∇ w·loss at the broadcast
+    weights on the client's first batch (one extra gradient; mixed FL's gradient
+    dissimilarity). These client statistics are sent without noise: simulation diagnostics
+    outside the DP guarantee.
+
+  Raises:
+    ValueError: for an argument out of range, both or neither of `local_steps` and
+      `local_epochs`, or `augmented` without `local_steps`.
   """
   validation.check_positive('client_learning_rate', client_learning_rate)
   check_local_work(local_steps, local_epochs)
@@ -349,6 +394,10 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
         grads, _ = tf.clip_by_global_norm(grads, local_clip_norm, use_norm=grad_norm)
       clipped_norm = tf.linalg.global_norm(grads)
       if flat_augmenting is not None:
+        # g_aug is added outside the clip: it is public and the same on every client. Inside, it
+        # would spend the clip budget and scale the data gradient by a factor set by the public
+        # term, and the private part would no longer be the sum of clipped data gradients that
+        # mixed FL's 2-way transfer recovers (η_loc times the federated average gradient).
         for p, g in zip(private, grads, strict=True):
           p.assign_add(tf.cast(learning_rate, g.dtype) * g)
         grads = [g + a for g, a in zip(grads, flat_augmenting, strict=True)]

@@ -1,77 +1,20 @@
 """Mixed federated learning: a centralized loss trained server-side, joined with the federated one.
 
-Augenstein, Hard, Ning, Singhal, Kale, Partridge, Mathews, "Mixed Federated Learning: Joint
+Augenstein, Hard, Ning, Singhal, Kale, Partridge and Mathews, "Mixed Federated Learning: Joint
 Decentralized and Centralized Learning", arXiv:2205.13655 (Algorithm 1, App. A). The model x
 minimises f = w_f·f_fed + w_c·f_c with w_f = 1 − w_c: f_fed is the clients' loss, f_c a loss the
 server computes (the same loss on its own data, or a data-free term; `central_work`). The
-weights enter through the losses: clients train on w_f·loss, the server on w_c·f_c, and the two
-branches' deltas are **summed** (the paper's pseudocode, not its prose's "averaged").
+paper's three algorithms, parallel training and the 1-way and 2-way gradient transfers, are in
+`build_mixed_fl_process`; usage and evidence in `docs/mixed_fl.md`.
 
-Deltas here are old minus new (Δ = x − x_new), the sign of client updates, so an optimizer
-applied to Δ as a gradient moves the model by −lr·Δ. A round of each algorithm, with FedAvg's
-Δ̄ = mean_i Δ_i (uniform weights) and ServerOpt giving x_f, and the central branch's K steps of
-CentralOpt from x giving x_c (`central_work.steps`):
-
-* **Parallel training (PT):** x_c from x on fresh central batches; the federated round is
-  FedAvg; x ← MergeOpt(x, (x − x_c) + (x − x_f)) (with SGD at η_m = 1: x_c + x_f − x).
-* **1-way gradient transfer (1-w GT):** before the broadcast the server computes
-  g̃_c = ∇ w_c·f_c(x) (mean over the round's central batches, `central_work.gradient`) and
-  broadcasts it with x; every client adds it to every local step's gradient
-  (`local_training`, `augmented`); x ← ServerOpt(x, Δ̄). No CentralOpt or MergeOpt, no
-  augmenting state.
-* **2-way gradient transfer (2-w GT):** PT whose clients add the state's g̃_c and whose central
-  steps add the state's g̃_f; then g̃_c ← the mean of the round's K central stochastic gradients
-  and g̃_f ← the federated average data gradient, recovered from the aggregate with no extra
-  upload (App. A.2): for SGD clients of K steps, Δ_i = η Σ_k (ĝ_k + g̃_c), so
-  g̃_f = Δ̄_private / (η K) with Δ̄_private the aggregated private part below. Both are one round
-  stale; in round 0 (g̃ = 0) 2-w GT equals PT. It takes about twice PT's step at the same
-  learning rate (both branches move along the whole gradient of f), which is why the paper gives
-  it a smaller one.
-
-Clients return only the private part of their delta, Δ_i − η K g̃_c = η Σ_k clip(∇ w_f·f_i)
-(`local_training`): the server adds η K g̃_c back after aggregation. For SGD clients (ours) this
-is exact, so the round equals the paper's; the gain is that the clip (and any noise) acts on
-client data only.
-
-With w_c = 0 there is no central branch: all three processes are FedAvg, bit for bit (the paper's
-2-w GT would still take a stale federated step in its central branch; the merge of a single
-branch is skipped too, so MergeOpt is unused).
-
-Measurements: `client_work`, `aggregator` and `finalizer` as in FedAvg (`client_work` empty
-unless `diagnostics`); `mixed`:
-`federated_delta_norm` ||x − x_f||, and where the algorithm has them `central_loss` (mean of the
-unweighted f_c over the central steps or batches), `central_delta_norm` ||x − x_c||,
-`central_gradient_norm` (the g̃_c sent to clients; PT: the mean central gradient) and
-`federated_gradient_norm` (the g̃_f the central steps used). With `gradient_dissimilarity`,
-`client_work/gradient_dissimilarity` holds G̃² and B̃² of the paper's eq. 7
-(`gradient_dissimilarity`) from one extra gradient per client at x and the central gradient
-at x.
-
-**Privacy.** The central branch reads the server's data and the global model only: it costs the
-clients no privacy, and the server's data is covered by **no** guarantee (the privacy statement
-says so). The federated delta is clipped and noised by the model aggregator exactly as in DP
-FedAvg; everything the server derives from client data is computed from that noised aggregate:
-x_f, the merge, and 2-w GT's g̃_f = Δ̄_private/(ηK) are post-processing, so a round releases one
-Gaussian mechanism at the aggregator's z and the account is FedAvg's at the same (q, z, T). The
-broadcast g̃_c is a function of x (a DP release) and server data, public with respect to the
-clients, and the η K g̃_c added back on the server is public. The dissimilarity metrics read an
-un-noised client gradient: they are client diagnostics, released only under the runner's
-client-diagnostics opt-in. The local clip bounds the data gradient, the augmenting gradient is
-added outside it (`local_training` says why); user-level sensitivity comes from the
-aggregator's clip of the private part.
-
-**TFF shape.** `next(state, client_data, central_data)`: the round's central batches are a
-SERVER-placed sequence argument of a process of our own (`central_work.ServerDataProcess`, a
-`tff.templates.IterativeProcess`; a `LearningProcess.next` takes only (state, client data)).
-An argument, not data read inside the computation, so a round is a pure function of its inputs:
-the runner draws the batches from its seed like the cohorts, a replayed round is bit-identical,
-and the fingerprint of a resumed run covers them. A data-free central loss has
-`next(state, client_data)`. One federated computation per round holds both branches, so TFF runs
-the server's steps concurrently with the clients'. TFF's mergeable (multi-worker) form allows
-one aggregation of client values per round: all three algorithms aggregate only the client
-deltas (plus FedAvg's measurement sums); PT and 2-w GT do all server work after the
-aggregation, so they carry; 1-w GT computes g̃_c before the broadcast, which the mergeable form
-would run on every worker (the same value, the cost repeated) unless the driver passes it in.
+Privacy. The central branch reads the server's data and the global model only: it costs the
+clients no privacy, and the server's data is covered by no guarantee. Clients send only the
+private part of their delta, which the model aggregator clips and noises exactly as in DP FedAvg;
+everything the server derives from client data (x_f, the merge, 2-w GT's g̃_f) is post-processing
+of that noised aggregate, so a round is one Gaussian mechanism at the aggregator's z and the
+account is FedAvg's at the same (q, z, T). The broadcast g̃_c is a function of x (a DP release)
+and server data, and the η K g̃_c the server adds back is public. What a run releases:
+`docs/privacy.md`.
 """
 
 import collections
@@ -95,9 +38,17 @@ ALGORITHMS = (PARALLEL, ONE_WAY, TWO_WAY)
 
 
 class MixedState(NamedTuple):
-  """The state of a mixed FL process: FedAvg's parts and `central`, holding (by algorithm)
-  `optimizer` (CentralOpt), `merge` (MergeOpt) and 2-w GT's `central_gradient` g̃_c and
-  `federated_gradient` g̃_f."""
+  """The state of a mixed FL process.
+
+  Attributes:
+    global_model_weights: the model x, a `ModelWeights`.
+    distributor: the broadcast process's state.
+    client_work: the client work's state (its learning rate).
+    aggregator: the model aggregator's state.
+    finalizer: the server optimizer's state.
+    central: by algorithm, `optimizer` (CentralOpt's state), `merge` (MergeOpt's) and 2-w GT's
+      `central_gradient` g̃_c and `federated_gradient` g̃_f; empty without a central branch.
+  """
   global_model_weights: Any
   distributor: Any
   client_work: Any
@@ -113,7 +64,16 @@ def gradient_dissimilarity(federated_gradient, central_gradient, federated_weigh
   With a = the mean client gradient and b = the central gradient at x, s = a + b:
       G̃² = ||a||²/w_f + ||b||²/w_c − ||s||²        (assuming B = 1),
       B̃² = (||a||²/w_f + ||b||²/w_c) / ||s||²      (assuming G = 0).
-  For w_f + w_c = 1, G̃² >= 0 and B̃² >= 1 (Jensen). Returns an OrderedDict of float32 tensors.
+  For w_f + w_c = 1, G̃² >= 0 and B̃² >= 1 (Jensen).
+
+  Args:
+    federated_gradient: a, the mean over clients of ∇ w_f·f_i at x.
+    central_gradient: b, ∇ w_c·f_c at x, of the same structure.
+    federated_weight: w_f > 0.
+    central_weight: w_c > 0.
+
+  Returns:
+    An OrderedDict {`G2`: G̃², `B2`: B̃² (0 when s = 0)} of float32 scalars.
   """
   flat_a = [tf.cast(t, tf.float32) for t in tf.nest.flatten(federated_gradient)]
   flat_b = [tf.cast(t, tf.float32) for t in tf.nest.flatten(central_gradient)]
@@ -126,9 +86,24 @@ def gradient_dissimilarity(federated_gradient, central_gradient, federated_weigh
 
 def central_batch_size(algorithm: str, cohort_size: int, client_batch_size: int,
                        local_steps: int) -> int:
-  """The paper's central batch rubric (Augenstein et al. 2022, App. C.2): |B_c| = S·|B_i| for
-  PT and 2-w GT (the server's step matches the cohort's), K·S·|B_i| for 1-w GT (its one central
-  gradient stands for K steps, so its variance is K times more costly, Table 1)."""
+  """The paper's central batch size (Augenstein et al. 2022, App. C.2).
+
+  |B_c| = S·|B_i| for PT and 2-w GT (the server's step matches the cohort's), K·S·|B_i| for
+  1-w GT (its one central gradient stands for K steps, so its variance is K times more costly,
+  Table 1).
+
+  Args:
+    algorithm: one of `ALGORITHMS`.
+    cohort_size: S, clients per round.
+    client_batch_size: |B_i|, a client's batch size.
+    local_steps: K, local steps per round.
+
+  Returns:
+    |B_c|.
+
+  Raises:
+    ValueError: for an unknown algorithm or a size that is not a positive integer.
+  """
   if algorithm not in ALGORITHMS:
     raise ValueError(f'`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.')
   for name, value in (('cohort_size', cohort_size), ('client_batch_size', client_batch_size),
@@ -159,17 +134,51 @@ def build_mixed_fl_process(
     gradient_dissimilarity: bool = False,  # pylint: disable=redefined-outer-name
     diagnostics: bool = False,
 ) -> central_work_lib.ServerDataProcess:
-  """Builds the mixed FL process of `algorithm` (module docstring).
+  """Builds the mixed FL process of `algorithm`.
+
+  Deltas here are old minus new (Δ = x − x_new), the sign of client updates, so an optimizer
+  applied to Δ as a gradient moves the model by −lr·Δ. The loss weights enter through the
+  losses: clients train on w_f·loss, the server on w_c·f_c, and the two branches' deltas are
+  summed (the paper's pseudocode, not its prose's "averaged"). A round of each algorithm, with
+  FedAvg's Δ̄ = mean_i Δ_i (uniform weights) and ServerOpt giving x_f, and the central branch's K
+  steps of CentralOpt from x giving x_c (`central_work.build_central_work`, `steps`):
+
+  * Parallel training (PT): x_c from x on fresh central batches; the federated round is FedAvg;
+    x ← MergeOpt(x, (x − x_c) + (x − x_f)) (with SGD at η_m = 1: x_c + x_f − x).
+  * 1-way gradient transfer (1-w GT): before the broadcast the server computes
+    g̃_c = ∇ w_c·f_c(x) (mean over the round's central batches, `gradient`) and broadcasts it
+    with x; every client adds it to every local step's gradient (`local_training`,
+    `augmented`); x ← ServerOpt(x, Δ̄). No CentralOpt or MergeOpt, no augmenting state.
+  * 2-way gradient transfer (2-w GT): PT whose clients add the state's g̃_c and whose central
+    steps add the state's g̃_f; then g̃_c ← the mean of the round's K central stochastic
+    gradients and g̃_f ← the federated average data gradient, recovered from the aggregate with
+    no extra upload (App. A.2): for SGD clients of K steps, Δ_i = η Σ_k (ĝ_k + g̃_c), so
+    g̃_f = Δ̄_private / (η K). Both are one round stale; in round 0 (g̃ = 0) 2-w GT equals PT.
+    It takes about twice PT's step at the same learning rate (both branches move along the
+    whole gradient of f), which is why the paper gives it a smaller one.
+
+  Clients return only the private part of their delta, Δ_i − η K g̃_c = η Σ_k clip(∇ w_f·f_i)
+  (`local_training`): the server adds η K g̃_c back after aggregation. For SGD clients (ours)
+  this is exact, so the round equals the paper's; the gain is that the clip (and any noise) acts
+  on client data only. With w_c = 0 there is no central branch: all three processes are FedAvg,
+  bit for bit (the paper's 2-w GT would still take a stale federated step in its central
+  branch; the merge of a single branch is skipped too, so MergeOpt is unused).
 
   Args:
     model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
     algorithm: "parallel", "one_way" or "two_way" (`ALGORITHMS`).
     central_weight: w_c in [0, 1]; clients train on (1 − w_c)·loss.
-    client_learning_rate, local_steps, local_epochs, local_clip_norm, fedprox_mu: the client
-      work (`local_training`); the gradient transfers need `local_steps`. The central branch
-      clips its data gradients at `local_clip_norm` too (`central_work`).
-    server_optimizer, server_lr_schedule, model_aggregator: the federated branch, as in
-      `fed_avg.build_fed_avg_process`.
+    client_learning_rate: η > 0 of the clients' local SGD (`local_training`).
+    local_steps: K local steps per round; the gradient transfers need it.
+    local_epochs: local epochs per round instead of `local_steps`; not with a gradient transfer
+      (w_c > 0), and PT then needs `central_steps`.
+    local_clip_norm: the clients' local gradient clip, or None. The central branch clips its
+      data gradients at it too (`central_work`).
+    fedprox_mu: μ >= 0 of the clients' proximal term.
+    server_optimizer: ServerOpt of the federated branch, as in `fed_avg.build_fed_avg_process`.
+    server_lr_schedule: as in `fed_avg.build_fed_avg_process`.
+    model_aggregator: the aggregator of the client deltas, as in
+      `fed_avg.build_fed_avg_process` (a DP factory for DP).
     central_optimizer: CentralOpt of PT and 2-w GT; default SGD at `client_learning_rate` (the
       paper's η_c = η·η_s with η_s = 1). 1-w GT takes none.
     merge_optimizer: MergeOpt of PT and 2-w GT; default SGD at 1 (the paper's η_m). 1-w GT
@@ -182,6 +191,24 @@ def build_mixed_fl_process(
     diagnostics: also measure the clients' un-noised training statistics under
       `client_work/train` (outside any DP guarantee), as in `fed_avg.build_fed_avg_process`;
       off by default.
+
+  Returns:
+    A `central_work.ServerDataProcess`: `next(state, client_data, central_data)`, the round's
+    central batches a SERVER-placed sequence, or `next(state, client_data)` for a data-free
+    central loss. One federated computation holds both branches, so TFF runs the server's steps
+    concurrently with the clients'. Measurements: `client_work`, `aggregator` and `finalizer`
+    as in FedAvg (`client_work` empty unless `diagnostics`); `merge` (MergeOpt's); `mixed`:
+    `federated_delta_norm` ||x − x_f||, and where the algorithm has them `central_loss` (mean of
+    the unweighted f_c over the central steps or batches), `central_delta_norm` ||x − x_c||,
+    `central_gradient_norm` (the g̃_c sent to clients; PT: the mean central gradient) and
+    `federated_gradient_norm` (the g̃_f the central steps used). With `gradient_dissimilarity`,
+    `client_work/gradient_dissimilarity` holds G̃² and B̃² from one extra gradient per client at
+    x and the central gradient at x.
+
+  Raises:
+    ValueError: for an unknown algorithm, an argument out of range, optimizers or steps given to
+      1-w GT, `gradient_dissimilarity` without `diagnostics` or with w_c not in (0, 1), or a
+      gradient transfer without `local_steps`.
   """
   if algorithm not in ALGORITHMS:
     raise ValueError(f'`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.')

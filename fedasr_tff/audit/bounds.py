@@ -4,31 +4,12 @@ An audit runs the mechanism on data with canaries, guesses from the output which
 present, and asks which (ε, δ) claims the guesses refute. A claim is refuted at confidence 1 - β
 when guesses this good would happen with probability at most β under every (ε, δ)-DP mechanism;
 the largest refuted ε is the measured lower bound. It is evidence, never proof: a mechanism can
-be far less private than its bound shows and still not be caught.
-
-One-run audit (Steinke, Nasr and Jagielski, "Privacy Auditing with One (1) Training Run",
-NeurIPS 2023, arXiv:2305.08846, Theorem 5.2). m canaries, each included independently with
-probability 1/2; the auditor makes r guesses (the rest abstain) and v of them are right. If the
-mechanism is (ε, δ)-DP in each canary's inclusion, then with p = e^ε / (1 + e^ε) and
-f(u) = P[Binomial(r, p) >= u],
-
-    P[v correct or more] <= f(v) + 2 m δ · max_{i = 1..v} (f(v - i) - f(v)) / i.
-
-`one_run_p_value` is the right-hand side; `one_run_epsilon_lower_bound` the largest ε whose p-value
-is at most β (the p-value grows with ε). With every guess right, the bound is capped near
--log(β^(-1/r) - 1): r = 100 guesses at β = 0.05 cannot show more than ε ≈ 3.5.
-
-Many-run distinguishing test (Jagielski, Ullman and Oprea, "Auditing Differentially Private
-Machine Learning: How Private is Private SGD?", NeurIPS 2020; Nasr et al., "Adversary
-Instantiation", IEEE S&P 2021). The mechanism runs many times on one of two neighbouring inputs,
-chosen at random, and a threshold test says which. (ε, δ)-DP bounds the test's error rates:
-TPR <= e^ε FPR + δ and TNR <= e^ε FNR + δ, so
-
-    ε >= max(log((TPR - δ) / FPR), log((TNR - δ) / FNR)),
-
-with FPR and FNR bounded above by one-sided Clopper-Pearson bounds, each at 1 - β/2 so both hold
-together at 1 - β (TPR = 1 - FNR, TNR = 1 - FPR), for a threshold chosen before the trials it is
-scored on (`distinguishing_epsilon_lower_bound`).
+be far less private than its bound shows and still not be caught. Two audits: one training run
+(Steinke, Nasr and Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023,
+arXiv:2305.08846; `one_run_epsilon_lower_bound`) and many runs of a distinguishing test
+(Jagielski, Ullman and Oprea, "Auditing Differentially Private Machine Learning: How Private is
+Private SGD?", NeurIPS 2020; Nasr et al., "Adversary Instantiation", IEEE S&P 2021;
+`distinguishing_epsilon_lower_bound`).
 """
 
 import math
@@ -47,13 +28,27 @@ def _check_confidence(confidence):
 
 def one_run_p_value(canaries: int, guesses: int, correct: int, epsilon: float,
                     delta: float) -> float:
-  """P[`correct` or more right guesses] under any (ε, δ)-DP mechanism (Theorem 5.2, above).
+  """P[`correct` or more right guesses] under any (ε, δ)-DP mechanism.
+
+  Steinke, Nasr and Jagielski 2023, Theorem 5.2: m canaries, each included independently with
+  probability 1/2; the auditor makes r guesses (the rest abstain) and v of them are right. If the
+  mechanism is (ε, δ)-DP in each canary's inclusion, then with p = e^ε / (1 + e^ε) and
+  f(u) = P[Binomial(r, p) >= u],
+
+      P[v correct or more] <= f(v) + 2 m δ · max_{i = 1..v} (f(v - i) - f(v)) / i.
 
   Args:
     canaries: m, canaries each included with probability 1/2.
     guesses: r <= m, the guesses made.
     correct: v <= r, the right ones.
-    epsilon, delta: the claim tested.
+    epsilon: ε >= 0 of the claim tested.
+    delta: δ in [0, 1) of the claim tested.
+
+  Returns:
+    The right-hand side above, at most 1.
+
+  Raises:
+    ValueError: for counts not 0 <= v <= r <= m or ε, δ out of range.
   """
   validation.check_positive_integer('canaries', canaries)
   validation.check_non_negative_integer('guesses', guesses)
@@ -79,7 +74,19 @@ def one_run_epsilon_lower_bound(canaries: int, guesses: int, correct: int, delta
                                 confidence: float = 0.95) -> float:
   """The largest ε refuted at `confidence` by `correct` of `guesses` (0 if none is).
 
-  Args: as `one_run_p_value`; `confidence` = 1 - β.
+  The largest ε whose `one_run_p_value` is at most β (the p-value grows with ε). With every guess
+  right, the bound is capped near -log(β^(-1/r) - 1): r = 100 guesses at β = 0.05 cannot show
+  more than ε ≈ 3.5.
+
+  Args:
+    canaries: as `one_run_p_value`.
+    guesses: as `one_run_p_value`.
+    correct: as `one_run_p_value`.
+    delta: as `one_run_p_value`.
+    confidence: 1 - β, in (0, 1).
+
+  Returns:
+    The ε lower bound; inf when the guesses refute every ε up to 1e3.
   """
   _check_confidence(confidence)
   beta = 1 - confidence
@@ -98,7 +105,16 @@ def one_run_epsilon_lower_bound(canaries: int, guesses: int, correct: int, delta
 
 
 def clopper_pearson(successes: int, trials: int, confidence: float):
-  """One-sided Clopper-Pearson bounds (lower, upper) on a binomial rate, each at `confidence`."""
+  """One-sided Clopper-Pearson bounds on a binomial rate.
+
+  Args:
+    successes: the successes, <= `trials`.
+    trials: the trials, > 0.
+    confidence: the confidence of each bound, in (0, 1).
+
+  Returns:
+    (lower, upper), each a one-sided bound at `confidence`.
+  """
   validation.check_non_negative_integer('successes', successes)
   validation.check_positive_integer('trials', trials)
   if successes > trials:
@@ -114,7 +130,17 @@ def clopper_pearson(successes: int, trials: int, confidence: float):
 def distinguishing_epsilon_lower_bound(false_positives: int, negatives: int,
                                        false_negatives: int, positives: int, delta: float,
                                        confidence: float = 0.95) -> float:
-  """ε refuted at `confidence` by a test's error counts (module docstring); 0 if none is.
+  """ε refuted at `confidence` by a distinguishing test's error counts; 0 if none is.
+
+  The mechanism runs many times on one of two neighbouring inputs, chosen at random, and a
+  threshold test says which. (ε, δ)-DP bounds the test's error rates: TPR <= e^ε FPR + δ and
+  TNR <= e^ε FNR + δ, so
+
+      ε >= max(log((TPR - δ) / FPR), log((TNR - δ) / FNR)),
+
+  with FPR and FNR bounded above by one-sided Clopper-Pearson bounds, each at 1 - β/2 so both hold
+  together at 1 - β (TPR = 1 - FNR, TNR = 1 - FPR). The threshold must be chosen before the
+  trials it is scored on.
 
   Args:
     false_positives: trials without the canary that the test called "with".
@@ -123,6 +149,9 @@ def distinguishing_epsilon_lower_bound(false_positives: int, negatives: int,
     positives: trials with the canary.
     delta: δ of the claim.
     confidence: 1 - β for the two Clopper-Pearson bounds together.
+
+  Returns:
+    The ε lower bound, >= 0.
   """
   validation.check_unit_interval_right_open('delta', delta)
   _check_confidence(confidence)

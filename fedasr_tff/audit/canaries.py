@@ -6,13 +6,7 @@ canary's seed for that round. Every leaf has norm λ, so a clipping group of k l
 λ·sqrt(k), and with λ at or above the total clip C every group is at or above its own C_h <= C:
 clipping makes the canary exactly C_h in every group (per-layer clipping, normalize) or C
 (global clipping), and the auditor knows the clipped canary's direction exactly
-(`clipped_canary_weights`). λ = 0 is a client whose update is zero (an absent canary where the
-mechanism needs a fixed number of reporting clients).
-
-A client's dataset holds one element {'seed': int64[2], 'norm': float32 λ}
-(`canary_dataset`): the canary enters the TFF process as an ordinary client whose client work
-returns its delta, and everything after the client work (aggregator, noise, server step) is the
-process under audit.
+(`clipped_canary_weights`).
 """
 
 import collections
@@ -28,19 +22,45 @@ _ELEMENT_SPEC = collections.OrderedDict(seed=tf.TensorSpec([2], tf.int64),
 
 
 def canary_seed(audit_seed: int, canary: int, round_num: int) -> np.ndarray:
-  """The seed of canary `canary`'s direction in round `round_num`: a fresh direction a round."""
+  """The seed of a canary's direction in a round: a fresh direction every round.
+
+  Args:
+    audit_seed: the audit's seed.
+    canary: the canary's index.
+    round_num: the round.
+
+  Returns:
+    A [2] int64 seed (non-negative words).
+  """
   words = np.random.SeedSequence([audit_seed, canary, round_num]).generate_state(2, np.uint64)
   return (words >> np.uint64(1)).astype(np.int64)
 
 
 def canary_dataset(seed: np.ndarray, norm: float) -> tf.data.Dataset:
-  """The one-element dataset of a canary client with direction seed `seed` and leaf norm λ."""
+  """The dataset of a canary client, one element {'seed': int64[2], 'norm': float32 λ}.
+
+  Args:
+    seed: the seed of its direction (`canary_seed`).
+    norm: λ, the norm of every leaf; 0 for a client whose update is zero (an absent canary
+      where the mechanism needs a fixed number of reporting clients).
+
+  Returns:
+    A one-element `tf.data.Dataset`.
+  """
   return tf.data.Dataset.from_tensors(collections.OrderedDict(
       seed=tf.constant(seed, tf.int64), norm=tf.constant(norm, tf.float32)))
 
 
 def canary_directions(leaf_shapes: Sequence[Sequence[int]], seed) -> list:
-  """The unit leaves u_ℓ (module docstring) of the canary with seed `seed` ([2] int64)."""
+  """The unit leaves u_ℓ of a canary (module docstring).
+
+  Args:
+    leaf_shapes: the shape of every leaf.
+    seed: the canary's seed, [2] int64; leaf i's draw folds i into it.
+
+  Returns:
+    A list of float32 tensors of unit norm, one per leaf.
+  """
   directions = []
   for i, shape in enumerate(leaf_shapes):
     noise = tf.random.stateless_normal(
@@ -53,9 +73,16 @@ def build_canary_client_work(
     model_weights_type: tff.Type) -> tff.learning.templates.ClientWorkProcess:
   """Client work returning each client's canary delta (module docstring), weight 1.
 
+  The canary enters the TFF process as an ordinary client whose client work returns its delta,
+  so everything after the client work (aggregator, noise, server step) is the process under
+  audit.
+
   Args:
     model_weights_type: the process's `tff.learning.models.ModelWeights` type; the canary lives
       in its trainable tensors.
+
+  Returns:
+    A stateless `ClientWorkProcess` over `canary_dataset` datasets, with no measurements.
   """
   trainable_type = model_weights_type.trainable
   specs = tf.nest.flatten(tff.types.type_to_tf_tensor_specs(trainable_type))
@@ -100,6 +127,9 @@ def clipped_canary_weights(leaf_groups: Sequence[int], group_clips: Sequence[flo
     group_clips: C_h of the round.
     norm: λ, one for every leaf or a leaf norm each (λ_ℓ >= 0).
     normalize: the clipping rescales to C_h (per_layer_query's normalize).
+
+  Returns:
+    w_ℓ for every leaf, float64.
   """
   groups = np.asarray(leaf_groups)
   clips = np.asarray(group_clips, np.float64)
@@ -117,10 +147,20 @@ def clipped_canary_weights(leaf_groups: Sequence[int], group_clips: Sequence[flo
 
 def leaf_groups_and_clips(per_group: Mapping[str, Mapping[str, float]],
                           leaf_names: Sequence[str]):
-  """(group of every leaf, C_h) from a round's released `per_group` clips.
+  """The clipping groups and clips of a round, from its released `per_group` clips.
 
   `aggregators.PerLayerDPFactory` names the groups by the leaves (one group per leaf) or
-  `GLOBAL_GROUP` (one group of all leaves) (`per_layer_dp`, "Group names").
+  `GLOBAL_GROUP` (one group of all leaves).
+
+  Args:
+    per_group: the round's `per_group` measurements, {group name: {'clip': C_h, ...}}.
+    leaf_names: the model's leaf names, in flatten order.
+
+  Returns:
+    (the group of every leaf, C_h of every group).
+
+  Raises:
+    ValueError: if the groups are neither one group nor one per leaf.
   """
   names = list(per_group)
   if len(names) == 1 and names[0] not in leaf_names:

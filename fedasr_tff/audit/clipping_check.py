@@ -3,27 +3,8 @@ of them.
 
 The ε audits' canaries have the same norm in every tensor, far above every clip, and are finite,
 so a mechanism that mishandles any other record passes them. This check sends one canary of each
-kind below, present in every one of R rounds of the query, and measures what the release makes
-of it: the projection p_ℓ of the released sum (times S) on each of the canary's unit leaves u_ℓ.
-
-    below_clip      every group at half its clip C_h (total C / 2): must pass unclipped, exactly.
-    one_leaf        one leaf, of the group with the smallest clip, at 1,000 C; the rest zero.
-    at_total_clip   every group at the total clip C: above its own C_h, each within C alone, in
-                    all sqrt(H) C.
-    non_finite      every leaf at 1,000 C, with a NaN entry: the mechanism may zero it or clip
-                    it, but the release must stay finite and move by at most C.
-
-Two tests, each a t-test on the R rounds (the noise's own spread, whatever its placement):
-
-* Sensitivity (every canary): the projection of the release on the canary's unit direction
-  v = Σ_ℓ λ_ℓ u_ℓ / ||λ|| is at most the norm of the canary's contribution, which must be at
-  most C_t (the round's released total clip). The check fails when its lower confidence bound,
-  in units of C_t, exceeds 1, or when a release is not finite.
-* Fidelity (the finite canaries): the documented clipping (`per_layer_query`, step 2;
-  `canaries.clipped_canary_weights` with the round's released clips) makes leaf ℓ w_ℓ u_ℓ; the
-  check fails when some leaf's mean p_ℓ - w_ℓ differs from 0 (two-sided, Bonferroni over leaves).
-
-Each test of a canary gets half of its significance (all of it for `non_finite`).
+other kind (`canary_leaf_norms`), present in every one of R rounds of the query, and tests the
+release for the sensitivity bound and for the documented clipping (`audit`).
 """
 
 import collections
@@ -48,12 +29,28 @@ _FAR = 1e3
 
 def canary_leaf_norms(kind: str, leaf_groups: Sequence[int],
                       group_clips: Sequence[float]) -> np.ndarray:
-  """λ_ℓ, the norm of every leaf of the canary `kind` (module docstring), for clips C_h.
+  """λ_ℓ, the norm of every leaf of a canary, for clips C_h.
+
+      below_clip      every group at half its clip C_h (total C / 2): must pass unclipped,
+                      exactly.
+      one_leaf        one leaf, of the group with the smallest clip, at 1,000 C; the rest zero.
+      at_total_clip   every group at the total clip C: above its own C_h, each within C alone,
+                      in all sqrt(H) C.
+      non_finite      every leaf at 1,000 C, with a NaN entry: the mechanism may zero it or clip
+                      it, but the release must stay finite and move by at most C.
+
+  A group's norm is spread evenly over its leaves.
 
   Args:
     kind: one of `CANARIES`.
     leaf_groups: the clipping group of every leaf.
     group_clips: C_h.
+
+  Returns:
+    λ_ℓ for every leaf, float64.
+
+  Raises:
+    ValueError: for an unknown `kind`.
   """
   groups = np.asarray(leaf_groups)
   clips = np.asarray(group_clips, np.float64)
@@ -151,13 +148,29 @@ def audit(query: tfp.DPQuery,
           zero_updates: bool = False,
           significance: float = 1e-3,
           audit_seed: int = 0) -> List[result_lib.CheckResult]:
-  """Sends each canary of `CANARIES` through `rounds` rounds of `query` (module docstring).
+  """Sends each canary of `CANARIES` through `rounds` rounds of `query` and tests the release.
+
+  The measurement is the projection p_ℓ of the released sum (times S) on each of the canary's
+  unit leaves u_ℓ. Two tests, each a t-test on the R rounds (the noise's own spread, whatever its
+  placement):
+
+  * Sensitivity (every canary): the projection of the release on the canary's unit direction
+    v = Σ_ℓ λ_ℓ u_ℓ / ||λ|| is at most the norm of the canary's contribution, which must be at
+    most C_t (the round's released total clip). The check fails when its lower confidence bound,
+    in units of C_t, exceeds 1, or when a release is not finite.
+  * Fidelity (the finite canaries): the documented clipping (`PerLayerClipGaussianSumQuery`,
+    step 2; `canaries.clipped_canary_weights` with the round's released clips) makes leaf ℓ
+    w_ℓ u_ℓ; the check fails when some leaf's mean p_ℓ - w_ℓ differs from 0 (two-sided,
+    Bonferroni over leaves).
+
+  Each test of a canary gets half of its significance (all of it for `non_finite`).
 
   Args:
     query: the DP query of one round (`PerLayerDPFactory.build_query(value_type)`), with
       diagnostics off; it must release its clips (`per_group` in its metrics, keyed by the
       leaf names, or one group).
-    leaf_shapes, leaf_names: the value's tensors.
+    leaf_shapes: the shapes of the value's tensors.
+    leaf_names: their names, in flatten order.
     clients_per_round: S, the query's release is the sum divided by S.
     rounds: R, rounds per canary (>= 10).
     normalize: the query rescales to C_h (`PerLayerDPFactory`'s normalize).
@@ -167,6 +180,9 @@ def audit(query: tfp.DPQuery,
 
   Returns:
     One result per canary, in the order of `CANARIES`.
+
+  Raises:
+    ValueError: for an argument out of range or fewer than 10 rounds.
   """
   validation.check_positive('clients_per_round', clients_per_round)
   validation.check_positive_integer('rounds', rounds)

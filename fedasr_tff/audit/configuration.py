@@ -1,18 +1,5 @@
-"""Auditing a run's configuration: the mechanism `train_federated` would run, attacked.
-
-`audit_configuration` takes the configuration of a federated run (`config.FederatedConfig`: its
-clipping, noise, cohort, rounds, sampling, δ and model) and builds exactly what the runner builds
-from it: the aggregator (`DPConfig.aggregator`, diagnostics off as in a DP run), the process
-(`algorithms.compose_process`) and the cohorts (`cohorts.sample_cohort` from a fresh secret). The
-clients are m canaries instead of speakers (`AuditConfig.canaries`, the population K of the
-audited claim); the canaries live in the model's own tensors, so per-layer clips are the run's.
-It then runs the one-run audit through the process, the many-run distinguishing audit on the
-aggregator's query (`--trials` > 0), and the direct checks of the query's structure
-(`noise_check`, `clipping_check`; `--check_rounds` > 0), which no ε lower bound replaces.
-
-What the audit is not: it does not train, so it cannot see a leak through local training, the
-data pipeline or released client statistics; the claims it tests are the ledger's for the
-audited population (K = m), not an extrapolated one.
+"""Auditing a run's configuration: the mechanism `experiments/train_federated.py` would run,
+attacked with the audits of this package (`audit_configuration`).
 """
 
 import dataclasses
@@ -44,7 +31,11 @@ _CANARY_CLIPS = 1e3
 
 @dataclasses.dataclass(frozen=True)
 class AuditConfig:
-  """The attack: canaries, guesses, trials and confidence (flags of `experiments/audit.py`)."""
+  """The attack: canaries, guesses, trials and confidence.
+
+  Each field's help text (`fields.field`) documents it, once: the fields are the flags of
+  `experiments/audit.py`.
+  """
   canaries: int = fields_lib.field(
       1000, 'Canary clients of the one-run audit, each in the population with probability 1/2 '
       '(the population K of the audited claim).')
@@ -71,7 +62,14 @@ class AuditConfig:
 
 
 def model_leaves(config: config_lib.FederatedConfig):
-  """(shapes, names) of the trainable tensors of the run's model, in flatten order."""
+  """The trainable tensors of the run's model.
+
+  Args:
+    config: the run's configuration (its model and vocabulary).
+
+  Returns:
+    (shapes, names) of the trainable tensors, in flatten order.
+  """
   model = models.build_ctc_transformer(config.model.model_config,
                                        config.data.vocabulary().size)
   names, _ = model_io.tensor_names(model)
@@ -79,7 +77,15 @@ def model_leaves(config: config_lib.FederatedConfig):
 
 
 def canary_norm(config: config_lib.FederatedConfig) -> float:
-  """λ: the total clip times 1,000, times the most adaptive clips can grow in the run."""
+  """The canaries' leaf norm λ.
+
+  Args:
+    config: the run's configuration (its clip, adaptive clipping and rounds).
+
+  Returns:
+    The total clip times 1,000, times the most adaptive clips can grow in the run (capped at
+    e^20).
+  """
   dp = config.dp
   growth = 1.0
   if dp.adaptive_clipping:
@@ -94,15 +100,37 @@ def audit_configuration(config: config_lib.FederatedConfig,
                         leaf_names,
                         *,
                         sampling_secret: Optional[int] = None) -> List[Result]:
-  """The one-run audit, the distinguishing audit (`audit.trials` > 0) and the direct checks
-  (`audit.check_rounds` > 0) of `config`, in that order.
+  """Audits the mechanism of a federated run's configuration.
+
+  Builds exactly what the runner builds from `config` (its clipping, noise, cohort, rounds,
+  sampling, δ and model): the aggregator (`DPConfig.aggregator`, diagnostics off as in a DP run),
+  the process (`algorithms.compose_process`) and the cohorts (`cohorts.sample_cohort` from a
+  fresh secret). The clients are m canaries instead of speakers (`AuditConfig.canaries`, the
+  population K of the audited claim); the canaries live in the model's own tensors, so per-layer
+  clips are the run's. It then runs the one-run audit through the process, the many-run
+  distinguishing audit on the aggregator's query (`audit.trials` > 0), and the direct checks of
+  the query's structure (`noise_check`, `clipping_check`; `audit.check_rounds` > 0), which no ε
+  lower bound replaces.
+
+  What the audit is not: it does not train, so it cannot see a leak through local training, the
+  data pipeline or released client statistics; the claims it tests are the ledger's for the
+  audited population (K = m), not an extrapolated one.
 
   Args:
-    config: the run's configuration; only the DP, run (rounds, cohort, sampling) and model
-      settings matter.
+    config: the run's `speech.config.FederatedConfig`; only the DP, run (rounds, cohort,
+      sampling) and model settings matter.
     audit: the attack.
-    leaf_shapes, leaf_names: the model's trainable tensors (`model_leaves`).
+    leaf_shapes: the shapes of the model's trainable tensors (`model_leaves`).
+    leaf_names: their names (`model_leaves`).
     sampling_secret: the cohorts' secret; default from OS entropy, as the runner draws it.
+
+  Returns:
+    The one-run audit's result, the distinguishing audit's and the direct checks', in that
+    order.
+
+  Raises:
+    ValueError: if the configuration adds no noise, or places noise on clients with a cohort
+      other than the canaries.
   """
   dp, run = config.dp, config.run
   if not dp.adds_noise:

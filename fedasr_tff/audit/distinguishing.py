@@ -1,27 +1,9 @@
-"""Many-run distinguishing audit of one round of a DP query (Jagielski et al. 2020, Nasr et al.
-2021; the statistics in `bounds`).
+"""Many-run distinguishing audit of one round of a DP query.
 
-The attack runs a round of the query thousands of times, each time on one of two neighbouring
-cohorts chosen by a fair coin: D without the canary and D' with it (add/remove; or, where the
-mechanism needs exactly S reporting clients, S - 1 zero updates plus the canary or a zero
-update). The trials run back to back from one global state, as consecutive rounds of a run do,
-so the noise stream is the one a run draws (a replayed seed repeats the noise and is caught).
-
-The canary is the fixed random direction of `canaries` with leaf norm λ. A trial's output r is
-reduced to its projections p_ℓ = <r_ℓ, u_ℓ> on the canary's leaves. The first half of the trials
-calibrates the test: per leaf, the mean shift Δ_ℓ of p_ℓ between the two cohorts and its variance
-s_ℓ² among the trials without the canary; the score is Σ_ℓ (Δ_ℓ / s_ℓ²) p_ℓ (the most powerful
-linear test for Gaussian noise, whatever the clips and noise per leaf), and the threshold the
-one whose ε bound is largest on the calibration half. The second half is then scored once with
-that threshold, and its error counts bound ε (`bounds.distinguishing_epsilon_lower_bound`): the
-bound holds because nothing about the test was chosen on the trials it is computed from.
-
-The claim tested is one round of the Gaussian mechanism with the noise multiplier the query
-reports in its DP event, without sampling (q = 1), at δ. With adaptive clipping the chained
-rounds are not identically distributed (the clips follow the coins), but every round is
-(ε, δ)-DP given the state before it, so the error rates averaged over the rounds still satisfy
-TPR <= e^ε FPR + δ, which is what the bound tests; the Clopper-Pearson intervals then treat
-dependent rounds as independent, an approximation made for adaptive clipping only.
+Jagielski, Ullman and Oprea, "Auditing Differentially Private Machine Learning: How Private is
+Private SGD?", NeurIPS 2020; Nasr et al., "Adversary Instantiation", IEEE S&P 2021. One round of
+the query runs thousands of times on one of two neighbouring cohorts, and a test fitted on half
+the trials says which on the other half (`audit`); the statistics are in `bounds`.
 """
 
 import collections
@@ -83,7 +65,30 @@ def audit(query: tfp.DPQuery,
           delta: float = 1e-9,
           confidence: float = 0.95,
           audit_seed: int = 0) -> result_lib.AuditResult:
-  """Runs the distinguishing audit (module docstring) on `query`.
+  """Runs the distinguishing audit on `query`.
+
+  Each trial is a round of the query on one of two neighbouring cohorts chosen by a fair coin:
+  D without the canary and D' with it (add/remove; or, where the mechanism needs exactly S
+  reporting clients, S - 1 zero updates plus the canary or a zero update). The trials run back
+  to back from one global state, as consecutive rounds of a run do, so the noise stream is the
+  one a run draws (a replayed seed repeats the noise and is caught).
+
+  The canary is the fixed random direction of `canaries` with leaf norm λ. A trial's output r is
+  reduced to its projections p_ℓ = <r_ℓ, u_ℓ> on the canary's leaves. The first half of the
+  trials calibrates the test: per leaf, the mean shift Δ_ℓ of p_ℓ between the two cohorts and
+  its variance s_ℓ² among the trials without the canary; the score is Σ_ℓ (Δ_ℓ / s_ℓ²) p_ℓ (the
+  most powerful linear test for Gaussian noise, whatever the clips and noise per leaf), and the
+  threshold the one whose ε bound is largest on the calibration half. The second half is then
+  scored once with that threshold, and its error counts bound ε
+  (`bounds.distinguishing_epsilon_lower_bound`): the bound holds because nothing about the test
+  was chosen on the trials it is computed from.
+
+  The claim tested is one round of the Gaussian mechanism with the noise multiplier the query
+  reports in its DP event, without sampling (q = 1), at δ. With adaptive clipping the chained
+  rounds are not identically distributed (the clips follow the coins), but every round is
+  (ε, δ)-DP given the state before it, so the error rates averaged over the rounds still satisfy
+  TPR <= e^ε FPR + δ, which is what the bound tests; the Clopper-Pearson intervals then treat
+  dependent rounds as independent, an approximation made for adaptive clipping only.
 
   Args:
     query: the DP query of one round (`PerLayerDPFactory.build_query(value_type)`, or a
@@ -98,6 +103,12 @@ def audit(query: tfp.DPQuery,
     delta: δ of the claim.
     confidence: 1 - β of the lower bound.
     audit_seed: seed of the canary and the coins.
+
+  Returns:
+    The `AuditResult` of `distinguishing`, with the scored half's error counts in `details`.
+
+  Raises:
+    ValueError: for an argument out of range or fewer than 100 trials.
   """
   validation.check_positive_integer('trials', trials)
   if trials < 100:

@@ -3,25 +3,7 @@
 An ε lower bound cannot see noise a little too small in one tensor (the attacks show a third of
 the claim on correct mechanisms), nor noise shared between tensors that no canary direction
 spans. This check measures both on releases without canaries (empty cohorts, or S zero updates
-for client-side noise), where a release is the noise alone.
-
-Scale. `per_layer_query`'s argument needs N(0, (z C)^2) on every coordinate of the sum, C the
-*total* clip (the sensitivity is split across the groups, the noise is not), so std z C / S on
-the released mean: in every tensor, whatever its group clip C_h. For each tensor ℓ, the n_ℓ
-coordinates of all releases, each divided by C_t / S (C_t the round's released clip), have sum of
-squares T_ℓ ~ z_ℓ^2 χ²(n_ℓ) with z_ℓ the tensor's effective noise multiplier, so
-z_ℓ <= sqrt(T_ℓ / χ²_a(n_ℓ)) at confidence 1 - a (χ²_a the a-quantile). The check fails when that
-upper bound is below the reported z. (Noise above z C is not a breach: the adaptive query adds
-z_v > z to pay for its clipped counts.)
-
-Correlation. For every pair of tensors, their flattened noise truncated to the shorter length
-and pooled over releases gives r = Σ x y / sqrt(Σ x² Σ y²); for independent noise sqrt(n) r is
-N(0, 1) to a good approximation at the n used here, so the check fails when some |r| sqrt(n)
-exceeds the two-sided normal quantile at a / pairs. Identical noise in two tensors gives r = 1.
-It sees correlation between aligned coordinates only (not noise permuted between tensors, nor
-repeated across rounds: the one-run audit's difference score covers that).
-
-Half of the significance goes to each test, Bonferroni over tensors and over pairs.
+for client-side noise), where a release is the noise alone (`audit`).
 """
 
 import collections
@@ -65,12 +47,31 @@ def audit(query: tfp.DPQuery,
           releases: int = 200,
           zero_updates: bool = False,
           significance: float = 1e-3) -> result_lib.CheckResult:
-  """Checks the noise scale of every tensor and the correlation between tensors (module doc).
+  """Checks the noise scale of every tensor and the correlation between tensors.
+
+  Scale. `PerLayerClipGaussianSumQuery`'s argument needs N(0, (z C)²) on every coordinate of the
+  sum, C the *total* clip (the sensitivity is split across the groups, the noise is not), so std
+  z C / S on the released mean: in every tensor, whatever its group clip C_h. For each tensor ℓ,
+  the n_ℓ coordinates of all releases, each divided by C_t / S (C_t the round's released clip),
+  have sum of squares T_ℓ ~ z_ℓ² χ²(n_ℓ) with z_ℓ the tensor's effective noise multiplier, so
+  z_ℓ <= sqrt(T_ℓ / χ²_a(n_ℓ)) at confidence 1 - a (χ²_a the a-quantile). The check fails when
+  that upper bound is below the reported z. (Noise above z C is not a breach: the adaptive query
+  adds z_v > z to pay for its clipped counts.)
+
+  Correlation. For every pair of tensors, their flattened noise truncated to the shorter length
+  and pooled over releases gives r = Σ x y / sqrt(Σ x² Σ y²); for independent noise sqrt(n) r is
+  N(0, 1) to a good approximation at the n used here, so the check fails when some |r| sqrt(n)
+  exceeds the two-sided normal quantile at a / pairs. Identical noise in two tensors gives
+  r = 1. It sees correlation between aligned coordinates only (not noise permuted between
+  tensors, nor repeated across rounds: the one-run audit's difference score covers that).
+
+  Half of the significance goes to each test, Bonferroni over tensors and over pairs.
 
   Args:
     query: the DP query of one round (`PerLayerDPFactory.build_query(value_type)`), with
       diagnostics off; it must release its clips (`clip` in its metrics).
-    leaf_shapes, leaf_names: the value's tensors.
+    leaf_shapes: the shapes of the value's tensors.
+    leaf_names: their names, in flatten order.
     clients_per_round: S, the query's release is the sum divided by S.
     releases: rounds run on an empty cohort (S zero updates with `zero_updates`).
     zero_updates: client-side noise, which needs exactly S reporting clients.
@@ -79,6 +80,9 @@ def audit(query: tfp.DPQuery,
   Returns:
     The check's result; `details` holds every tensor's upper bound on its effective z and the
     most correlated pair.
+
+  Raises:
+    ValueError: for an argument out of range, or not one name per tensor.
   """
   validation.check_positive('clients_per_round', clients_per_round)
   validation.check_positive_integer('releases', releases)

@@ -1,39 +1,10 @@
-"""One-run privacy audit of a federated process (Steinke, Nasr and Jagielski, NeurIPS 2023).
+"""One-run privacy audit of a federated process.
 
-The attack, on the process under audit (`algorithms.compose_process` with the aggregator under
-audit and canary client work, `canaries`):
-
-1. m canary clients; each is in the population independently with probability 1/2 (the secret
-   the attack must guess). The population is the m canary slots: every round the runner's
-   sampler (`cohorts.sample_cohort`, from a sampling secret the attack never sees) draws the
-   cohort from the slots, and a slot whose canary is out either leaves the cohort (an absent
-   client, the add/remove neighbour) or, where the mechanism needs exactly S reporting clients
-   (client-side noise), reports a zero update (a neighbour at the same distance C).
-2. In round t every cohort member returns its canary: a fresh random direction u_{i,t} (known to
-   the attacker) of norm far above the clip, so the clip makes it exactly the clipped canary
-   c_{i,t} = Σ_ℓ w_ℓ u_{i,t,ℓ} (`canaries.clipped_canary_weights`, with the round's released
-   clips).
-3. After T rounds the attacker reads what the run releases: the model after every round. With
-   the server at SGD with learning rate 1 the released aggregate is r_t = x_t - x_{t+1} (the
-   server step is post-processing; any other server optimizer only hides it). Each canary gets
-   two scores, each a sum over rounds of a matched filter for its clipped canary, every leaf ℓ
-   weighted by w_ℓ / v_ℓ with v_ℓ the mean square of that leaf of the release (`_filter`):
-
-       sum:         Σ_t       Σ_ℓ (w_ℓ / v_ℓ(r_t)) <r_t,ℓ, u_{i,t,ℓ}>
-       difference:  Σ_{t>=1}  Σ_ℓ (w_ℓ / v_ℓ(d_t)) <d_t,ℓ, u_{i,t,ℓ}>,   d_t = r_t - r_{t-1}
-
-   "sum" is the natural test; "difference" cancels any noise repeated from one round to the
-   next (a replayed noise seed), which "sum" cannot see because a repeated draw looks fresh in a
-   fresh direction. Canaries are redrawn every round so that differencing keeps their signal.
-4. For each score, the k highest-scoring canaries are guessed "in" and the k lowest "out"; the
-   number right gives a lower bound on ε (`bounds.one_run_epsilon_lower_bound`, Theorem 5.2 of
-   the paper) at confidence 1 - β/2 for each of the two scores, so the larger of the two holds
-   at 1 - β (union bound).
-
-The claim tested is the ledger's ε for the run: the noise multiplier the aggregator reports in
-its DP event, the cohort S out of the population of K = m slots, T rounds, δ
-(`result.run_ledger`). The canary bits are independent of the sampling, so the run is
-(ε, δ)-DP in each bit if it is (ε, δ)-DP in each client; the theorem needs nothing else.
+Steinke, Nasr and Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023,
+arXiv:2305.08846: m canary clients, each in the population with probability 1/2, train through
+the process under audit (`algorithms.compose_process` with the aggregator under audit and canary
+client work, `canaries`), and the attacker guesses from the released models which were in
+(`audit`).
 """
 
 import collections
@@ -120,12 +91,45 @@ def audit(aggregator: tff.aggregators.UnweightedAggregationFactory,
           confidence: float = 0.95,
           audit_seed: int = 0,
           sampling_secret: Optional[int] = None) -> result_lib.AuditResult:
-  """Runs the one-run audit (module docstring) on the process built around `aggregator`.
+  """Runs the one-run audit on the process built around `aggregator`.
+
+  1. m canary clients; each is in the population independently with probability 1/2 (the secret
+     the attack must guess). The population is the m canary slots: every round the runner's
+     sampler (`cohorts.sample_cohort`, from a sampling secret the attack never sees) draws the
+     cohort from the slots, and a slot whose canary is out either leaves the cohort (an absent
+     client, the add/remove neighbour) or, where the mechanism needs exactly S reporting clients
+     (client-side noise), reports a zero update (a neighbour at the same distance C).
+  2. In round t every cohort member returns its canary: a fresh random direction u_{i,t} (known
+     to the attacker) of norm far above the clip, so the clip makes it exactly the clipped
+     canary c_{i,t} = Σ_ℓ w_ℓ u_{i,t,ℓ} (`canaries.clipped_canary_weights`, with the round's
+     released clips).
+  3. After T rounds the attacker reads what the run releases: the model after every round. With
+     the server at SGD with learning rate 1 the released aggregate is r_t = x_t - x_{t+1} (the
+     server step is post-processing; any other server optimizer only hides it). Each canary gets
+     two scores, each a sum over rounds of a matched filter for its clipped canary, every leaf ℓ
+     weighted by w_ℓ / v_ℓ with v_ℓ the mean square of that leaf of the release (`_filter`):
+
+         sum:         Σ_t       Σ_ℓ (w_ℓ / v_ℓ(r_t)) <r_t,ℓ, u_{i,t,ℓ}>
+         difference:  Σ_{t>=1}  Σ_ℓ (w_ℓ / v_ℓ(d_t)) <d_t,ℓ, u_{i,t,ℓ}>,   d_t = r_t - r_{t-1}
+
+     "sum" is the natural test; "difference" cancels any noise repeated from one round to the
+     next (a replayed noise seed), which "sum" cannot see because a repeated draw looks fresh in
+     a fresh direction. Canaries are redrawn every round so that differencing keeps their signal.
+  4. For each score, the k highest-scoring canaries are guessed "in" and the k lowest "out"; the
+     number right gives a lower bound on ε (`bounds.one_run_epsilon_lower_bound`, Theorem 5.2 of
+     the paper) at confidence 1 - β/2 for each of the two scores, so the larger of the two holds
+     at 1 - β (union bound).
+
+  The claim tested is the ledger's ε for the run: the noise multiplier the aggregator reports in
+  its DP event, the cohort S out of the population of K = m slots, T rounds, δ
+  (`result.run_ledger`). The canary bits are independent of the sampling, so the run is
+  (ε, δ)-DP in each bit if it is (ε, δ)-DP in each client; the theorem needs nothing else.
 
   Args:
-    aggregator: the DP aggregation factory under audit (`config.DPConfig.aggregator`, or a
-      mechanism of your own reporting a `GaussianDpEvent`), with diagnostics off.
-    leaf_shapes, leaf_names: the model's trainable tensors (shapes and names, flatten order).
+    aggregator: the DP aggregation factory under audit (`speech.config.DPConfig.aggregator`, or
+      a mechanism of your own reporting a `GaussianDpEvent`), with diagnostics off.
+    leaf_shapes: the shapes of the model's trainable tensors, in flatten order.
+    leaf_names: their names.
     canaries: m, the canary clients (the population).
     rounds: T.
     cohort_size: S, the (expected) cohort; S = m trains every present canary every round.
@@ -142,6 +146,14 @@ def audit(aggregator: tff.aggregators.UnweightedAggregationFactory,
     confidence: 1 - β of the lower bound.
     audit_seed: seed of the canary bits and directions (the attacker's own randomness).
     sampling_secret: the runner's sampling secret; default from OS entropy.
+
+  Returns:
+    The `AuditResult` of `one_run`: the larger of the two scores' lower bounds, with the
+    guesses and correct guesses of each in `details`.
+
+  Raises:
+    ValueError: for an argument out of range, more guesses than canaries, fixed-size or
+      zero-update cohorts smaller than the population, or an aggregator that releases no clips.
   """
   validation.check_positive_integer('canaries', canaries)
   validation.check_positive_integer('rounds', rounds)

@@ -14,7 +14,19 @@ VIOLATION = 'VIOLATION'
 
 def run_ledger(noise_multiplier: float, cohort_size: int, population: int, rounds: int,
                delta: float, sampling: str = 'poisson') -> privacy_ledger.PrivacyLedger:
-  """The ledger of an audited run: S of K clients a round, T rounds, its own population only."""
+  """The ledger of an audited run: its own population only, nothing extrapolated.
+
+  Args:
+    noise_multiplier: z of every round.
+    cohort_size: S, clients a round.
+    population: K, the population sampled from.
+    rounds: T, the planned rounds.
+    delta: δ.
+    sampling: the cohorts' sampling (`cohorts.SAMPLINGS`).
+
+  Returns:
+    A `PrivacyLedger` whose declared configuration is the run's own.
+  """
   return privacy_ledger.PrivacyLedger(
       noise_multiplier=noise_multiplier, cohort_size=cohort_size, population=population,
       declared_noise_multiplier=noise_multiplier, declared_cohort_size=cohort_size,
@@ -22,8 +34,15 @@ def run_ledger(noise_multiplier: float, cohort_size: int, population: int, round
 
 
 def claimed_epsilons(ledger: privacy_ledger.PrivacyLedger) -> Dict[str, float]:
-  """The run's own ε at its planned rounds by accountant ({rdp, pld}): the guarantee the run
-  prints (`PrivacyLedger.epsilon(..., declared=False)`), never an extrapolated population."""
+  """The run's own ε at its planned rounds, by accountant.
+
+  Args:
+    ledger: the run's ledger.
+
+  Returns:
+    {rdp, pld}: ε. The guarantee the run prints (`PrivacyLedger.epsilon(..., declared=False)`),
+    never an extrapolated population.
+  """
   return {accountant: ledger.epsilon(ledger.planned_rounds, declared=False,
                                      accountant=accountant)
           for accountant in privacy_ledger.ACCOUNTANTS}
@@ -66,13 +85,14 @@ class AuditResult:
     return 0.0 if math.isinf(claimed) else self.lower_bound / claimed
 
   def summary(self) -> str:
+    """Returns one line: the claim, the lower bound, the tightness and the verdict."""
     claimed = ', '.join(f'{k.upper()} {v:.3g}' for k, v in self.claimed.items())
     return (f'{self.method}: claimed epsilon {claimed} at delta={self.delta:g}; measured lower '
             f'bound {self.lower_bound:.3g} at {self.confidence:.0%} confidence '
             f'(tightness {self.tightness:.2f}): {self.verdict}')
 
   def report(self) -> Dict[str, Any]:
-    """The result as `audit.json` records it."""
+    """Returns the result as `audit.json` records it."""
     return dict(method=self.method, claimed=self.claimed, delta=self.delta,
                 lower_bound=self.lower_bound, confidence=self.confidence, verdict=self.verdict,
                 tightness=self.tightness, details=self.details)
@@ -97,13 +117,15 @@ class CheckResult:
 
   @property
   def verdict(self) -> str:
+    """CONSISTENT if the mechanism passed, else VIOLATION."""
     return CONSISTENT if self.passed else VIOLATION
 
   def summary(self) -> str:
+    """Returns one line: the check, its finding, its false-alarm rate and the verdict."""
     return (f'{self.method}: {self.finding} (false alarm <= {self.significance:g}): '
             f'{self.verdict}')
 
   def report(self) -> Dict[str, Any]:
-    """The result as `audit.json` records it."""
+    """Returns the result as `audit.json` records it."""
     return dict(method=self.method, verdict=self.verdict, significance=self.significance,
                 finding=self.finding, details=self.details)

@@ -19,6 +19,12 @@ def reported_noise_multiplier(query: tfp.DPQuery, template) -> float:
   Args:
     query: the DP query.
     template: zeros of the value's leaves.
+
+  Returns:
+    z of the query's `GaussianDpEvent`.
+
+  Raises:
+    ValueError: if the event is not a `GaussianDpEvent`.
   """
   _, _, event = query.get_noised_result(query.initial_sample_state(template),
                                         query.initial_global_state())
@@ -77,7 +83,18 @@ def run(query: tfp.DPQuery,
 
 
 def released_clips(query: tfp.DPQuery, state):
-  """The round's released clips: (total C, {group name: C_h}) from the query's metrics."""
+  """The round's released clips, from the query's metrics.
+
+  Args:
+    query: the DP query.
+    state: its global state after the round.
+
+  Returns:
+    (total C, {group name: C_h}).
+
+  Raises:
+    ValueError: if the query's metrics release no clips.
+  """
   metrics = query.derive_metrics(state)
   try:
     return metrics['clip'], {name: group['clip'] for name, group in metrics['per_group'].items()}

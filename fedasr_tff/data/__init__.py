@@ -1,12 +1,8 @@
 """Speech data: corpus readers, audio, transcripts, features and the federated view.
 
-The data setup of [1], Sec. 4 and App. F.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+The data setup of Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
+Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098, Sec. 4 and App. F.
 """
 
 from fedasr_tff.data.audio import AudioError

@@ -1,9 +1,4 @@
-"""Audio decoding to 16 kHz mono float32 through tensorflow-io (WAV, FLAC, MP3).
-
-`load_audio(path)` returns the waveform in [-1, 1] resampled to `SAMPLE_RATE`. A file that cannot
-be read, decoded or resampled raises `AudioError` naming the file, so callers can skip and count
-it (or stop) without losing the rest of an epoch.
-"""
+"""Audio decoding to 16 kHz mono float32 through tensorflow-io (WAV, FLAC, MP3)."""
 
 import os
 
@@ -21,7 +16,19 @@ class AudioError(ValueError):
 
 
 def load_audio(path: str) -> np.ndarray:
-  """[samples] float32 waveform at 16 kHz, mono (channels averaged)."""
+  """Decodes an audio file to a 16 kHz mono waveform.
+
+  Args:
+    path: a WAV, FLAC or MP3 file.
+
+  Returns:
+    The [samples] float32 waveform in [-1, 1] at `SAMPLE_RATE`, channels averaged.
+
+  Raises:
+    AudioError: naming the file, if it cannot be read, decoded or resampled, or decodes to no
+      samples or to NaN or Inf; callers can skip and count it (or stop) without losing the rest
+      of an epoch.
+  """
   extension = os.path.splitext(path)[1].lower()
   if extension not in SUPPORTED_EXTENSIONS:
     raise AudioError(f'{path}: unsupported audio format {extension!r} '

@@ -1,25 +1,12 @@
-"""Readers for the published corpus layouts ([1], Sec. 4 "Data") and a plain manifest.
+"""Readers for the published corpus layouts and a plain manifest.
 
-* LibriSpeech: `ROOT/SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac` with one
-  `SPEAKER-CHAPTER.trans.txt` per chapter (lines `SPEAKER-CHAPTER-UTT TRANSCRIPT`).
-* Common Voice: `ROOT/clips/*.mp3` with `ROOT/{train,dev,test}.tsv` (columns `client_id`,
-  `path`, `sentence`; the speaker is `client_id`).
-* Manifest: a TSV with a header and columns `path`, `transcript`, `speaker` (paths relative to
-  the manifest's folder unless absolute).
-* Audio list (files to transcribe, `read_audio_list`): one audio path per line, optionally
-  followed by a tab and its reference transcript; no header, blank lines skipped, paths relative
-  to the list's folder unless absolute.
-
-Readers list utterances (metadata only; no audio is decoded). Problems with single utterances (a
-missing `.trans.txt`, an audio file without a transcript line or the reverse, an empty
-transcript) are skipped and counted in a `ReadReport` naming each file, or raised at once with
-`strict=True`. A missing TSV column is always an error naming the file and column.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+LibriSpeech and Common Voice, the corpora of Pelikan et al., "Enabling Differentially Private
+Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 4. Readers list utterances (metadata only; no
+audio is decoded). Problems with single utterances (a missing `.trans.txt`, an audio file
+without a transcript line or the reverse, an empty transcript) are skipped and counted in a
+`ReadReport` naming each file, or raised at once with `strict=True`. A missing TSV column is
+always an error naming the file and column.
 """
 
 import collections
@@ -34,6 +21,13 @@ from typing import Tuple
 
 @dataclasses.dataclass(frozen=True)
 class Utterance:
+  """One utterance of a corpus.
+
+  Attributes:
+    path: its audio file.
+    transcript: its transcript, as the corpus gives it.
+    speaker: its speaker (the federated client).
+  """
   path: str
   transcript: str
   speaker: str
@@ -41,16 +35,31 @@ class Utterance:
 
 @dataclasses.dataclass
 class ReadReport:
-  """What a reader (or the feature pipeline) skipped, and why, file by file."""
+  """What a reader (or the feature pipeline) skipped, and why, file by file.
+
+  Attributes:
+    problems: (file or `file:line`, reason) pairs, in the order met.
+  """
   problems: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
 
   def add(self, path: str, reason: str, strict: bool) -> None:
+    """Records a problem, or raises it.
+
+    Args:
+      path: the file (or `file:line`) concerned.
+      reason: what is wrong with it.
+      strict: raise instead of recording.
+
+    Raises:
+      ValueError: `path: reason`, if `strict`.
+    """
     if strict:
       raise ValueError(f'{path}: {reason}')
     self.problems.append((path, reason))
 
   @property
   def counts(self) -> collections.Counter:
+    """The number of problems by reason."""
     return collections.Counter(reason for _, reason in self.problems)
 
   def __str__(self) -> str:
@@ -61,7 +70,23 @@ class ReadReport:
 
 def read_librispeech(root: str, split: str, strict: bool = False,
                      report: Optional[ReadReport] = None) -> List[Utterance]:
-  """Utterances of `ROOT/SPLIT` in the LibriSpeech layout (module docstring)."""
+  """Utterances of a split in the LibriSpeech layout.
+
+  `ROOT/SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac` with one `SPEAKER-CHAPTER.trans.txt` per
+  chapter (lines `SPEAKER-CHAPTER-UTT TRANSCRIPT`).
+
+  Args:
+    root: ROOT.
+    split: SPLIT, such as `train-clean-100`.
+    strict: raise at the first problem instead of skipping it.
+    report: where to count skipped utterances; default a new one.
+
+  Returns:
+    The utterances, chapter by chapter.
+
+  Raises:
+    ValueError: if the split folder does not exist, or at a problem with `strict`.
+  """
   report = ReadReport() if report is None else report
   split_dir = os.path.join(root, split)
   if not os.path.isdir(split_dir):
@@ -132,7 +157,23 @@ def _utterances_from_tsv(tsv: str, audio_dir: str, columns: Tuple[str, str, str]
 
 def read_common_voice(root: str, split: str, strict: bool = False,
                       report: Optional[ReadReport] = None) -> List[Utterance]:
-  """Utterances of `ROOT/SPLIT.tsv` in the Common Voice layout (module docstring)."""
+  """Utterances of a split in the Common Voice layout.
+
+  `ROOT/clips/*.mp3` with `ROOT/{train,dev,test}.tsv` (columns `client_id`, `path`, `sentence`;
+  the speaker is `client_id`).
+
+  Args:
+    root: ROOT.
+    split: the TSV's name without `.tsv`, such as `train`.
+    strict: raise at the first problem instead of skipping it.
+    report: where to count skipped utterances; default a new one.
+
+  Returns:
+    The utterances, in the TSV's order.
+
+  Raises:
+    ValueError: if the TSV cannot be read or lacks a column, or at a problem with `strict`.
+  """
   return _utterances_from_tsv(os.path.join(root, f'{split}.tsv'), os.path.join(root, 'clips'),
                               ('path', 'sentence', 'client_id'), strict,
                               ReadReport() if report is None else report)
@@ -140,7 +181,23 @@ def read_common_voice(root: str, split: str, strict: bool = False,
 
 def read_manifest(path: str, strict: bool = False,
                   report: Optional[ReadReport] = None) -> List[Utterance]:
-  """Utterances of a TSV manifest with columns path, transcript, speaker."""
+  """Utterances of a TSV manifest.
+
+  A header and columns `path`, `transcript`, `speaker`; paths are relative to the manifest's
+  folder unless absolute.
+
+  Args:
+    path: the manifest.
+    strict: raise at the first problem instead of skipping it.
+    report: where to count skipped utterances; default a new one.
+
+  Returns:
+    The utterances, in the manifest's order.
+
+  Raises:
+    ValueError: if the manifest cannot be read or lacks a column, or at a problem with
+      `strict`.
+  """
   return _utterances_from_tsv(path, os.path.dirname(os.path.abspath(path)),
                               ('path', 'transcript', 'speaker'), strict,
                               ReadReport() if report is None else report)
@@ -148,16 +205,30 @@ def read_manifest(path: str, strict: bool = False,
 
 @dataclasses.dataclass(frozen=True)
 class AudioListEntry:
-  """A file to transcribe, where it was listed (`FILE:LINE`), and its reference if given."""
+  """A file to transcribe.
+
+  Attributes:
+    path: the audio file.
+    where: where it was listed, `FILE:LINE`.
+    reference: its reference transcript, if given.
+  """
   path: str
   where: str
   reference: Optional[str] = None
 
 
 def read_audio_list(path: str) -> List[AudioListEntry]:
-  """The entries of an audio list (module docstring), in order.
+  """The entries of an audio list (files to transcribe), in order.
 
-  Either every entry has a reference or none has. Audio files are not opened here.
+  One audio path per line, optionally followed by a tab and its reference transcript; no
+  header, blank lines skipped, paths relative to the list's folder unless absolute. Either
+  every entry has a reference or none has. Audio files are not opened here.
+
+  Args:
+    path: the list.
+
+  Returns:
+    Its entries.
 
   Raises:
     ValueError: naming `path:line` for a line with an empty path, an empty reference, more than

@@ -1,18 +1,8 @@
-"""Log-mel features and SpecAugment with `tf.signal` ([1], Sec. 4 and App. F).
+"""Log-mel features and SpecAugment with `tf.signal`.
 
-* 80 log-mel filterbanks of 16 kHz audio, 25 ms Hann window (400 samples), 10 ms hop (160),
-  512-point FFT, mel filters from 20 Hz to 8 kHz; log(mel energy + 1e-6).
-* Each utterance is normalised to zero mean and unit variance over its whole (time x mel) matrix
-  ([1], Sec. 4, says "for each input sequence"; the whole matrix is the released code's choice [2]).
-* SpecAugment, training only: 2 frequency masks of width U[0, 30] and 10 time masks of width
-  U[0, min(50, 0.1 T)], no time warping. Masked values are set to 0, the normalised mean.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
-[2] The paper's released code, https://github.com/apple/ml-pfl4asr.
+As in Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 4
+and App. F, and its released code (https://github.com/apple/ml-pfl4asr).
 """
 
 import tensorflow as tf
@@ -43,7 +33,19 @@ def _mel_matrix():
 
 
 def log_mel_features(waveform: tf.Tensor) -> tf.Tensor:
-  """[samples] float waveform at 16 kHz in [-1, 1] -> [frames, 80] normalised log-mels."""
+  """Normalised log-mel features of a waveform.
+
+  80 log-mel filterbanks of 16 kHz audio, 25 ms Hann window (400 samples), 10 ms hop (160),
+  512-point FFT, mel filters from 20 Hz to 8 kHz; log(mel energy + 1e-6). The utterance is
+  normalised to zero mean and unit variance over its whole (time x mel) matrix (the paper, Sec.
+  4, says "for each input sequence"; the whole matrix is the released code's choice).
+
+  Args:
+    waveform: [samples] float waveform at 16 kHz in [-1, 1].
+
+  Returns:
+    [frames, 80] float32 features.
+  """
   waveform = tf.convert_to_tensor(waveform, tf.float32)
   stft = tf.signal.stft(waveform, FRAME_LENGTH, FRAME_STEP, FFT_LENGTH, pad_end=False)
   power = tf.math.real(stft * tf.math.conj(stft))
@@ -55,9 +57,22 @@ def log_mel_features(waveform: tf.Tensor) -> tf.Tensor:
 def spec_augment(features: tf.Tensor, num_freq_masks: int = 2, max_freq_width: int = 30,
                  num_time_masks: int = 10, max_time_width: int = 50,
                  max_time_fraction: float = 0.1, seed=None) -> tf.Tensor:
-  """SpecAugment without time warping on [frames, mels] features (module docstring).
+  """SpecAugment without time warping on one utterance (`spec_augment_batch`).
 
-  `seed`: an optional shape-[2] int tensor for stateless, reproducible masks.
+  The paper's training setting is the default: 2 frequency masks of width U[0, 30] and 10 time
+  masks of width U[0, min(50, 0.1 T)]. Masked values are set to 0, the normalised mean.
+
+  Args:
+    features: [frames, mels] features.
+    num_freq_masks: frequency masks.
+    max_freq_width: the widest frequency mask.
+    num_time_masks: time masks.
+    max_time_width: the widest time mask.
+    max_time_fraction: the widest time mask as a fraction of the frames, if narrower.
+    seed: an optional shape-[2] int tensor for stateless, reproducible masks.
+
+  Returns:
+    The masked [frames, mels] features.
   """
   features = tf.convert_to_tensor(features, tf.float32)
   return spec_augment_batch(features[tf.newaxis], tf.shape(features)[:1], num_freq_masks,
@@ -78,7 +93,19 @@ def spec_augment_batch(features: tf.Tensor, lengths: tf.Tensor, num_freq_masks: 
   become 0. Masks are drawn independently for every utterance and built by comparing position
   ranges with the intervals, with no loop over utterances or masks.
 
-  `seed`: an optional shape-[2] int tensor for stateless, reproducible masks.
+  Args:
+    features: [batch, frames, mels] padded features.
+    lengths: [batch] valid frames of every utterance.
+    num_freq_masks: frequency masks per utterance.
+    max_freq_width: W of the frequency masks.
+    num_time_masks: time masks per utterance.
+    max_time_width: the widest time mask.
+    max_time_fraction: the widest time mask as a fraction of the utterance's frames, if
+      narrower.
+    seed: an optional shape-[2] int tensor for stateless, reproducible masks.
+
+  Returns:
+    The masked [batch, frames, mels] features.
   """
   features = tf.convert_to_tensor(features, tf.float32)
   lengths = tf.cast(lengths, tf.int32)

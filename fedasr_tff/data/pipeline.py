@@ -1,45 +1,11 @@
-"""The federated view of a speech corpus: a client per speaker ([1], Sec. 4), features on the fly.
+"""The federated view of a speech corpus: a client per speaker, features on the fly.
 
-`SpeechClientData` holds only utterance metadata (path, transcript, speaker); a client's audio is
-decoded, featurised and batched when that client's dataset is iterated, so a population of tens of
-thousands of speakers costs a list of file names. Batches are filled up to `max_batch_seconds`
-of audio (dynamic batching; [1], App. G.1, uses 120 s per client batch on Common Voice) and padded:
-
-    {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B],
-     'seed': [2]}
-
-A round's dataset: with `max_batches` (a federated run passes its local steps), a client's dataset
-is a seeded sample of its data: its utterances in an order drawn from the dataset's seed, batched,
-and only the first `max_batches` batches, so only those utterances are read and shipped to the
-TFF worker, and a round costs about its client compute whatever the client's size; the client
-work cycles them if it takes more steps. Without it, all utterances in corpus order.
-
-Feature cache: with `feature_cache_dir`, each utterance's log-mels are stored there once (keyed
-by the audio file's path, size and modification time, and by the feature parameters, so several
-runs and corpora can share one cache) and read back instead of decoding the audio again. They are
-derived from raw client audio, so folder and files are owner-only (`private_files`). A cache file
-that cannot be read is computed again and replaced.
-
-Randomness: a client's dataset is made with a seed (`create_tf_dataset_for_client(client_id, seed)`;
-a federated run derives it from its secret, the round and the client), and batch i carries `seed` =
-[seed mod 2**63, i] (int64); the order of a sample is drawn from the same seed. Every training-time
-random draw of client work is a function of that element seed and the local step: SpecAugment's
-masks (drawn here, from the element seed) and the model's dropout, layer drop and CAPE shift (drawn
-from the element seed with the local step folded in, see `fedasr_tff.algorithms.local_training` and
-`fedasr_tff.models.transformer`). A TFF client has no identity, so its seed travels in its data; a
-replayed round (a resumed DP run replays its noise) then repeats its client work bit for bit, and
-the noise is not cancelled by a difference of client updates.
-
-Unreadable audio and transcripts with no in-vocabulary characters are skipped and counted in
-`report` (naming the file), or raised with `strict=True`; characters outside the vocabulary are
-counted in `unknown_characters`. Helpers make the IID control (every utterance gets a speaker id
-drawn uniformly from the set of speakers) and seeded, disjoint speaker splits.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+Speakers as clients, as in Pelikan et al., "Enabling Differentially Private Federated Learning
+for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098, Sec. 4. `SpeechClientData` holds only utterance metadata, so a population of
+tens of thousands of speakers costs a list of file names; a client's audio is decoded,
+featurised and batched when its dataset is made. Helpers make the IID control (`make_iid`) and
+seeded, disjoint speaker splits (`split_speakers`).
 """
 
 import collections
@@ -74,6 +40,14 @@ _ORDER_STREAM = 1
 
 
 def group_by_speaker(utterances: Sequence[corpora.Utterance]) -> Dict[str, List[corpora.Utterance]]:
+  """Groups utterances by speaker.
+
+  Args:
+    utterances: utterances of a corpus.
+
+  Returns:
+    {speaker: its utterances in the given order}, speakers sorted.
+  """
   grouped = collections.defaultdict(list)
   for utterance in utterances:
     grouped[utterance.speaker].append(utterance)
@@ -81,7 +55,17 @@ def group_by_speaker(utterances: Sequence[corpora.Utterance]) -> Dict[str, List[
 
 
 def make_iid(utterances: Sequence[corpora.Utterance], seed: int) -> List[corpora.Utterance]:
-  """Gives every utterance a speaker drawn uniformly from the set of speakers ([1], Fig. 5)."""
+  """The IID control: every utterance gets a speaker drawn uniformly from the set of speakers.
+
+  As in Pelikan et al. 2025, Fig. 5.
+
+  Args:
+    utterances: utterances of a corpus.
+    seed: seed of the draws.
+
+  Returns:
+    The utterances with their new speakers, in the given order.
+  """
   speakers = sorted({u.speaker for u in utterances})
   rng = np.random.default_rng(seed)
   drawn = rng.integers(0, len(speakers), size=len(utterances))
@@ -91,7 +75,19 @@ def make_iid(utterances: Sequence[corpora.Utterance], seed: int) -> List[corpora
 
 def split_speakers(speakers: Sequence[str], fraction: float,
                    seed: int) -> Tuple[List[str], List[str]]:
-  """A seeded split of the speakers into `fraction` of them (at least one) and the rest."""
+  """A seeded split of the speakers into `fraction` of them and the rest.
+
+  Args:
+    speakers: the speakers (duplicates are merged), at least 2.
+    fraction: the share of the first part, in (0, 1); both parts get at least one speaker.
+    seed: seed of the split.
+
+  Returns:
+    (first part, rest), each sorted.
+
+  Raises:
+    ValueError: for fewer than 2 speakers or `fraction` outside (0, 1).
+  """
   validation.check_open_unit_interval('fraction', fraction)
   speakers = sorted(set(speakers))
   if len(speakers) < 2:
@@ -113,10 +109,19 @@ _ELEMENT_SPEC = collections.OrderedDict(
 
 
 class SpeechClientData(tff.simulation.datasets.ClientData):
-  """TFF `ClientData` with speakers as clients, over utterance metadata (module docstring).
+  """TFF `ClientData` with speakers as clients, over utterance metadata.
 
-  Audio is decoded in Python when a client's dataset is iterated, so the datasets are not
-  TF-serializable: use `create_tf_dataset_for_client`, not `serializable_dataset_fn`.
+  A client's batches are filled up to `max_batch_seconds` of audio (dynamic batching; Pelikan et
+  al. 2025, App. G.1, use 120 s per client batch on Common Voice) and padded:
+
+      {'features': [B, T, 80], 'feature_lengths': [B], 'labels': [B, L], 'label_lengths': [B],
+       'seed': [2]}
+
+  Unreadable audio and transcripts with no in-vocabulary characters are skipped and counted in
+  `report` (naming the file), or raised with `strict=True`; characters outside the vocabulary
+  are counted in `unknown_characters`. Audio is decoded in Python when a client's dataset is
+  made, so the datasets are not TF-serializable: use `create_tf_dataset_for_client`, not
+  `serializable_dataset_fn`.
   """
 
   def __init__(self,
@@ -138,9 +143,16 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       spec_augment: apply SpecAugment (training data only).
       strict: raise on the first unusable utterance instead of skipping and counting it.
       max_utterance_seconds: longer utterances are skipped (30 s in the released code).
-      feature_cache_dir: if given, log-mel features are cached there (module docstring); the
-        folder and its files are owner-only.
+      feature_cache_dir: if given, each utterance's log-mels are stored there once (keyed by the
+        audio file's path, size and modification time, and by the feature parameters, so
+        several runs and corpora can share one cache) and read back instead of decoding the
+        audio again. They are derived from raw client audio, so the folder and its files are
+        owner-only (`private_files`). A cache file that cannot be read is computed again and
+        replaced.
       report: where skipped utterances are counted; a new one by default.
+
+    Raises:
+      ValueError: for a non-positive duration.
     """
     validation.check_positive('max_batch_seconds', max_batch_seconds)
     validation.check_positive('max_utterance_seconds', max_utterance_seconds)
@@ -157,9 +169,21 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
 
   @property
   def client_ids(self) -> List[str]:
+    """The speakers, sorted."""
     return list(self._by_speaker)
 
   def utterances(self, client_id: str) -> List[corpora.Utterance]:
+    """A client's utterances.
+
+    Args:
+      client_id: the speaker.
+
+    Returns:
+      Its utterances, in corpus order.
+
+    Raises:
+      ValueError: for an unknown speaker.
+    """
     if client_id not in self._by_speaker:
       raise ValueError(f'Unknown client id {client_id!r}.')
     return list(self._by_speaker[client_id])
@@ -250,8 +274,14 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     only the utterances of those batches), and the batches are held as constants, so the dataset
     can be shipped into TFF computations. SpecAugment, when on, masks each batch now, drawing
     from the batch's `seed`, so from a new seed for every dataset made (every round); repeated
-    passes over one dataset (local epochs) see the same masks. The model's random draws in
-    training come from the same element seed (module docstring).
+    passes over one dataset (local epochs) see the same masks.
+
+    Every training-time random draw of client work is a function of the element seed and the
+    local step: SpecAugment's masks (drawn here) and the model's dropout, layer drop and CAPE
+    shift (drawn from the element seed with the local step folded in,
+    `algorithms.local_training.with_step_seed`). A TFF client has no identity, so its seed
+    travels in its data; a replayed round (a resumed DP run replays its noise) then repeats its
+    client work bit for bit, and the noise is not cancelled by a difference of client updates.
 
     Args:
       client_id: the speaker.
@@ -260,7 +290,16 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
         draws it from OS entropy.
       max_batches: if given (a positive integer), a seeded sample of the client's data: its
         utterances in an order drawn from `seed`, and the first `max_batches` of their batches
-        (all of them if it has fewer). None: every utterance, in corpus order.
+        (all of them if it has fewer), so only those utterances are read and shipped to the TFF
+        worker and a round costs about its client compute whatever the client's size (a
+        federated run passes its local steps; the client work cycles the batches if it takes
+        more). None: every utterance, in corpus order.
+
+    Returns:
+      A `tf.data.Dataset` of the batches (empty if every utterance was skipped).
+
+    Raises:
+      ValueError: for an unknown client, a negative seed or a non-positive `max_batches`.
     """
     if seed is None:
       # OS entropy rather than TF's global seed, which would freeze the draws across datasets.
@@ -289,10 +328,14 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     return dataset
 
   def create_tf_dataset_from_all_clients(self, seed: Optional[int] = None) -> tf.data.Dataset:
-    """Every client's batches, clients in an order shuffled by `seed` (None: id order).
+    """Every client's batches, one client after another.
 
-    With a seed, the clients' datasets are seeded from it too (so the whole dataset replays);
-    without, each draws its seed from OS entropy.
+    Args:
+      seed: shuffles the clients and seeds their datasets (so the whole dataset replays); None:
+        clients in id order, each drawing its seed from OS entropy.
+
+    Returns:
+      The concatenated `tf.data.Dataset`.
     """
     ids = self.client_ids
     client_seeds = [None] * len(ids)
@@ -309,12 +352,14 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
 
   @property
   def serializable_dataset_fn(self):
+    """Not available: the datasets decode audio in Python (raises `NotImplementedError`)."""
     raise NotImplementedError(
         'SpeechClientData decodes audio in Python, so its datasets cannot be traced into a TFF '
         'computation; build them with create_tf_dataset_for_client.')
 
   @property
   def element_type_structure(self):
+    """The batches' `tf.TensorSpec`s (class docstring)."""
     return _ELEMENT_SPEC
 
 

@@ -3,12 +3,7 @@
 Every speaker is one espeak-ng voice variant with its own pitch and speed; utterances are random
 sentences over a small word list (spoken digits and a few dozen common words by default), so a
 small model can learn it on a CPU. Utterance counts per speaker are skewed (log-normal), so
-clients are heterogeneous like Common Voice's. Everything is deterministic given `seed`.
-
-Layouts written under `output_dir`:
-* `librispeech/SPLIT/SPEAKER/1/SPEAKER-1-UTT.flac` + `SPEAKER-1.trans.txt` (16 kHz FLAC,
-  upper-case transcripts as in LibriSpeech);
-* `common_voice/clips/*.mp3` + `common_voice/SPLIT.tsv` (client_id, path, sentence), optional.
+clients are heterogeneous like Common Voice's. Everything is deterministic given the seed.
 """
 
 import concurrent.futures
@@ -42,6 +37,14 @@ _VOICE_VARIANTS = ('m1', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7', 'f1', 'f2', 'f3', '
 
 @dataclasses.dataclass(frozen=True)
 class SpeakerVoice:
+  """How a synthetic speaker speaks.
+
+  Attributes:
+    speaker: the speaker id.
+    voice: the espeak-ng voice, such as `en+m3`.
+    pitch: espeak-ng's pitch (`-p`).
+    speed: espeak-ng's speed in words per minute (`-s`).
+  """
   speaker: str
   voice: str
   pitch: int
@@ -74,7 +77,11 @@ def make_corpus(output_dir: str,
                 split: str = 'train',
                 skew: float = 0.6,
                 first_speaker: int = 0) -> Dict[str, SpeakerVoice]:
-  """Writes the corpus (module docstring) and returns the voice of every speaker.
+  """Writes the corpus (module docstring) in the layouts asked for.
+
+  `librispeech/SPLIT/SPEAKER/1/SPEAKER-1-UTT.flac` with `SPEAKER-1.trans.txt` (16 kHz FLAC,
+  upper-case transcripts as in LibriSpeech); `common_voice/clips/*.mp3` with
+  `common_voice/SPLIT.tsv` (client_id, path, sentence).
 
   Args:
     output_dir: folder to write the layouts into (created if needed).
@@ -90,6 +97,13 @@ def make_corpus(output_dir: str,
     skew: log-normal sigma of utterances per speaker (0: all equal).
     first_speaker: index of the first speaker (ids are 1000 + index), so that splits written
       with different values hold different speakers.
+
+  Returns:
+    {speaker id: its `SpeakerVoice`}.
+
+  Raises:
+    ValueError: for an argument out of range.
+    RuntimeError: if espeak-ng or sox is missing or fails.
   """
   validation.check_positive_integer('num_speakers', num_speakers)
   validation.check_positive('mean_utterances', mean_utterances)
@@ -178,9 +192,20 @@ def make_corpus(output_dir: str,
 
 def corrupt_transcripts(split_dir: str, speakers: Sequence[str], seed: int,
                         words: Optional[Sequence[str]] = None) -> None:
-  """Replaces every transcript of `speakers` in a LibriSpeech split folder by as many words
-  drawn uniformly from `words` (default `DEFAULT_WORDS["en"]`): clients whose labels are noise,
-  for experiments on robust aggregation. The audio is left as it is."""
+  """Replaces the transcripts of some speakers by random words: clients whose labels are noise.
+
+  For experiments on robust aggregation. Every transcript becomes as many words drawn uniformly
+  from `words`; the audio is left as it is.
+
+  Args:
+    split_dir: a LibriSpeech split folder.
+    speakers: the speakers to corrupt.
+    seed: seed of the draws.
+    words: the word list; default `DEFAULT_WORDS["en"]`.
+
+  Raises:
+    ValueError: for a speaker not in the folder.
+  """
   words = list(words or DEFAULT_WORDS['en'])
   rng = np.random.default_rng(seed)
   for speaker in speakers:

@@ -1,21 +1,7 @@
-"""Transcript normalisation and the character vocabulary ([1], App. F).
+"""Transcript normalisation and the character vocabulary.
 
-Normalisation: lower case; typographic apostrophes become "'"; punctuation and symbols other
-than "'" and "-" become spaces, and runs of spaces collapse. Digits and other characters stay
-(and are counted as out of vocabulary by `encode`). English is transliterated to
-ASCII (accents dropped through Unicode NFKD decomposition, plus the Latin letters that do not
-decompose: æ→ae, œ→oe, ß→ss, ø→o, ...; [1] uses the unidecode package); French and German keep
-their own letters.
-
-Vocabulary: 26 letters, apostrophe, hyphen and the word boundary (space) make the 29 English
-tokens, with ids 1..29; id 0 is the CTC blank. French and German add their letters. Characters
-outside the vocabulary are not silently dropped: `encode` counts them for the caller to report.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+As in Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, App. F.
 """
 
 import collections
@@ -47,7 +33,25 @@ def _check_language(language: str) -> None:
 
 
 def normalize_transcript(text: str, language: str = 'en') -> str:
-  """The normalised transcript (module docstring)."""
+  """The normalised transcript.
+
+  Lower case; typographic apostrophes become "'"; punctuation and symbols other than "'" and "-"
+  become spaces, and runs of spaces collapse. Digits and other characters stay (and are counted
+  as out of vocabulary by `Vocabulary.encode`). English is transliterated to ASCII (accents
+  dropped through Unicode NFKD decomposition, plus the Latin letters that do not decompose:
+  æ→ae, œ→oe, ß→ss, ø→o, ...; the paper uses the unidecode package); French and German keep
+  their own letters.
+
+  Args:
+    text: a transcript.
+    language: one of `LANGUAGES`.
+
+  Returns:
+    The normalised text.
+
+  Raises:
+    ValueError: for an unknown language.
+  """
   _check_language(language)
   text = unicodedata.normalize('NFC', text).lower().translate(_APOSTROPHES)
   if language == 'en':
@@ -61,9 +65,22 @@ def normalize_transcript(text: str, language: str = 'en') -> str:
 
 
 class Vocabulary:
-  """Characters <-> token ids 1..size; id 0 is the CTC blank (`models.BLANK_INDEX`)."""
+  """Characters <-> token ids 1..size; id 0 is the CTC blank (`models.BLANK_INDEX`).
+
+  26 letters, apostrophe, hyphen and the word boundary (space) make the 29 English tokens, with
+  ids 1..29; French and German add their letters. Characters outside the vocabulary are not
+  silently dropped: `encode` counts them for the caller to report.
+  """
 
   def __init__(self, language: str = 'en'):
+    """Initializes the vocabulary of a language.
+
+    Args:
+      language: one of `LANGUAGES`.
+
+    Raises:
+      ValueError: for an unknown language.
+    """
     _check_language(language)
     self.language = language
     self.tokens: Tuple[str, ...] = _BASE_TOKENS + tuple(_EXTRA_LETTERS[language])
@@ -75,7 +92,14 @@ class Vocabulary:
     return len(self.tokens)
 
   def encode(self, text: str) -> Tuple[List[int], collections.Counter]:
-    """Token ids of a normalised transcript, and a count of characters not in the vocabulary."""
+    """Encodes a normalised transcript.
+
+    Args:
+      text: a transcript normalised by `normalize_transcript`.
+
+    Returns:
+      (token ids, a count of the characters not in the vocabulary, which are skipped).
+    """
     ids, unknown = [], collections.Counter()
     for char in text:
       token = self._ids.get(char)
@@ -86,6 +110,13 @@ class Vocabulary:
     return ids, unknown
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of token ids; the blank and ids outside the vocabulary are skipped."""
+    """Decodes token ids.
+
+    Args:
+      ids: token ids.
+
+    Returns:
+      The text, the blank and ids outside the vocabulary skipped and runs of spaces collapsed.
+    """
     chars = [self.tokens[i - 1] for i in ids if 1 <= i <= len(self.tokens)]
     return ' '.join(''.join(chars).split())

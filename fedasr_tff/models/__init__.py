@@ -1,10 +1,8 @@
-"""The CTC transformer for speech recognition ([1], Sec. 4 and App. F).
+"""The CTC transformer for speech recognition.
 
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+The model of Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
+Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098, Sec. 4 and App. F.
 """
 
 from fedasr_tff.models.configs import CONFIGS

@@ -1,10 +1,8 @@
-"""Named sizes of the CTC transformer ([1], App. F; variants: App. H.7, Table 21).
+"""Named sizes of the CTC transformer.
 
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+The baseline of Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
+Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098, App. F, its variants (App. H.7, Table 21) and sizes for CPU runs.
 """
 
 import dataclasses
@@ -57,9 +55,9 @@ class TransformerConfig:
 
 
 CONFIGS: Mapping[str, TransformerConfig] = {
-    # [1]'s baseline (App. F: 255M; our count: 255.8M parameters with 30 outputs).
+    # The paper's baseline (App. F: 255M; our count: 255.8M parameters with 30 outputs).
     'baseline': TransformerConfig(num_blocks=36, model_dim=768, mlp_dim=3072),
-    # [1], Table 21 variants (layer drop 0.1 for all).
+    # The paper's Table 21 variants (layer drop 0.1 for all).
     'narrow': TransformerConfig(num_blocks=36, model_dim=512, mlp_dim=2048, layer_drop=0.1),
     'wide': TransformerConfig(num_blocks=36, model_dim=1024, mlp_dim=4096, layer_drop=0.1),
     'shallow': TransformerConfig(num_blocks=16, model_dim=768, mlp_dim=3072, layer_drop=0.1),
@@ -79,7 +77,17 @@ CONFIGS: Mapping[str, TransformerConfig] = {
 
 
 def get_config(config: Union[str, TransformerConfig]) -> TransformerConfig:
-  """A named configuration, or `config` itself."""
+  """A named configuration, or `config` itself.
+
+  Args:
+    config: a name in `CONFIGS` or a `TransformerConfig`.
+
+  Returns:
+    The `TransformerConfig`.
+
+  Raises:
+    ValueError: for an unknown name.
+  """
   if isinstance(config, TransformerConfig):
     return config
   if config not in CONFIGS:

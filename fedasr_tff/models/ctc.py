@@ -1,22 +1,11 @@
-"""CTC loss and decoding for the transformer's logits ([1], Sec. 4 and App. F).
+"""CTC loss and decoding for the transformer's logits.
 
-Token ids are 1..V and 0 is the CTC blank (`BLANK_INDEX`); logits have V + 1 classes.
-
-Decoding [2]: `greedy_decode` takes the best path (the most probable frame labelling, repeats
-merged and blanks removed); `beam_search_decode` searches for the most probable label sequence
-y* = argmax_y Σ_{paths π -> y} Π_t softmax(logits_t)[π_t] with TF's prefix beam search, which
-keeps the `beam_width` best prefixes per frame (exact when no prefix it needs is pruned). The
-two can differ: with two frames of p(blank) = 0.6, p(a) = 0.4 the best path is "" (0.36) but
-"a" has probability 0.4·0.4 + 2·0.6·0.4 = 0.64. `ids_to_texts` turns decoded ids into text.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
-[2] A. Graves, S. Fernández, F. Gomez, J. Schmidhuber. Connectionist Temporal Classification:
-    Labelling Unsegmented Sequence Data with Recurrent Neural Networks. ICML 2006, Sec. 3.2
-    (best path and prefix search decoding).
+Connectionist temporal classification (Graves, Fernández, Gomez and Schmidhuber, "Connectionist
+Temporal Classification: Labelling Unsegmented Sequence Data with Recurrent Neural Networks",
+ICML 2006), the loss of Pelikan et al., "Enabling Differentially Private Federated Learning for
+Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+arXiv:2310.00098, Sec. 4. Token ids are 1..V and 0 is the CTC blank (`BLANK_INDEX`); logits have
+V + 1 classes.
 """
 
 from typing import List
@@ -37,6 +26,9 @@ def ctc_loss(labels: tf.Tensor, label_lengths: tf.Tensor, logits: tf.Tensor,
     label_lengths: [B] valid label lengths.
     logits: [B, T, V + 1] unnormalised scores.
     logit_lengths: [B] valid frames.
+
+  Returns:
+    The scalar mean loss.
   """
   losses = tf.nn.ctc_loss(
       labels=tf.cast(labels, tf.int32),
@@ -49,16 +41,30 @@ def ctc_loss(labels: tf.Tensor, label_lengths: tf.Tensor, logits: tf.Tensor,
 
 
 def greedy_decode(logits: tf.Tensor, logit_lengths: tf.Tensor) -> tf.RaggedTensor:
-  """Best-path decoding: argmax per frame, repeats merged, blanks removed; [B, None] ids."""
+  """Best-path decoding (Graves et al. 2006, Sec. 3.2): the most probable frame labelling.
+
+  Args:
+    logits: [B, T, V + 1] scores.
+    logit_lengths: [B] valid frames.
+
+  Returns:
+    [B, None] ragged ids: argmax per frame, repeats merged, blanks removed.
+  """
   return greedy_decode_with_scores(logits, logit_lengths)[0]
 
 
 def greedy_decode_with_scores(logits: tf.Tensor,
                               logit_lengths: tf.Tensor) -> Tuple[tf.RaggedTensor, tf.Tensor]:
-  """`greedy_decode`'s [B, None] ids and [B] scores Σ_t max_k logits[t, k] of the best paths.
+  """`greedy_decode` with the scores of the best paths.
 
-  The score is TF's negated `neg_sum_logits`: a sum of raw logits, comparable between paths of
-  one utterance only (for a log-probability, pass log-softmax outputs as `logits`).
+  Args:
+    logits: [B, T, V + 1] scores.
+    logit_lengths: [B] valid frames.
+
+  Returns:
+    ([B, None] ragged ids, [B] scores Σ_t max_k logits[t, k]). The score is TF's negated
+    `neg_sum_logits`: a sum of raw logits, comparable between paths of one utterance only (for a
+    log-probability, pass log-softmax outputs as `logits`).
   """
   decoded, neg_sum_logits = tf.nn.ctc_greedy_decoder(
       tf.transpose(logits, [1, 0, 2]),
@@ -70,7 +76,13 @@ def greedy_decode_with_scores(logits: tf.Tensor,
 
 def beam_search_decode(logits: tf.Tensor, logit_lengths: tf.Tensor, beam_width: int,
                        top_paths: int = 1) -> Tuple[List[tf.RaggedTensor], tf.Tensor]:
-  """The `top_paths` most probable label sequences found by prefix beam search (module doc).
+  """The `top_paths` most probable label sequences found by prefix beam search.
+
+  Searches for y* = argmax_y Σ_{paths π -> y} Π_t softmax(logits_t)[π_t] with TF's prefix beam
+  search (Graves et al. 2006, Sec. 3.2), which keeps the `beam_width` best prefixes per frame
+  (exact when no prefix it needs is pruned). It can differ from `greedy_decode`: with two frames
+  of p(blank) = 0.6, p(a) = 0.4 the best path is "" (0.36) but "a" has probability
+  0.4·0.4 + 2·0.6·0.4 = 0.64.
 
   `tf.nn.ctc_beam_search_decoder` takes the last class as the blank, so the logits are rotated
   to put our blank (id 0) last and the decoded ids shifted back to 1..V.
@@ -84,6 +96,9 @@ def beam_search_decode(logits: tf.Tensor, logit_lengths: tf.Tensor, beam_width: 
   Returns:
     A list of `top_paths` [B, None] ragged id tensors, best first, and their [B, top_paths]
     log-probabilities log p(y | logits) (as summed by the beam; -inf where fewer were found).
+
+  Raises:
+    ValueError: for a `beam_width` or `top_paths` out of range.
   """
   if not isinstance(beam_width, int) or beam_width < 1:
     raise ValueError(f'`beam_width` must be an integer >= 1, got {beam_width!r}.')
@@ -100,10 +115,17 @@ def beam_search_decode(logits: tf.Tensor, logit_lengths: tf.Tensor, beam_width: 
 
 
 def ids_to_texts(ids: tf.RaggedTensor, tokens: Sequence[str]) -> tf.Tensor:
-  """[B] strings of [B, None] token ids (1..V) in the vocabulary `tokens` (blank excluded).
+  """The texts of decoded token ids.
 
   The same text as `data.Vocabulary.decode`: ids outside 1..V are dropped, runs of the word
   boundary collapse to one space and none is kept at either end.
+
+  Args:
+    ids: [B, None] token ids (1..V).
+    tokens: the vocabulary's tokens (blank excluded).
+
+  Returns:
+    [B] strings.
   """
   table = tf.constant([''] + list(tokens))
   valid = tf.ragged.boolean_mask(ids, (ids >= 1) & (ids <= len(tokens)))

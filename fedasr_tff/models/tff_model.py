@@ -1,24 +1,4 @@
-"""The CTC transformer as a `tff.learning.models.VariableModel`, with loss, WER and CER metrics.
-
-Batches are the data pipeline's dicts (`features`, `feature_lengths`, `labels`,
-`label_lengths`, `seed`). `forward_pass` returns the mean CTC loss over the batch's utterances; it
-also accumulates, over all batches since `reset_metrics`:
-
-* `loss`: utterance-weighted mean CTC loss;
-* `wer`, `cer`: corpus-level error rates of greedy decoding against the labels (computed only
-  when `training=False`, since decoding every training batch would cost time and the training
-  metric would lag the model anyway).
-
-The metrics are sums and counts, so TFF's `sum_then_finalize` aggregation across clients gives
-corpus-level rates.
-
-Randomness: a training pass (`forward_pass(batch, training=True)`) draws every random number
-(dropout, layer drop, CAPE's shift) statelessly from the batch's `seed`, a [2] int64 tensor (see
-`transformer`), so it is a deterministic function of the weights and the batch. Federated local
-training folds the local step into that seed before the pass (`algorithms.local_training`), so
-a client's whole update is a function of its dataset's seed. Evaluation (`training=False`) ignores
-the seed.
-"""
+"""The CTC transformer as a `tff.learning.models.VariableModel`, with loss, WER and CER metrics."""
 
 import collections
 from typing import Callable
@@ -48,9 +28,35 @@ def _ratio(values):
 
 
 class CTCSpeechModel(tff.learning.models.VariableModel):
-  """See the module docstring."""
+  """The CTC transformer with its loss and metrics, for TFF.
+
+  Batches are the data pipeline's dicts (`features`, `feature_lengths`, `labels`,
+  `label_lengths`, `seed`). `forward_pass` returns the mean CTC loss over the batch's
+  utterances; it also accumulates, over all batches since `reset_metrics`:
+
+  * `loss`: utterance-weighted mean CTC loss;
+  * `wer`, `cer`: corpus-level error rates of greedy decoding against the labels (computed only
+    when `training=False`, since decoding every training batch would cost time and the training
+    metric would lag the model anyway).
+
+  The metrics are sums and counts, so TFF's `sum_then_finalize` aggregation across clients gives
+  corpus-level rates.
+
+  Randomness: a training pass (`forward_pass(batch, training=True)`) draws every random number
+  (dropout, layer drop, CAPE's shift) statelessly from the batch's `seed`, a [2] int64 tensor
+  (`transformer`), so it is a deterministic function of the weights and the batch. Federated
+  local training folds the local step into that seed before the pass
+  (`algorithms.local_training`), so a client's whole update is a function of its dataset's seed.
+  Evaluation (`training=False`) ignores the seed.
+  """
 
   def __init__(self, keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
+    """Wraps a built transformer.
+
+    Args:
+      keras_model: the `CTCTransformer`.
+      tokens: the vocabulary's tokens (blank excluded), for decoding in evaluation.
+    """
     self._model = keras_model
     self._tokens = list(tokens)
     self._metric_vars = collections.OrderedDict(
@@ -61,27 +67,41 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
 
   @property
   def keras_model(self) -> transformer.CTCTransformer:
+    """The wrapped `CTCTransformer`."""
     return self._model
 
   @property
   def trainable_variables(self):
+    """The transformer's trainable variables."""
     return self._model.trainable_variables
 
   @property
   def non_trainable_variables(self):
+    """The transformer's non-trainable variables."""
     return self._model.non_trainable_variables
 
   @property
   def local_variables(self):
+    """The metric sums and counts."""
     return list(self._metric_vars.values())
 
   @property
   def input_spec(self):
+    """The batches' `tf.TensorSpec`s (`INPUT_SPEC` with the model's mels)."""
     return self._input_spec
 
   # reduce_retracing: dynamic batches differ in shape, so trace once with relaxed shapes.
   @tf.function(reduce_retracing=True)
   def predict_on_batch(self, batch_input, training=True):
+    """The logits of a batch.
+
+    Args:
+      batch_input: a batch of `input_spec`; `seed` is needed when training.
+      training: a training pass (dropout, layer drop, CAPE's shift from the batch's seed).
+
+    Returns:
+      [B, T', V + 1] logits.
+    """
     return self._logits(batch_input, training)
 
   def _logits(self, batch_input, training):
@@ -96,6 +116,15 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
 
   @tf.function(reduce_retracing=True)
   def forward_pass(self, batch_input, training=True):
+    """The loss of a batch; also accumulates the metrics (class docstring).
+
+    Args:
+      batch_input: a batch of `input_spec`; `seed` is needed when training.
+      training: a training pass; WER and CER are accumulated only when False.
+
+    Returns:
+      `BatchOutput` of the mean CTC loss, the logits and the number of utterances.
+    """
     logits = self._logits(batch_input, training)
     logit_lengths = transformer.output_lengths(batch_input['feature_lengths'],
                                                self._model.config)
@@ -119,6 +148,7 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
 
   @tf.function
   def report_local_unfinalized_metrics(self):
+    """Returns the metrics as [sum, count] lists (`num_examples` as [count])."""
     v = self._metric_vars
     return collections.OrderedDict(
         loss=[v['loss_sum'].read_value(), v['utterances'].read_value()],
@@ -128,18 +158,29 @@ class CTCSpeechModel(tff.learning.models.VariableModel):
     )
 
   def metric_finalizers(self):
+    """Returns the finalizers: sum / count (0 for no count), and the count itself."""
     return collections.OrderedDict(
         loss=tf.function(_ratio), wer=tf.function(_ratio), cer=tf.function(_ratio),
         num_examples=tf.function(lambda values: values[0]))
 
   @tf.function
   def reset_metrics(self):
+    """Zeroes the metric sums and counts."""
     for variable in self._metric_vars.values():
       variable.assign(0.0)
 
 
 def build_tff_model_fn(config, tokens: Sequence[str]) -> Callable[[], CTCSpeechModel]:
-  """A no-argument `model_fn` for TFF building the CTC transformer for `tokens` (no blank)."""
+  """A no-argument `model_fn` for TFF.
+
+  Args:
+    config: a `TransformerConfig` or the name of one (`configs.CONFIGS`); checked now by
+      building the model once.
+    tokens: the vocabulary's tokens (blank excluded).
+
+  Returns:
+    A callable building a fresh `CTCSpeechModel` every call.
+  """
   tokens = list(tokens)
   transformer.build_ctc_transformer(config, len(tokens))  # Fail early on a bad config.
 

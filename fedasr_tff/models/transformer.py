@@ -13,20 +13,6 @@ Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310
     -> final LayerNorm -> linear to vocabulary + CTC blank
 
 Linear layers inside blocks have no biases and LayerNorm uses ε = 1e-5, as in the released code.
-The model owns its parameter vocabulary: weights are named `input_norm`, `conv`, `final_ln` and
-`output` outside the blocks (`OUTER_LAYERS`) and `block_XX/<parameter>/<variable>` inside, with
-the parameters `BLOCK_PARAMETERS` (`block_tensor` and `block_parameter` read such a name), so
-per-layer clipping and the per-layer norm plots can address the paper's groups.
-The output has floor(T / 3) frames (`output_lengths`).
-
-Randomness: a training pass (`training=True`) takes a `seed`, a shape-[2] integer tensor, and
-every random number it draws (dropout masks, layer drop, CAPE's global shift) is a stateless
-function of that seed: each use draws from its own seed, `seed` with a constant of that use folded
-in (`tf.random.experimental.stateless_fold_in`). So a training pass is a deterministic function of
-(weights, batch, seed), and a replayed federated round repeats its clients' work bit for bit
-(in federated training the seed is the batch's `seed` with the local step folded in, see
-`fedasr_tff.algorithms.local_training`). A training pass without a seed is an error, never a
-draw from TF's global random state. Inference (`training=False`) takes no seed.
 """
 
 import math
@@ -38,6 +24,9 @@ import tensorflow as tf
 
 from fedasr_tff.models import configs
 
+# The model owns its parameter vocabulary, so that per-layer clipping and the per-layer norm
+# plots can address the paper's groups: weights are named `OUTER_LAYERS` outside the blocks and
+# `block_XX/<parameter>/<variable>` inside (`block_tensor` reads such a name).
 # A pre-LN block's parameters in forward-pass order: x += Attn(LN1 x); x += MLP(LN2 x).
 BLOCK_PARAMETERS = ('ln1', 'wqkv', 'wf', 'ln2', 'w1', 'w2')
 # The block parameters of the MLP.
@@ -61,17 +50,27 @@ _MLP_DROPOUT = 2
 
 
 class BlockTensor(NamedTuple):
-  """Where a tensor sits in the blocks: `block_03/w1/kernel` is (3, 'w1', 'kernel')."""
+  """Where a tensor sits in the blocks: `block_03/w1/kernel` is (3, 'w1', 'kernel').
+
+  Attributes:
+    block: the block's index.
+    parameter: one of `BLOCK_PARAMETERS`.
+    variable: the Keras variable, such as `kernel`, `gamma` or `beta`.
+  """
   block: int
   parameter: str
   variable: str
 
 
 def block_tensor(tensor_name: str) -> Optional[BlockTensor]:
-  """Block index, parameter and variable of a tensor name (as `model_io.tensor_name` gives).
+  """Block index, parameter and variable of a tensor name.
 
-  None for the tensors outside the blocks (and names whose parameter is not in
-  `BLOCK_PARAMETERS`).
+  Args:
+    tensor_name: a name as `program.model_io.tensor_names` gives it.
+
+  Returns:
+    Its `BlockTensor`; None for the tensors outside the blocks (and names whose parameter is not
+    in `BLOCK_PARAMETERS`).
   """
   match = _BLOCK_TENSOR.match(tensor_name)
   if match is None or match['parameter'] not in BLOCK_PARAMETERS:
@@ -80,24 +79,56 @@ def block_tensor(tensor_name: str) -> Optional[BlockTensor]:
 
 
 def block_parameter(tensor_name: str) -> Optional[str]:
-  """Which of `BLOCK_PARAMETERS` a tensor belongs to (`block_00/w1/kernel` -> 'w1'); None for
-  the tensors outside the blocks."""
+  """Which of `BLOCK_PARAMETERS` a tensor belongs to.
+
+  Args:
+    tensor_name: a name as `program.model_io.tensor_names` gives it.
+
+  Returns:
+    The parameter (`block_00/w1/kernel` -> 'w1'); None for the tensors outside the blocks.
+  """
   tensor = block_tensor(tensor_name)
   return None if tensor is None else tensor.parameter
 
 
 def output_lengths(lengths, config) -> tf.Tensor:
-  """Valid output frames for inputs of `lengths` frames: floor(T / stride)."""
+  """Valid output frames for inputs of `lengths` frames.
+
+  Args:
+    lengths: [B] input frames.
+    config: a `TransformerConfig` or the name of one.
+
+  Returns:
+    [B] int32 output frames, floor(T / stride).
+  """
   return tf.math.floordiv(tf.cast(lengths, tf.int32), configs.get_config(config).conv_stride)
 
 
 def fold_seed(seed, use: int) -> tf.Tensor:
-  """The seed of one use of `seed` ([2] integers): `use` folded in; a [2] int64 tensor."""
+  """The seed of one use of a seed, so that every use draws from its own stream.
+
+  Args:
+    seed: a [2] integer seed.
+    use: the use's constant.
+
+  Returns:
+    `seed` with `use` folded in, a [2] int64 tensor.
+  """
   return tf.random.experimental.stateless_fold_in(seed, tf.constant(use, tf.int64))
 
 
 def stateless_dropout(x, rate: float, seed, training: bool):
-  """Inverted dropout with its mask drawn from `seed`; the identity unless training."""
+  """Inverted dropout with its mask drawn from `seed`.
+
+  Args:
+    x: the input.
+    rate: the dropout rate.
+    seed: a [2] integer seed, needed when training with `rate` > 0.
+    training: whether to drop.
+
+  Returns:
+    `x` with dropout; `x` itself unless training with `rate` > 0.
+  """
   if not training or rate == 0:
     return x
   return tf.nn.experimental.stateless_dropout(x, rate, seed)
@@ -107,10 +138,23 @@ class InputNormalization(tf.keras.layers.Layer):
   """x * scale + bias with one learnable scalar of each."""
 
   def build(self, input_shape):
+    """Creates the scale (1) and bias (0).
+
+    Args:
+      input_shape: unused (both are scalars).
+    """
     self.scale = self.add_weight(name='scale', shape=[], initializer='ones')
     self.bias = self.add_weight(name='bias', shape=[], initializer='zeros')
 
   def call(self, x):
+    """Applies the normalisation.
+
+    Args:
+      x: the features.
+
+    Returns:
+      x * scale + bias.
+    """
     return x * self.scale + self.bias
 
 
@@ -118,6 +162,15 @@ class ConvGLUFrontEnd(tf.keras.layers.Layer):
   """Strided 1-D convolution to 2d channels, then a gated linear unit down to d."""
 
   def __init__(self, model_dim, kernel, stride, dropout, **kwargs):
+    """Initializes the layer.
+
+    Args:
+      model_dim: d, the output width.
+      kernel: the convolution's kernel, in frames.
+      stride: its stride, in frames.
+      dropout: dropout rate on the output.
+      **kwargs: passed to `tf.keras.layers.Layer`.
+    """
     super().__init__(**kwargs)
     # Padding kernel - stride frames in total makes the output floor(T / stride) frames long.
     total_padding = kernel - stride
@@ -126,6 +179,16 @@ class ConvGLUFrontEnd(tf.keras.layers.Layer):
     self._dropout = dropout
 
   def call(self, x, training=False, seed=None):
+    """Applies the front-end.
+
+    Args:
+      x: [B, T, M] features.
+      training: apply dropout.
+      seed: a [2] integer seed of the dropout mask, needed when training.
+
+    Returns:
+      [B, floor(T / stride), d].
+    """
     x = tf.pad(x, [[0, 0], list(self._padding), [0, 0]])
     value, gate = tf.split(self.conv(x), 2, axis=-1)
     return stateless_dropout(value * tf.sigmoid(gate), self._dropout, seed, training)
@@ -135,8 +198,21 @@ def cape_embedding(mask, model_dim, frame_seconds, freq_scale, max_global_shift,
                    seed=None):
   """CAPE sinusoidal embedding of frame times in seconds, mean-centred over valid frames.
 
-  While training every utterance's positions move by one global shift ~ U(-max, max) seconds,
-  drawn from `seed` (a [2] integer tensor, required then).
+  Likhomanenko et al., "CAPE: Encoding Relative Positions with Continuous Augmented Positional
+  Embeddings", NeurIPS 2021, with its global shift only. While training every utterance's
+  positions move by one global shift ~ U(-max, max) seconds.
+
+  Args:
+    mask: [B, T] valid frames.
+    model_dim: d, the embedding's width.
+    frame_seconds: seconds between frames.
+    freq_scale: scale on positions (seconds) before the sinusoids.
+    max_global_shift: the largest shift, in seconds (0: none).
+    training: apply the shift.
+    seed: a [2] integer seed of the shifts, required when training with a shift.
+
+  Returns:
+    [B, T, d] float32 embeddings.
   """
   mask = tf.cast(mask, tf.float32)
   frames = tf.shape(mask)[1]
@@ -159,6 +235,16 @@ class TransformerBlock(tf.keras.layers.Layer):
   """Pre-LN block with fused QKV attention and a ReLU MLP; optional layer drop."""
 
   def __init__(self, model_dim, mlp_dim, num_heads, dropout, layer_drop, **kwargs):
+    """Initializes the block.
+
+    Args:
+      model_dim: d, the residual stream's width.
+      mlp_dim: the MLP's hidden width.
+      num_heads: attention heads (dividing d).
+      dropout: dropout on the attention weights and the MLP's hidden layer.
+      layer_drop: probability of skipping the whole block in training.
+      **kwargs: passed to `tf.keras.layers.Layer`.
+    """
     super().__init__(**kwargs)
     self._num_heads = num_heads
     self._head_dim = model_dim // num_heads
@@ -183,7 +269,17 @@ class TransformerBlock(tf.keras.layers.Layer):
     return self.wf(context)
 
   def call(self, x, mask, training=False, seed=None):
-    """`seed`: this block's [2] integer seed, required when training."""
+    """Applies the block.
+
+    Args:
+      x: [B, T, d] residual stream.
+      mask: [B, T] valid frames (attention ignores the others).
+      training: apply dropout and layer drop.
+      seed: this block's [2] integer seed, required when training.
+
+    Returns:
+      [B, T, d].
+    """
     keep = 1.0
     if training and self._layer_drop > 0:
       keep = tf.cast(tf.random.stateless_uniform([], fold_seed(seed, _LAYER_DROP))
@@ -198,12 +294,26 @@ class TransformerBlock(tf.keras.layers.Layer):
 class CTCTransformer(tf.keras.Model):
   """The encoder of the module docstring.
 
-  Call on (features [B, T, M], lengths [B]); a training pass also takes `seed`, a [2] integer
-  tensor from which all its random draws are made (module docstring):
-  `model((features, lengths), training=True, seed=seed)`.
+  Call on (features [B, T, M], lengths [B]); the output has floor(T / 3) frames
+  (`output_lengths`). A training pass also takes `seed`, a [2] integer tensor:
+  `model((features, lengths), training=True, seed=seed)`. Every random number it draws (dropout
+  masks, layer drop, CAPE's global shift) is a stateless function of that seed: each use draws
+  from its own seed, `seed` with a constant of that use folded in (`fold_seed`). So a training
+  pass is a deterministic function of (weights, batch, seed), and a replayed federated round
+  repeats its clients' work bit for bit (in federated training the seed is the batch's `seed`
+  with the local step folded in, `algorithms.local_training.with_step_seed`). A training pass
+  without a seed is an error, never a draw from TF's global random state. Inference
+  (`training=False`) takes no seed.
   """
 
   def __init__(self, config, vocab_size, **kwargs):
+    """Initializes the layers (`build_ctc_transformer` also builds the weights).
+
+    Args:
+      config: a `TransformerConfig` or the name of one.
+      vocab_size: tokens without the blank.
+      **kwargs: passed to `tf.keras.Model`.
+    """
     super().__init__(**kwargs)
     self.config = configs.get_config(config)
     c = self.config
@@ -218,6 +328,19 @@ class CTCTransformer(tf.keras.Model):
     self.output_layer = tf.keras.layers.Dense(vocab_size + 1, name='output')
 
   def call(self, inputs, training=False, seed=None):
+    """Runs the encoder.
+
+    Args:
+      inputs: (features [B, T, M], lengths [B]).
+      training: a training pass (dropout, layer drop, CAPE's shift).
+      seed: a [2] integer seed, required when training (class docstring).
+
+    Returns:
+      [B, floor(T / stride), vocab_size + 1] logits.
+
+    Raises:
+      ValueError: for a training pass without a seed.
+    """
     if training and seed is None:
       raise ValueError(
           'A training pass of the CTC transformer needs `seed` (a [2] integer tensor, e.g. the '
@@ -251,6 +374,12 @@ def build_ctc_transformer(config, vocab_size: int) -> CTCTransformer:
     config: model size.
     vocab_size: tokens without the blank (29 for English); the model outputs vocab_size + 1
       logits per frame, the CTC blank included.
+
+  Returns:
+    The built `CTCTransformer`.
+
+  Raises:
+    ValueError: for a `vocab_size` below 1 or an unknown config.
   """
   if not isinstance(vocab_size, int) or vocab_size < 1:
     raise ValueError(f'`vocab_size` must be an integer >= 1, got {vocab_size!r}.')

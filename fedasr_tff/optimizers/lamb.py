@@ -1,29 +1,9 @@
-"""LAMB [2] as a `tff.learning.optimizers.Optimizer` ([1], App. E.4; optax `lamb` defaults).
+"""LAMB as a `tff.learning.optimizers.Optimizer`, with optax's `lamb` defaults.
 
-For every weight tensor θ_h with (pseudo-)gradient g_h, at step t = 1, 2, ...:
-
-    m_h = β1 m_h + (1 − β1) g_h                       v_h = β2 v_h + (1 − β2) g_h²
-    m̂_h = m_h / (1 − β1^t)                            v̂_h = v_h / (1 − β2^t)
-    u_h = m̂_h / (sqrt(v̂_h) + ξ) + λ θ_h              (weight decay before the trust ratio)
-    r_h = ||θ_h|| / ||u_h||                           (1 where either norm is 0)
-    θ_h ← θ_h − η r_h u_h
-
-In FL the server applies it to the (noised) mean client delta, Δ = θ_global − θ_local, which acts
-as a gradient. Each tensor's step has norm η·||θ_h|| whatever the scale of Δ ([1], Eq. (E.7) with
-φ the identity and λ = 0), which is why DP runs can shrink the clip C without retuning ([1],
-Sec. 4.3 and App. H.3).
-
-[1] gives the update without bias correction (Eqs. (E.7)-(E.8)); we follow optax, as the paper's
-released code [3] does, with ξ = 1e-6 ([1], App. H.3).
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
-[2] Y. You et al. Large Batch Optimization for Deep Learning: Training BERT in 76
-    Minutes. ICLR 2020, arXiv:1904.00962.
-[3] The paper's released code, https://github.com/apple/ml-pfl4asr.
+You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 Minutes", ICLR 2020,
+arXiv:1904.00962; the server optimizer of Pelikan et al., "Enabling Differentially Private
+Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+Clipping", NeurIPS 2025, arXiv:2310.00098, App. E.4.
 """
 
 import collections
@@ -83,7 +63,36 @@ class _Lamb(hparams.HparamsInState):
 
 def build_lamb(learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                weight_decay=0.0) -> tff.learning.optimizers.Optimizer:
-  """LAMB (module docstring) with optax's defaults; ξ = `epsilon`, λ = `weight_decay`."""
+  """LAMB with optax's defaults.
+
+  For every weight tensor θ_h with (pseudo-)gradient g_h, at step t = 1, 2, ...:
+
+      m_h = β1 m_h + (1 − β1) g_h                       v_h = β2 v_h + (1 − β2) g_h²
+      m̂_h = m_h / (1 − β1^t)                            v̂_h = v_h / (1 − β2^t)
+      u_h = m̂_h / (sqrt(v̂_h) + ξ) + λ θ_h              (weight decay before the trust ratio)
+      r_h = ||θ_h|| / ||u_h||                           (1 where either norm is 0)
+      θ_h ← θ_h − η r_h u_h
+
+  In FL the server applies it to the (noised) mean client delta, Δ = θ_global − θ_local, which
+  acts as a gradient. Each tensor's step has norm η·||θ_h|| whatever the scale of Δ (Pelikan et
+  al. 2025, Eq. (E.7) with φ the identity and λ = 0), which is why DP runs can shrink the clip C
+  without retuning (ibid., Sec. 4.3 and App. H.3). The paper gives the update without bias
+  correction (Eqs. (E.7)-(E.8)); we follow optax, as the paper's released code
+  (https://github.com/apple/ml-pfl4asr) does, with ξ = 1e-6 (App. H.3).
+
+  Args:
+    learning_rate: η > 0.
+    beta_1: β1 in [0, 1).
+    beta_2: β2 in [0, 1).
+    epsilon: ξ >= 0.
+    weight_decay: λ >= 0.
+
+  Returns:
+    The optimizer; its hyperparameters sit in its state (`hparams.HparamsInState`).
+
+  Raises:
+    ValueError: for an argument out of range.
+  """
   validation.check_positive('learning_rate', learning_rate)
   validation.check_unit_interval_right_open('beta_1', beta_1)
   validation.check_unit_interval_right_open('beta_2', beta_2)

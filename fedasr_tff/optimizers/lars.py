@@ -1,28 +1,11 @@
-"""LARS [2] as a `tff.learning.optimizers.Optimizer` (optax `lars` with its defaults).
+"""LARS as a `tff.learning.optimizers.Optimizer`, optax's `lars` with its defaults.
 
-For every weight tensor θ_h with (pseudo-)gradient g_h:
-
-    u_h = g_h + λ θ_h                                 (weight decay before the trust ratio)
-    r_h = κ ||θ_h|| / (||u_h|| + ε)                   (1 where either norm is 0)
-    s_h = −η r_h u_h                                  (learning-rate scaled step)
-    τ_h = s_h + μ τ_h                                 (momentum trace, after the LR scaling)
-    θ_h ← θ_h + τ_h            or, with Nesterov,  θ_h ← θ_h + s_h + μ τ_h
-
-Because the trace accumulates LR-scaled steps, changing η mid-run (a schedule) only affects new
-steps, as in optax.
-
-[1] compares LARS with LAMB as the server optimizer (App. G.4) and trains its central seed models
-with it (Sec. 4, App. F) without defining it; we follow optax's `lars`, which the paper's
-released code [3] calls.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
-[2] Y. You, I. Gitman, B. Ginsburg. Large Batch Training of Convolutional Networks.
-    arXiv:1708.03888, 2017.
-[3] The paper's released code, https://github.com/apple/ml-pfl4asr.
+You, Gitman and Ginsburg, "Large Batch Training of Convolutional Networks", arXiv:1708.03888.
+Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, compare
+it with LAMB as the server optimizer (App. G.4) and train their central seed models with it
+(Sec. 4, App. F) without defining it; we follow optax's `lars`, which the paper's released code
+(https://github.com/apple/ml-pfl4asr) calls.
 """
 
 import collections
@@ -76,7 +59,33 @@ class _Lars(hparams.HparamsInState):
 
 def build_lars(learning_rate, momentum=0.9, trust_coefficient=0.001, epsilon=0.0,
                weight_decay=0.0, nesterov=False) -> tff.learning.optimizers.Optimizer:
-  """LARS (module docstring) with optax's defaults; κ = `trust_coefficient`, μ = `momentum`."""
+  """LARS with optax's defaults.
+
+  For every weight tensor θ_h with (pseudo-)gradient g_h:
+
+      u_h = g_h + λ θ_h                                 (weight decay before the trust ratio)
+      r_h = κ ||θ_h|| / (||u_h|| + ε)                   (1 where either norm is 0)
+      s_h = −η r_h u_h                                  (learning-rate scaled step)
+      τ_h = s_h + μ τ_h                                 (momentum trace, after the LR scaling)
+      θ_h ← θ_h + τ_h            or, with Nesterov,  θ_h ← θ_h + s_h + μ τ_h
+
+  Because the trace accumulates LR-scaled steps, changing η mid-run (a schedule) only affects
+  new steps, as in optax.
+
+  Args:
+    learning_rate: η > 0.
+    momentum: μ in [0, 1).
+    trust_coefficient: κ > 0.
+    epsilon: ε >= 0.
+    weight_decay: λ >= 0.
+    nesterov: use Nesterov momentum.
+
+  Returns:
+    The optimizer; its hyperparameters sit in its state (`hparams.HparamsInState`).
+
+  Raises:
+    ValueError: for an argument out of range.
+  """
   validation.check_positive('learning_rate', learning_rate)
   validation.check_unit_interval_right_open('momentum', momentum)
   validation.check_positive('trust_coefficient', trust_coefficient)

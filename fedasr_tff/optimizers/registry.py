@@ -35,8 +35,19 @@ OPTIMIZERS = tuple(sorted(_BUILDERS))
 
 
 def build(name: str, learning_rate: float, **kwargs) -> tff.learning.optimizers.Optimizer:
-  """Builds the optimizer called `name`: TFF's own for sgd/sgdm/adam/adagrad/yogi, ours for
-  lamb/lars. `kwargs` go to the builder (e.g. `momentum`, `beta_1`, `weight_decay`)."""
+  """Builds an optimizer by name: TFF's own for sgd/sgdm/adam/adagrad/yogi, ours for lamb/lars.
+
+  Args:
+    name: one of `OPTIMIZERS`.
+    learning_rate: > 0.
+    **kwargs: further arguments of the builder (e.g. `momentum`, `beta_1`, `weight_decay`).
+
+  Returns:
+    A `tff.learning.optimizers.Optimizer`.
+
+  Raises:
+    ValueError: for an unknown name, a learning rate <= 0 or arguments the builder rejects.
+  """
   if name not in _BUILDERS:
     raise ValueError(f'Unknown optimizer {name!r}; known: {", ".join(OPTIMIZERS)}.')
   validation.check_positive('learning_rate', learning_rate)

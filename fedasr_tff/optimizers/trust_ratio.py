@@ -12,7 +12,17 @@ import tensorflow as tf
 
 
 def trust_ratio(weight: tf.Tensor, update: tf.Tensor, coefficient=1.0, epsilon=0.0) -> tf.Tensor:
-  """r_h of the module docstring, as a scalar of `update`'s dtype."""
+  """The trust ratio r_h of one tensor (module docstring).
+
+  Args:
+    weight: θ_h.
+    update: u_h.
+    coefficient: κ.
+    epsilon: ε.
+
+  Returns:
+    r_h, a scalar of `update`'s dtype.
+  """
   weight_norm = tf.norm(weight)
   update_norm = tf.norm(update)
   ratio = tf.cast(coefficient, update.dtype) * weight_norm / (

@@ -1,10 +1,9 @@
-"""User-level privacy accounting for DP federated learning ([1], Secs. 2, 4.3, App. H.1).
+"""User-level privacy accounting for DP federated learning.
 
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
+The accounting and noise conventions of Pelikan et al., "Enabling Differentially Private
+Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+Clipping", NeurIPS 2025, arXiv:2310.00098, Secs. 2 and 4.3 and App. H.1. Usage:
+`docs/accounting.md`.
 """
 
 from fedasr_tff.privacy.accounting import ACCOUNTANTS

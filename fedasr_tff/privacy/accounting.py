@@ -1,34 +1,12 @@
-"""User-level privacy accounting for DP federated training ([1], Sec. 2, Theorem 1; Sec. 4.3).
+"""User-level privacy accounting for DP federated training.
 
-Mechanism: every round samples each of the K users independently with probability q = S/K
-(Poisson sampling, the standard assumption even though simulations draw a fixed cohort of S), sums
-the sampled users' deltas clipped to L2 norm C, and adds Gaussian noise of std z·C to the sum.
-Adding or removing one user changes the sum by at most C, so one round is the sampled Gaussian
-mechanism with noise multiplier z, and T rounds are its T-fold self-composition:
-
-    event = SelfComposed(PoissonSampled(q, Gaussian(z)), T)
-
-That `DpEvent` is handed to dp-accounting, either to the Rényi-DP accountant (RDP of the sampled
-Gaussian, converted to (ε, δ) with the improved conversion of Balle et al. 2020,
-ε = min_α RDP(α) + log((α−1)/α) − (log δ + log α)/(α−1), which is what reproduces the paper's
-tables) or to the privacy-loss-distribution (PLD) accountant, which is tighter.
-
-Fixed-size cohorts (S distinct users drawn uniformly without replacement every round) are a
-different mechanism. `compute_epsilon_without_replacement` accounts them exactly as run, with
-`SampledWithoutReplacementDpEvent` and dp-accounting's RDP accountant (its only accountant for
-that event). That analysis (Wang, Balle and Kasiviswanathan 2019, "Subsampled Rényi
-differential privacy and analytical moments accountant", AISTATS) holds for *replace-one*
-adjacency (the population size is public; neighbours swap one user's data for another's), so its
-ε is not comparable with the add/remove-one ε of the Poisson analysis. Swapping one user's
-clipped delta (norm <= C) for another's moves the sum by up to 2C, so noise z·C is the Gaussian
-mechanism with multiplier z/2 in that relation, and that is what is accounted.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098. (Its tables use the moments accountant of Abadi et al. 2016 through
-    opacus, App. H.1.)
+Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 2,
+Theorem 1, and Sec. 4.3 (its tables use the moments accountant of Abadi et al. 2016 through
+opacus, App. H.1). A round of DP federated averaging is the Poisson-sampled Gaussian mechanism
+(`dp_event` states why), accounted with dp-accounting's Rényi-DP or privacy-loss-distribution
+accountant (`compute_epsilon`); fixed-size cohorts are accounted as sampling without replacement
+(`compute_epsilon_without_replacement`). Usage: `docs/accounting.md`.
 """
 
 import functools
@@ -96,7 +74,24 @@ def _check_orders(orders) -> Tuple[float, ...]:
 
 def dp_event(noise_multiplier: float, sampling_rate: float,
              steps: int = 1) -> dp_accounting.DpEvent:
-  """The `DpEvent` of `steps` rounds of the Poisson-sampled Gaussian mechanism (see module doc)."""
+  """The `DpEvent` of `steps` rounds of the Poisson-sampled Gaussian mechanism.
+
+  Every round samples each of the K users independently with probability q = S/K (Poisson
+  sampling, the standard assumption even though simulations may draw a fixed cohort of S), sums
+  the sampled users' deltas clipped to L2 norm C, and adds Gaussian noise of std z·C to the sum.
+  Adding or removing one user changes the sum by at most C, so one round is the sampled Gaussian
+  mechanism with noise multiplier z, and T rounds are its T-fold self-composition:
+
+      event = SelfComposed(PoissonSampled(q, Gaussian(z)), T)
+
+  Args:
+    noise_multiplier: z > 0.
+    sampling_rate: q in (0, 1]; q = 1 is no sampling (the event then has no sampling).
+    steps: T >= 0.
+
+  Returns:
+    The `SelfComposedDpEvent`.
+  """
   _check_mechanism(noise_multiplier, sampling_rate, steps)
   event = dp_accounting.GaussianDpEvent(noise_multiplier)
   if sampling_rate < 1:
@@ -109,9 +104,15 @@ def compute_epsilon_and_order(noise_multiplier: float, sampling_rate: float, ste
                               orders: Optional[Sequence[float]] = None) -> Tuple[float, float]:
   """RDP ε after `steps` rounds and the Rényi order α at which the minimum is reached.
 
+  dp-accounting's Rényi-DP accountant of the sampled Gaussian, converted to (ε, δ) with the
+  improved conversion of Balle et al. 2020 ("Hypothesis Testing Interpretations and Renyi
+  Differential Privacy", AISTATS 2020),
+  ε = min_α RDP(α) + log((α−1)/α) − (log δ + log α)/(α−1), which is what reproduces the paper's
+  tables.
+
   Args:
-    noise_multiplier: z, noise std on the cohort sum in units of the clip (z = σ_DP·S, [1],
-      Theorem 1).
+    noise_multiplier: z, noise std on the cohort sum in units of the clip (z = σ_DP·S, the
+      paper's Theorem 1).
     sampling_rate: q = S/K, the per-round probability that a user takes part.
     steps: T, the number of rounds.
     delta: target δ.
@@ -134,16 +135,24 @@ def compute_epsilon_and_order(noise_multiplier: float, sampling_rate: float, ste
 def compute_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
                     accountant: str = 'rdp',
                     orders: Optional[Sequence[float]] = None) -> float:
-  """User-level ε after `steps` rounds of the sampled Gaussian mechanism (module docstring).
+  """User-level ε after `steps` rounds of the sampled Gaussian mechanism (`dp_event`).
+
+  The PLD accountant is tighter than RDP (`_pld_epsilon` on its discretization).
 
   Args:
-    noise_multiplier: z, noise std on the cohort sum in units of the clip (z = σ_DP·S, [1],
-      Theorem 1).
+    noise_multiplier: z, noise std on the cohort sum in units of the clip (z = σ_DP·S, the
+      paper's Theorem 1).
     sampling_rate: q = S/K, the per-round probability that a user takes part.
     steps: T, the number of rounds (0 gives ε = 0).
     delta: target δ.
     accountant: "rdp" (Rényi DP) or "pld" (privacy loss distribution), both from dp-accounting.
     orders: Rényi orders for "rdp"; None for `DEFAULT_RDP_ORDERS`. Not allowed with "pld".
+
+  Returns:
+    ε (inf when no finite ε holds).
+
+  Raises:
+    ValueError: for an argument out of range, or `orders` with "pld".
   """
   _check_mechanism(noise_multiplier, sampling_rate, steps)
   validation.check_open_unit_interval('delta', delta)
@@ -159,10 +168,30 @@ def compute_epsilon(noise_multiplier: float, sampling_rate: float, steps: int, d
 
 def compute_epsilon_without_replacement(noise_multiplier: float, population: int,
                                         cohort_size: int, steps: int, delta: float) -> float:
-  """RDP ε of `steps` rounds of the Gaussian mechanism on fixed-size cohorts (module docstring).
+  """RDP ε of `steps` rounds of the Gaussian mechanism on fixed-size cohorts.
 
-  Each round draws `cohort_size` distinct users of `population` uniformly without replacement.
-  Replace-one adjacency: not comparable with `compute_epsilon`'s add/remove-one ε.
+  Each round draws `cohort_size` distinct users of `population` uniformly without replacement,
+  a different mechanism from `dp_event`'s, accounted exactly as run with
+  `SampledWithoutReplacementDpEvent` and dp-accounting's RDP accountant (its only accountant for
+  that event). That analysis (Wang, Balle and Kasiviswanathan, "Subsampled Rényi Differential
+  Privacy and Analytical Moments Accountant", AISTATS 2019) holds for *replace-one* adjacency
+  (the population size is public; neighbours swap one user's data for another's), so its ε is
+  not comparable with `compute_epsilon`'s add/remove-one ε. Swapping one user's clipped delta
+  (norm <= C) for another's moves the sum by up to 2C, so noise z·C is the Gaussian mechanism
+  with multiplier z/2 in that relation, and that is what is accounted.
+
+  Args:
+    noise_multiplier: z > 0, the noise std on the sum in units of C.
+    population: K, the users.
+    cohort_size: S <= K, the users of every round.
+    steps: T >= 0.
+    delta: target δ.
+
+  Returns:
+    ε under replace-one adjacency.
+
+  Raises:
+    ValueError: for an argument out of range or S > K.
   """
   validation.check_positive('noise_multiplier', noise_multiplier)
   validation.check_positive_integer('population', population)
@@ -173,7 +202,7 @@ def compute_epsilon_without_replacement(noise_multiplier: float, population: int
   validation.check_open_unit_interval('delta', delta)
   if steps == 0:
     return 0.0
-  # Replace-one sensitivity of the sum is 2C (module docstring).
+  # Replace-one sensitivity of the sum is 2C (docstring).
   event = dp_accounting.SampledWithoutReplacementDpEvent(
       population, cohort_size, dp_accounting.GaussianDpEvent(noise_multiplier / 2))
   accountant = dp_accounting.rdp.RdpAccountant(
@@ -243,6 +272,7 @@ class _PldAccountant(dp_accounting.PrivacyAccountant):
     return None
 
   def get_epsilon(self, target_delta: float) -> float:
+    """ε of the composed mechanism (`_pld_epsilon`); 0 before any round."""
     if self._mechanism is None or self._mechanism[2] == 0:
       return 0.0
     return _pld_epsilon(*self._mechanism, target_delta)
@@ -260,6 +290,16 @@ def noise_multiplier_for_epsilon(target_epsilon: float, sampling_rate: float, st
   (Over log z it would reach z ~ 1e8 at once, where dp-accounting's RDP of the sampled Gaussian
   comes out negative and raises.) The returned z meets the target and lies within 0.01% above
   the exact boundary. A target already met at z = 1e-4, the smallest z searched, gives 1e-4.
+
+  Args:
+    target_epsilon: ε > 0 to meet.
+    sampling_rate: q in (0, 1].
+    steps: T > 0.
+    delta: target δ.
+    accountant: "rdp" or "pld", as in `compute_epsilon`.
+
+  Returns:
+    z.
 
   Raises:
     ValueError: naming the argument that is out of range, or `target_epsilon` when it needs a z

@@ -1,23 +1,12 @@
-"""Population extrapolation of a trained DP configuration ([1], Sec. 4.3 and Table 1).
+"""Population extrapolation of a trained DP configuration.
 
-The paper [1] trains with a small population K and cohort S, then, following [2], asks what ε the
-*same model quality* would cost with a larger population. Model quality is assumed to depend only
-on the noise on the averaged update, σ_DP, so σ_DP is held fixed while the population grows:
-
-1. K and S are scaled together by `cohort_scale` m: q = S/K is unchanged and z = σ_DP·S grows by m.
-2. K alone is then scaled by `population_scale` n at fixed S: q falls by n, z is unchanged.
-
-ε then follows from (q, z, T) alone ([1], Theorem 1). T may be given again for the extrapolated
-run ([1], Table 1, accounts, e.g., 2034 or 3390 steps after lowering q); by default it is the
-trained T.
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
-[2] H. B. McMahan, D. Ramage, K. Talwar, L. Zhang. Learning Differentially Private
-    Recurrent Language Models. ICLR 2018, arXiv:1710.06963.
+Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098 (Sec. 4.3,
+Table 1), train with a small population K and cohort S, then, following McMahan et al.,
+"Learning Differentially Private Recurrent Language Models", ICLR 2018, arXiv:1710.06963, ask what
+ε the *same model quality* would cost with a larger population. Model quality is assumed to
+depend only on the noise on the averaged update, σ_DP, so σ_DP is held fixed while the
+population grows (`extrapolate`).
 """
 
 import dataclasses
@@ -30,7 +19,19 @@ from fedasr_tff.privacy import conventions
 
 @dataclasses.dataclass(frozen=True)
 class PrivacyConfiguration:
-  """A DP federated configuration and its user-level guarantee."""
+  """A DP federated configuration and its user-level guarantee.
+
+  Attributes:
+    sigma_dp: σ_DP, the noise std on the averaged update in units of C.
+    cohort_size: S.
+    population: K.
+    steps: T, the rounds accounted.
+    delta: δ.
+    noise_multiplier: z = σ_DP · S.
+    sampling_rate: q = S / K.
+    epsilon: ε of (q, z, T) at δ.
+    accountant: the accountant of ε, "rdp" or "pld".
+  """
   sigma_dp: float
   cohort_size: int
   population: int
@@ -44,7 +45,22 @@ class PrivacyConfiguration:
 
 def privacy_of_configuration(sigma_dp: float, cohort_size: int, population: int, steps: int,
                              delta: float, accountant: str = 'rdp') -> PrivacyConfiguration:
-  """ε of training with noise σ_DP on the average, cohort S, population K, T rounds."""
+  """ε of training with noise σ_DP on the average, cohort S, population K, T rounds.
+
+  Args:
+    sigma_dp: σ_DP > 0.
+    cohort_size: S.
+    population: K >= S.
+    steps: T.
+    delta: δ.
+    accountant: "rdp" or "pld".
+
+  Returns:
+    The `PrivacyConfiguration`.
+
+  Raises:
+    ValueError: for an argument out of range or S > K.
+  """
   validation.check_positive('sigma_dp', sigma_dp)
   validation.check_positive_integer('cohort_size', cohort_size)
   validation.check_positive_integer('population', population)
@@ -70,7 +86,15 @@ def extrapolate(sigma_dp: float, cohort_size: int, population: int, steps: int, 
                 *, cohort_scale: float = 1.0, population_scale: float = 1.0,
                 extrapolated_steps: Optional[int] = None,
                 accountant: str = 'rdp') -> PrivacyConfiguration:
-  """ε at fixed σ_DP after scaling cohort and population (module docstring).
+  """ε at fixed σ_DP after scaling cohort and population.
+
+  1. K and S are scaled together by `cohort_scale` m: q = S/K is unchanged and z = σ_DP·S grows
+     by m.
+  2. K alone is then scaled by `population_scale` n at fixed S: q falls by n, z is unchanged.
+
+  ε then follows from (q, z, T) alone (the paper's Theorem 1). T may be given again for the
+  extrapolated run (the paper's Table 1 accounts, e.g., 2034 or 3390 steps after lowering q); by
+  default it is the trained T.
 
   Args:
     sigma_dp: noise std on the averaged update in units of C, as trained.
@@ -85,6 +109,9 @@ def extrapolate(sigma_dp: float, cohort_size: int, population: int, steps: int, 
 
   Returns:
     The extrapolated `PrivacyConfiguration`.
+
+  Raises:
+    ValueError: for an argument out of range or a scale below 1.
   """
   validation.check_positive_integer('cohort_size', cohort_size)
   validation.check_positive_integer('population', population)

@@ -1,9 +1,11 @@
-"""The published ε rows of [1] (Tables 1, 17, 18 and 20) and a reader for CSV files in that format.
+"""The published ε rows of Pelikan et al. 2025 and a reader for CSV files in that format.
 
-`data/privacy_tables.csv` is our transcription of those tables: every ε the paper reports, with
-the noise multiplier z, cohort S, population K and accounted steps T. The `check` column holds our
-own reproduction notes (they are not in [1]): `ok` when our RDP accountant reproduces the row at
-its listed Rényi order, otherwise why not:
+`data/privacy_tables.csv` is our transcription of Tables 1, 17, 18 and 20 of "Enabling
+Differentially Private Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers
+and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098: every ε the paper reports, with the noise
+multiplier z, cohort S, population K and accounted steps T. The `check` column holds our own
+reproduction notes (they are not in the paper): `ok` when our RDP accountant reproduces the row
+at its listed Rényi order, otherwise why not:
 
 * `TYPO`: ε contradicts the rows with the same (q, z, T) (1.3e0 printed for 1.3e1);
 * `ORDER_LABEL`: ε is right (the minimum over the order grid) but the listed order is not;
@@ -11,12 +13,6 @@ its listed Rényi order, otherwise why not:
 * `z_matches_sigma0.6`: z = 0.6e-6 · S although the σ_DP column says 0.625;
 * `alpha_grid_cap25`: ε is the value at the grid's top order 25, and larger orders give less
   (`T=2006_vs_2034`: T is 2006 where the other rows at q = 0.00295 have 2034).
-
-References:
-[1] M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky, K. Talwar, C. G. Brinton,
-    T. Likhomanenko. Enabling Differentially Private Federated Learning for Speech
-    Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping. NeurIPS 2025,
-    arXiv:2310.00098.
 """
 
 import csv
@@ -28,7 +24,7 @@ from typing import Optional
 
 PUBLISHED_TABLES_CSV = os.path.join(os.path.dirname(__file__), 'data', 'privacy_tables.csv')
 
-# All published ε are at δ = 1e-9 ([1], table captions); a `delta` column overrides it per row.
+# All published ε are at δ = 1e-9 (the paper's table captions); a `delta` column overrides it.
 PUBLISHED_DELTA = 1e-9
 
 REQUIRED_COLUMNS = ('z', 'S', 'K', 'T', 'epsilon')
@@ -36,7 +32,21 @@ REQUIRED_COLUMNS = ('z', 'S', 'K', 'T', 'epsilon')
 
 @dataclasses.dataclass(frozen=True)
 class PublishedRow:
-  """One configuration and its published ε."""
+  """One configuration and its published ε.
+
+  Attributes:
+    line: the row's line in its file.
+    table: the paper's table, such as "1".
+    setting: the row's setting, as transcribed.
+    noise_multiplier: z.
+    cohort_size: S.
+    population: K.
+    steps: T.
+    delta: δ.
+    epsilon: the published ε.
+    renyi_order: the published Rényi order, if any.
+    check: our reproduction note (module docstring).
+  """
   line: int
   table: str
   setting: str
@@ -51,6 +61,7 @@ class PublishedRow:
 
   @property
   def sampling_rate(self) -> float:
+    """q = S / K."""
     return self.cohort_size / self.population
 
 
@@ -59,6 +70,12 @@ def read_privacy_table(path: str = PUBLISHED_TABLES_CSV) -> List[PublishedRow]:
 
   Required columns: z, S, K, T, epsilon. Optional: table, setting, renyi_order, check (default
   "ok") and delta (default `PUBLISHED_DELTA`). Other columns are ignored.
+
+  Args:
+    path: the CSV; default the paper's transcription.
+
+  Returns:
+    The rows, in file order.
 
   Raises:
     ValueError: naming the file (and line and column) when the file cannot be read, a required

@@ -2,11 +2,11 @@
 
 Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions:
 The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a d x d adapter on
-the token embeddings of a frozen backbone (`text_models`), a classifier head on the pooled
-states, and retrieval as the top-K classes of its logits (or, as a baseline, by inner product
-with class prototypes). Local (client-side) DP with a per-client adaptive clip: `local_dp`.
-Federated training (`process`, on the `tff_model`).
-Labelled text corpora (fortunes, SMS Spam, AG News, tables) and their client splits: `corpora`.
+the token embeddings of a frozen backbone (`text_models`; Sec. 3.1), a classifier head on the
+pooled states, and retrieval as the top-K classes of its logits (Sec. 3.2; or, as a baseline, by
+inner product with class prototypes). Federated training (`process`, Sec. 3.3) with local
+(client-side) DP and a per-client adaptive clip (`local_dp`, Sec. 3.4 and App. C). Labelled text
+corpora and their client splits: `corpora`. Usage and evidence: `docs/retrieval.md`.
 """
 
 from fedasr_tff.retrieval.adapter import EmbeddingAdapter

@@ -2,36 +2,12 @@
 
 The classifier-as-retriever (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning
 with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever",
-webAI 2025) treats each class as one retrievable document, so a corpus is texts with a class
-label each (`LabelledTexts`). Readers, one per layout:
-* `read_fortunes`: the Debian package `fortunes` (the data of fortune-mod; `make setup` installs
-  it), `/usr/share/games/fortunes/CATEGORY`: one plain text file per category, entries separated
-  by lines holding only `%` (the `strfile` format). The class is the category. Beside each
-  category sit its `CATEGORY.dat` index (binary, from `strfile`) and `CATEGORY.u8` (a symlink to
-  it); those, dot files, subdirectories (`off/`, from `fortunes-off`) and anything that is not a
-  regular file are not categories. Entries are kept as written: in Debian's 1:1.99.1-7.3 (43
-  categories, 2 to 1251 entries each) some hold backspaces (overstrike, `_<BS>x`) and bells,
-  and 82 entries appear in two categories.
-* `read_sms_spam`: the SMS Spam Collection (Almeida, Gomez Hidalgo and Yamakami, "Contributions
-  to the Study of SMS Spam Filtering: New Collection and Results", DocEng 2011; the UCI Machine
-  Learning Repository's `SMSSpamCollection`): one `LABEL<TAB>TEXT` line per message, labels
-  `ham` and `spam`.
-* `read_ag_news`: AG News as released by Zhang, Zhao and LeCun, "Character-level Convolutional
-  Networks for Text Classification", NeurIPS 2015, arXiv:1509.01626 (`train.csv`, `test.csv`):
-  CSV rows `CLASS,TITLE,DESCRIPTION`, classes 1-4 = World, Sports, Business, Sci/Tech. Newlines
-  inside the text are escaped as a backslash and `n`; HTML entities (such as `#39;`) are left as
-  they are.
-* `read_labelled_table`: any CSV or TSV with a header, a text and a label column and optionally a
-  client column (a natural split over clients, `split_by_client`).
-
-Every file is decoded as UTF-8 (a leading byte-order mark is dropped), or as latin-1 when it is
-not valid UTF-8. Bad input is an error naming the file and line; nothing is skipped silently but
-blank lines (and, in `read_fortunes`, what its arguments filter out).
-
-Splits return sorted int64 index arrays into the corpus (`LabelledTexts.subset` applies them):
-`split_evenly` is the even split of examples over clients the paper uses (our reading: a uniform
-random partition into parts of equal size, up to one), `split_by_client` the natural one, and
-`train_test_split` a split stratified by label.
+webAI 2025, Sec. 3.2) treats each class as one retrievable document, so a corpus is texts with a
+class label each (`LabelledTexts`), read by one reader per layout. Every file is decoded as UTF-8
+(a leading byte-order mark is dropped), or as latin-1 when it is not valid UTF-8. Bad input is an
+error naming the file and line; nothing is skipped silently but blank lines (and, in
+`read_fortunes`, what its arguments filter out). Splits return sorted int64 index arrays into the
+corpus (`LabelledTexts.subset` applies them).
 """
 
 import csv
@@ -119,11 +95,22 @@ class LabelledTexts:
 
   @property
   def num_classes(self) -> int:
+    """The number of classes, D."""
     return len(self.class_names)
 
   def subset(self, indices) -> 'LabelledTexts':
-    """The examples at integer `indices`, in that order, with the same `class_names` (a class
-    may have no example left)."""
+    """The examples at some indices.
+
+    Args:
+      indices: integer indices into the corpus.
+
+    Returns:
+      The examples at `indices`, in that order, with the same `class_names` (a class may have
+      no example left).
+
+    Raises:
+      ValueError: for indices that are not integers in range.
+    """
     indices = _check_indices(indices, len(self))
     return LabelledTexts(texts=tuple(self.texts[i] for i in indices),
                          labels=self.labels[indices],
@@ -190,13 +177,28 @@ def _fortune_entries(text: str) -> List[str]:
 
 def read_fortunes(directory: str = FORTUNES_DIR, categories: Optional[Sequence[str]] = None, *,
                   max_chars: Optional[int] = None, min_entries: int = 1) -> LabelledTexts:
-  """The fortunes of `directory` (module docstring), one class per category, classes sorted.
+  """The fortunes of a directory, one class per category, classes sorted.
+
+  The Debian package `fortunes` (the data of fortune-mod; `make setup` installs it),
+  `/usr/share/games/fortunes/CATEGORY`: one plain text file per category, entries separated by
+  lines holding only `%` (the `strfile` format). The class is the category. Beside each category
+  sit its `CATEGORY.dat` index (binary, from `strfile`) and `CATEGORY.u8` (a symlink to it);
+  those, dot files, subdirectories (`off/`, from `fortunes-off`) and anything that is not a
+  regular file are not categories. Entries are kept as written: in Debian's 1:1.99.1-7.3 (43
+  categories, 2 to 1251 entries each) some hold backspaces (overstrike, `_<BS>x`) and bells, and
+  82 entries appear in two categories.
 
   Args:
     directory: a directory in the layout of Debian's `fortunes` package.
     categories: category (file) names to read; None reads every category.
     max_chars: entries longer than this (ASCII art, long poems) are dropped; None keeps all.
     min_entries: categories with fewer entries than this, after `max_chars`, are dropped.
+
+  Returns:
+    The `LabelledTexts`.
+
+  Raises:
+    ValueError: for a missing directory or category, or no category left.
   """
   if max_chars is not None:
     validation.check_positive_integer('max_chars', max_chars)
@@ -247,8 +249,23 @@ def _from_string_labels(path: str, texts: List[str], names: List[str],
 
 
 def read_sms_spam(path: str) -> LabelledTexts:
-  """The SMS Spam Collection at `path` (module docstring); class names from the data, sorted
-  (`('ham', 'spam')` for the published file). A line's text is everything after its first tab."""
+  """The SMS Spam Collection.
+
+  Almeida, Gomez Hidalgo and Yamakami, "Contributions to the Study of SMS Spam Filtering: New
+  Collection and Results", DocEng 2011 (the UCI Machine Learning Repository's
+  `SMSSpamCollection`): one `LABEL<TAB>TEXT` line per message. A line's text is everything after
+  its first tab.
+
+  Args:
+    path: the file.
+
+  Returns:
+    The `LabelledTexts`; class names from the data, sorted (`('ham', 'spam')` for the published
+    file).
+
+  Raises:
+    ValueError: naming the line of a malformed message, or for a file with no message.
+  """
   texts, names = [], []
   for line_number, line in enumerate(_read_text(path).split('\n'), start=1):
     line = line.rstrip('\r')
@@ -287,10 +304,23 @@ def _is_integer(field: str) -> bool:
 
 
 def read_ag_news(path: str) -> LabelledTexts:
-  """AG News at `path` (module docstring), labels 0-3 for its classes 1-4 (`AG_NEWS_CLASSES`).
+  """AG News, labels 0-3 for its classes 1-4 (`AG_NEWS_CLASSES`).
 
-  The text is title + ' ' + description, each escaped newline (backslash, `n`) read as a space.
-  A first row whose class field is not an integer is a header and is skipped.
+  As released by Zhang, Zhao and LeCun, "Character-level Convolutional Networks for Text
+  Classification", NeurIPS 2015, arXiv:1509.01626 (`train.csv`, `test.csv`): CSV rows
+  `CLASS,TITLE,DESCRIPTION`, classes 1-4 = World, Sports, Business, Sci/Tech. The text is
+  title + ' ' + description, each escaped newline (backslash, `n`) read as a space; HTML entities
+  (such as `#39;`) are left as they are. A first row whose class field is not an integer is a
+  header and is skipped.
+
+  Args:
+    path: the CSV file.
+
+  Returns:
+    The `LabelledTexts`.
+
+  Raises:
+    ValueError: naming the line of a malformed row, or for a file with no example.
   """
   texts, labels = [], []
   for row_number, (line, row) in enumerate(_csv_rows(path, ',')):
@@ -315,10 +345,25 @@ def read_ag_news(path: str) -> LabelledTexts:
 def read_labelled_table(path: str, *, text_column: str = 'text', label_column: str = 'label',
                         client_column: Optional[str] = None,
                         delimiter: Optional[str] = None) -> LabelledTexts:
-  """A CSV or TSV table with a header: texts, string labels (class names sorted) and, with
-  `client_column`, a client id per example. `delimiter` defaults to a tab for a `.tsv` file and a
-  comma otherwise; fields may be quoted as by the `csv` module. Empty texts, labels and client ids
-  are errors."""
+  """A CSV or TSV table with a header: texts, string labels and, optionally, clients.
+
+  Fields may be quoted as by the `csv` module. A client column gives a natural split over
+  clients (`split_by_client`).
+
+  Args:
+    path: the table.
+    text_column: the header of the texts.
+    label_column: the header of the labels (class names, sorted).
+    client_column: the header of a client id per example, or None.
+    delimiter: one character; default a tab for a `.tsv` file and a comma otherwise.
+
+  Returns:
+    The `LabelledTexts`.
+
+  Raises:
+    ValueError: for missing or repeated columns, a row of another length, or an empty text,
+      label or client id, naming the line.
+  """
   columns = {'text_column': text_column, 'label_column': label_column}
   if client_column is not None:
     columns['client_column'] = client_column
@@ -367,8 +412,20 @@ def _check_data(data) -> None:
 
 
 def split_evenly(data: LabelledTexts, num_clients: int, seed: int) -> List[np.ndarray]:
-  """`num_clients` disjoint parts covering `data`, of sizes differing by at most one: a
-  permutation of the examples drawn from `seed`, dealt round-robin. Each part is sorted."""
+  """The even split of examples over clients the paper uses.
+
+  Our reading: a uniform random partition into parts of equal size, up to one; a permutation of
+  the examples drawn from `seed`, dealt round-robin.
+
+  Args:
+    data: the corpus.
+    num_clients: the parts, at most the number of examples.
+    seed: seed of the permutation.
+
+  Returns:
+    `num_clients` disjoint sorted index arrays covering `data`, of sizes differing by at most
+    one.
+  """
   _check_data(data)
   validation.check_positive_integer('num_clients', num_clients)
   validation.check_non_negative_integer('seed', seed)
@@ -380,7 +437,17 @@ def split_evenly(data: LabelledTexts, num_clients: int, seed: int) -> List[np.nd
 
 
 def split_by_client(data: LabelledTexts) -> Tuple[List[str], List[np.ndarray]]:
-  """The client ids of `data.clients`, sorted, and the sorted indices of each one's examples."""
+  """The natural split over clients, by the corpus's client column.
+
+  Args:
+    data: a corpus with `clients`.
+
+  Returns:
+    (the client ids, sorted; the sorted indices of each one's examples).
+
+  Raises:
+    ValueError: if the corpus has no client column.
+  """
   _check_data(data)
   if data.clients is None:
     raise ValueError('`data.clients` is None: the corpus has no client column (read it with '
@@ -393,9 +460,20 @@ def split_by_client(data: LabelledTexts) -> Tuple[List[str], List[np.ndarray]]:
 
 def train_test_split(data: LabelledTexts, test_fraction: float,
                      seed: int) -> Tuple[np.ndarray, np.ndarray]:
-  """(train, test) indices, stratified: of the n_c examples of class c, round(test_fraction n_c)
-  (halves up) drawn from `seed` go to test, but at least one and at most n_c - 1 when n_c >= 2; a
-  class's only example goes to train. Both sorted; disjoint; together all of `data`."""
+  """A train/test split stratified by label.
+
+  Of the n_c examples of class c, round(test_fraction n_c) (halves up) drawn from `seed` go to
+  test, but at least one and at most n_c - 1 when n_c >= 2; a class's only example goes to
+  train.
+
+  Args:
+    data: the corpus.
+    test_fraction: in (0, 1).
+    seed: seed of the draws.
+
+  Returns:
+    (train, test) indices: both sorted; disjoint; together all of `data`.
+  """
   _check_data(data)
   validation.check_open_unit_interval('test_fraction', test_fraction)
   validation.check_non_negative_integer('seed', seed)

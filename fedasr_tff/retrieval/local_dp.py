@@ -1,55 +1,13 @@
 """Local (client-side) DP with a per-client adaptive clip, as pure TF functions.
 
 Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions:
-The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, Algorithm 1
-(ClientInit, ClientUpdate) and its adaptive-clipping lemma (Lemma C.4). Each client privatizes
-its own update Δ (a nest of tensors, all trainable tensors flattened into one vector for the
-norm) before it leaves the device; the aggregator is untrusted.
-
-One release (`privatize`), at clip C held by the client:
-
-    Δ_c = Δ · min(1, C / ||Δ||_2)                 (||Δ|| = 0 gives scale 1, no NaN)
-    send Δ_c + N(0, s^2 I)
-    C <- (1 − β) C + β γ n̄                        (after the release; β = 0 keeps C fixed)
-
-with n̄ = ||Δ||, or, with the optional smoother of decay ρ (`norm_ema_decay`),
-n̄ <- ρ n̄ + (1 − ρ) ||Δ|| (started at the first observed norm). This EMA towards γ·(norm) is the
-paper's rule; it is not the geometric quantile rule of Andrew et al. (2021), and no clipped count
-is released. The AG News run's "EMA decay 0.9, target quantile 0.9, update rate 0.05" map to
-ρ = 0.9, γ = 0.9, β = 0.05 (our reading; the paper's formula has only β and γ).
-
-Noise std s (`noise_mode`):
-- "practical" (default): s = z_rel · C, with z_rel = z for a fixed clip and z_rel = z_Δ =
-  (z^-2 − (2 σ_b)^-2)^(-1/2) for an adaptive one (the paper's text).
-- "paper_literal": Algorithm 1's variance, s^2 = 2 z_Δ^2 (1 − β)^2 C^2 + 2 z_Δ^2 β^2 γ^2 ||Δ||^2
-  (for a fixed clip it equals the practical z·C). It depends on the *unclipped* norm ||Δ||, a
-  function of the data, so it is OUTSIDE the Gaussian-mechanism argument below and
-  `local_epsilon` does not account it.
-
-A delta whose norm is not finite (a NaN or inf entry, or an overflowing norm) is replaced by
-zeros before clipping, and counts as norm 0 in the clip update, so the released Δ_c has norm <= C
-for every input. During warmup (release index < `warmup_rounds`) Δ is sent as is, unclipped and
-un-noised; C is still updated so that it is calibrated when DP starts (our assumption).
-
-Granularity: `privatize` is one release. The paper's text clips and noises once per round on the
-round's delta (the default); its Algorithm 1 does so after every local SGD step. Either way the
-accounting below counts releases.
-
-Privacy argument (practical mode). Per client, local DP: the client's upload is the mechanism.
-Δ_c has L2 norm <= C whatever the data, so Δ_c + N(0, (z_rel C)^2 I) is a Gaussian mechanism.
-Local DP compares any two inputs of the client (replace-one): two clipped deltas differ by up
-to 2C, so the multiplier is z_rel / 2, what `local_epsilon` accounts by default. Against the
-client sending nothing (Δ = 0, the add/remove view of central DP) the sensitivity is C and the
-multiplier z_rel (`local_epsilon(..., replace_one=False)`, an explicit opt-in: it does not bound
-what an upload reveals about which data the client holds). T releases after warmup compose
-adaptively: T self-compositions, with no amplification by sampling (every client takes part
-every round).
-The adaptive clip C_t is a function of the client's own past unclipped norms. It is never
-released directly, but it sets the noise scale of every upload, so it leaks through the uploads
-(their spread reveals C_t, hence past norms). The accounting treats C_t as public and does NOT
-cover that leak; a fixed clip (β = 0) has none. Warmup releases the raw update, so a run with
-warmup has ε = ∞ (`local_epsilon` returns math.inf). With z = 0.1 the ε is vacuous; it is still
-reported as a number.
+The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, Sec. 3.4,
+Algorithm 1 of App. A (ClientInit, ClientUpdate) and the adaptive-clipping lemma of App. C
+(Lemma C.4). Each client privatizes its own update before it leaves the device; the aggregator
+is untrusted. The mechanism is `privatize` (the update clipped to the client's clip C, Gaussian
+noise of std z_rel·C: its sensitivity and noise argument) and its accounting `local_epsilon`
+(per client, replace-one adjacency, no amplification; the adaptive clip's leak is not covered).
+What a run's guarantee covers: `docs/retrieval.md` and `docs/privacy.md`.
 """
 
 import dataclasses
@@ -71,8 +29,15 @@ NOISE_MODES = ('practical', 'paper_literal')
 
 
 def sigma_b(num_clients: int) -> float:
-  """σ_b = m / 20, the paper's heuristic `clipped_count_stddev` for m clients (after Andrew et
-  al. 2021, "Differentially private learning with adaptive clipping", NeurIPS)."""
+  """The paper's heuristic `clipped_count_stddev` (Algorithm 1; after Andrew et al.,
+  "Differentially Private Learning with Adaptive Clipping", NeurIPS 2021).
+
+  Args:
+    num_clients: m, a positive integer.
+
+  Returns:
+    σ_b = m / 20.
+  """
   validation.check_positive_integer('num_clients', num_clients)
   return num_clients / 20
 
@@ -83,6 +48,13 @@ def noise_multiplier_delta(noise_multiplier: float, clipped_count_stddev: float)
   z_Δ > z, and z_Δ -> z as σ_b -> ∞. It is the value multiplier of central adaptive clipping
   with one clipping group (`aggregators.per_layer_query.adaptive_value_noise_multiplier`), which
   computes it.
+
+  Args:
+    noise_multiplier: z > 0.
+    clipped_count_stddev: σ_b > 0.
+
+  Returns:
+    z_Δ.
 
   Raises:
     ValueError: naming `noise_multiplier` (z) or `clipped_count_stddev` (σ_b) if either is not
@@ -99,7 +71,12 @@ def noise_multiplier_delta(noise_multiplier: float, clipped_count_stddev: float)
 
 @dataclasses.dataclass(frozen=True)
 class LocalDPConfig:
-  """One client's local-DP settings (module docstring). Build with `fixed` or `adaptive`.
+  """One client's local-DP settings (`privatize`). Build with `fixed` or `adaptive`.
+
+  The clip update C <- (1 − β) C + β γ n̄ is an EMA towards γ·(norm): the paper's rule, not the
+  geometric quantile rule of Andrew et al. (2021), and no clipped count is released. The AG News
+  run's "EMA decay 0.9, target quantile 0.9, update rate 0.05" map to ρ = 0.9, γ = 0.9, β = 0.05
+  (our reading; the paper's formula has only β and γ).
 
   Attributes:
     noise_multiplier: z > 0 (z = 0, no noise, allowed for a fixed clip).
@@ -109,7 +86,12 @@ class LocalDPConfig:
     gamma: γ > 0, the clip's target multiple of the norm (adaptive only).
     norm_ema_decay: ρ in [0, 1) of the norm smoother, or None for the raw norm.
     warmup_rounds: releases sent without DP at the start (>= 0).
-    noise_mode: one of `NOISE_MODES`.
+    noise_mode: one of `NOISE_MODES`: "practical" (the default), noise std s = z_rel · C, with
+      z_rel = z for a fixed clip and z_rel = z_Δ (`noise_multiplier_delta`) for an adaptive one
+      (the paper's text); "paper_literal", Algorithm 1's variance,
+      s² = 2 z_Δ² (1 − β)² C² + 2 z_Δ² β² γ² ||Δ||² (for a fixed clip it equals the practical
+      z·C). It depends on the *unclipped* norm ||Δ||, a function of the data, so it is OUTSIDE
+      the Gaussian-mechanism argument and `local_epsilon` does not account it.
   """
   noise_multiplier: float
   initial_clip: float
@@ -122,8 +104,9 @@ class LocalDPConfig:
 
   def __post_init__(self):
     if self.beta == 0:
-      # No noise (z = 0) and no clip (C = inf) are allowed for a fixed clip: the no-DP
-      # reduction (spec §7, property 6); such a config's ε is infinite.
+      # No noise (z = 0) and no clip (C = inf) are allowed for a fixed clip: the DP pipeline
+      # then reduces to plain FedAvg, bit for bit (tests/retrieval/process_test.py,
+      # NoDPReductionTest); such a config's ε is infinite.
       validation.check_non_negative('noise_multiplier', self.noise_multiplier)
       if not (isinstance(self.initial_clip, (int, float)) and self.initial_clip > 0):
         raise ValueError(f'`initial_clip` must be a number > 0 (inf allowed for a fixed clip), '
@@ -148,7 +131,19 @@ class LocalDPConfig:
 
   @classmethod
   def fixed(cls, noise_multiplier: float, clip: float, *, warmup_rounds: int = 0):
-    """A fixed clip C = `clip` with noise std z·C (the paper's fixed DP, s_0 = z)."""
+    """A fixed clip C with noise std z·C (the paper's fixed DP, s_0 = z).
+
+    Args:
+      noise_multiplier: z >= 0.
+      clip: C > 0 (inf: no clipping).
+      warmup_rounds: releases sent without DP at the start.
+
+    Returns:
+      The `LocalDPConfig`.
+
+    Raises:
+      ValueError: for an argument out of range.
+    """
     return cls(noise_multiplier=noise_multiplier, initial_clip=clip, warmup_rounds=warmup_rounds)
 
   @classmethod
@@ -158,7 +153,21 @@ class LocalDPConfig:
                noise_mode: str = 'practical'):
     """An adaptive clip, defaults from the paper's AG News run (β = 0.05, γ = 0.9, ρ = 0.9).
 
-    `beta` must be > 0 here (use `fixed` for β = 0); `initial_clip` 1.0 is our default.
+    Args:
+      noise_multiplier: z > 0.
+      clipped_count_stddev: σ_b > 0 (`sigma_b`), with z < 2 σ_b.
+      initial_clip: C_0 > 0; 1.0 is our default.
+      beta: β in (0, 1) (use `fixed` for β = 0).
+      gamma: γ > 0.
+      norm_ema_decay: ρ in [0, 1), or None for the raw norm.
+      warmup_rounds: releases sent without DP at the start.
+      noise_mode: one of `NOISE_MODES`.
+
+    Returns:
+      The `LocalDPConfig`.
+
+    Raises:
+      ValueError: for an argument out of range, or z >= 2 σ_b.
     """
     validation.check_open_unit_interval('beta', beta)
     return cls(noise_multiplier=noise_multiplier, initial_clip=initial_clip,
@@ -167,6 +176,7 @@ class LocalDPConfig:
 
   @property
   def is_adaptive(self) -> bool:
+    """Whether the clip adapts (β > 0)."""
     return self.beta > 0
 
   @property
@@ -178,14 +188,27 @@ class LocalDPConfig:
 
 
 class LocalDPState(NamedTuple):
-  """A client's local-DP state: clip C, smoothed norm n̄ and the number of releases so far."""
+  """A client's local-DP state.
+
+  Attributes:
+    clip: C, float32.
+    smoothed_norm: n̄, float32.
+    round: the number of releases so far, int32.
+  """
   clip: tf.Tensor
   smoothed_norm: tf.Tensor
   round: tf.Tensor
 
 
 def initial_state(config: LocalDPConfig) -> LocalDPState:
-  """C = C_0, n̄ = 0 (replaced by the first norm), round 0."""
+  """A client's state before its first release.
+
+  Args:
+    config: its `LocalDPConfig`.
+
+  Returns:
+    C = C_0, n̄ = 0 (replaced by the first norm), round 0.
+  """
   return LocalDPState(clip=tf.constant(config.initial_clip, tf.float32),
                       smoothed_norm=tf.constant(0.0, tf.float32),
                       round=tf.constant(0, tf.int32))
@@ -216,7 +239,26 @@ def _next_norm_and_clip(config: LocalDPConfig, state: LocalDPState,
 
 def privatize(delta: Any, state: LocalDPState, config: LocalDPConfig,
               seed: tf.Tensor) -> Tuple[Any, LocalDPState, Dict[str, tf.Tensor]]:
-  """One local-DP release of `delta` (module docstring: clip, noise, clip update, warmup).
+  """One local-DP release of `delta`.
+
+  At clip C held by the client, with all trainable tensors flattened into one vector for the
+  norm:
+
+      Δ_c = Δ · min(1, C / ||Δ||_2)                 (||Δ|| = 0 gives scale 1, no NaN)
+      send Δ_c + N(0, s² I)                         (s: `LocalDPConfig.noise_mode`)
+      C <- (1 − β) C + β γ n̄                        (after the release; β = 0 keeps C fixed)
+
+  with n̄ = ||Δ||, or, with the optional smoother of decay ρ (`norm_ema_decay`),
+  n̄ <- ρ n̄ + (1 − ρ) ||Δ|| (started at the first observed norm). A delta whose norm is not
+  finite (a NaN or inf entry, or an overflowing norm) is replaced by zeros before clipping, and
+  counts as norm 0 in the clip update, so the released Δ_c has norm <= C for every input: in
+  practical mode Δ_c + N(0, (z_rel C)² I) is a Gaussian mechanism (`local_epsilon` accounts it).
+  During warmup (release index < `warmup_rounds`) Δ is sent as is, unclipped and un-noised; C is
+  still updated so that it is calibrated when DP starts (our assumption).
+
+  This is one release: the paper's text clips and noises once per round on the round's delta
+  (the process's default); its Algorithm 1 does so after every local SGD step. Either way the
+  accounting counts releases.
 
   Args:
     delta: a nest of float tensors (all trainable tensors of one update).
@@ -261,15 +303,36 @@ def privatize(delta: Any, state: LocalDPState, config: LocalDPConfig,
 
 def local_epsilon(config: LocalDPConfig, rounds: int, delta: float, accountant: str = 'rdp',
                   replace_one: bool = True) -> float:
-  """Per-client ε after `rounds` releases (practical mode; module docstring).
+  """Per-client ε after `rounds` releases of `privatize` (practical mode).
 
-  ε of `rounds` self-compositions of the Gaussian mechanism with multiplier
-  z_rel / 2 with `replace_one` (local DP's any-two-inputs relation, the default), z_rel =
-  `config.release_noise_multiplier` without; no sampling; from
-  `fedasr_tff.privacy.compute_epsilon` (dp-accounting, "rdp" or "pld"). Returns math.inf if any
-  of the `rounds` is a warmup release (the raw update was sent) or there is no noise (z = 0),
-  and 0.0 for `rounds` = 0.
-  Assumes the clip sequence is public (it is not for an adaptive clip; see the module docstring).
+  Per client, local DP: the client's upload is the mechanism. Δ_c has L2 norm <= C whatever the
+  data, so Δ_c + N(0, (z_rel C)² I) is a Gaussian mechanism. Local DP compares any two inputs of
+  the client (replace-one): two clipped deltas differ by up to 2C, so the multiplier is
+  z_rel / 2, what is accounted by default. Against the client sending nothing (Δ = 0, the
+  add/remove view of central DP) the sensitivity is C and the multiplier z_rel
+  (`replace_one=False`, an explicit opt-in: it does not bound what an upload reveals about which
+  data the client holds). T releases after warmup compose adaptively: T self-compositions, with
+  no amplification by sampling (every client takes part every round), accounted by
+  `fedasr_tff.privacy.compute_epsilon` (dp-accounting).
+
+  Not covered: the adaptive clip C_t is a function of the client's own past unclipped norms. It
+  is never released directly, but it sets the noise scale of every upload, so it leaks through
+  the uploads (their spread reveals C_t, hence past norms). The accounting treats C_t as public
+  and does NOT cover that leak; a fixed clip (β = 0) has none. Warmup releases the raw update,
+  so a run with warmup has ε = ∞. With z = 0.1 the ε is vacuous; it is still reported as a
+  number.
+
+  Args:
+    config: the client's `LocalDPConfig`.
+    rounds: T, releases so far.
+    delta: δ.
+    accountant: "rdp" or "pld".
+    replace_one: local DP's any-two-inputs relation (multiplier z_rel / 2); False: add/remove
+      (z_rel).
+
+  Returns:
+    ε; math.inf if any of the `rounds` is a warmup release (the raw update was sent) or there is
+    no noise (z = 0), and 0.0 for `rounds` = 0.
 
   Raises:
     ValueError: naming `noise_mode` for "paper_literal" with an adaptive clip (not a Gaussian

@@ -2,15 +2,10 @@
 
 logits = CLS(POOL(TRF(ADP(TKN(x))))) (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated
 Learning with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training
-Classifier-as-Retriever", webAI 2025), here
+Classifier-as-Retriever", webAI 2025, Secs. 3.1-3.2, Eq. 2), here
 `head(pool(backbone.encode(adapter(backbone.embed(ids)), mask)))`. The backbone (TKN, TRF and
 the final norm) is frozen, so the trainable variables are exactly the adapter's W_a and the
-head's theta_c. The paper's two training modes:
-- adapter + classifier (`adapter=True`): gradients flow through the frozen transformer to W_a;
-  d^2 + |theta_c| trainable parameters.
-- classifier-only (`adapter=False`): W_a stays the identity, so there is no adapter at all; the
-  pooled features do not change during training and can be computed once (`features`) and the
-  head trained on them (`head_logits`); |theta_c| trainable parameters.
+head's theta_c.
 """
 
 import tensorflow as tf
@@ -25,13 +20,22 @@ class AdapterClassifier(tf.keras.Model):
   """Class logits [B, num_classes] of inputs {'token_ids': [B, T], 'mask': [B, T], extras}
   (extras, e.g. BERT's `token_type_ids`, go to `backbone.encode`).
 
+  The paper's two training modes:
+  - adapter + classifier (`adapter=True`): gradients flow through the frozen transformer to W_a;
+    d^2 + |theta_c| trainable parameters.
+  - classifier-only (`adapter=False`): W_a stays the identity, so there is no adapter at all; the
+    pooled features do not change during training and can be computed once (`features`) and the
+    head trained on them (`head_logits`, `FeatureClassifier`); |theta_c| trainable parameters.
+
   Args:
     backbone: a `text_models.Backbone`; it is frozen (`trainable = False`) here.
     num_classes: D, the number of classes (retrievable documents).
     head: one of `heads.HEADS`.
     pooling: one of `text_models.POOLINGS`.
     adapter: whether to insert the trainable `EmbeddingAdapter` (identity at start).
-    hidden_size, dropout_rate: of the 'pre_classifier' head (`heads.build_head`).
+    hidden_size: of the 'pre_classifier' head (`heads.build_head`).
+    dropout_rate: of the 'pre_classifier' head (`heads.build_head`).
+    **kwargs: passed to `tf.keras.Model`.
   """
 
   def __init__(self, backbone, num_classes: int, *, head: str = 'linear',
@@ -65,30 +69,78 @@ class AdapterClassifier(tf.keras.Model):
     return pooling_lib.pool(states, inputs['mask'], self.pooling)
 
   def call(self, inputs, training=None, seed=None):
-    """Logits; `seed` ([2] integers) makes training's dropout stateless (`heads.apply_head`)."""
+    """The class logits.
+
+    Args:
+      inputs: {'token_ids', 'mask', extras}.
+      training: whether the head applies dropout.
+      seed: [2] integers that make training's dropout stateless (`heads.apply_head`).
+
+    Returns:
+      [B, num_classes] logits.
+    """
     return heads.apply_head(self.head, self._pooled(inputs, with_adapter=True), training, seed)
 
   def features(self, inputs) -> tf.Tensor:
-    """[B, d]: the pooled states with the adapter at the identity (i.e. of the frozen
-    backbone alone), which the classifier-only mode computes once and caches."""
+    """The pooled states of the frozen backbone alone (the adapter at the identity).
+
+    The classifier-only mode computes them once and caches them.
+
+    Args:
+      inputs: {'token_ids', 'mask', extras}.
+
+    Returns:
+      [B, d] pooled states.
+    """
     return self._pooled(inputs, with_adapter=False)
 
   def head_logits(self, features, training=None, seed=None) -> tf.Tensor:
-    """[B, num_classes]: the head alone on pooled `features` [B, d] (e.g. cached ones)."""
+    """The head alone on pooled features (e.g. cached ones).
+
+    Args:
+      features: [B, d] pooled states.
+      training: whether the head applies dropout.
+      seed: as in `call`.
+
+    Returns:
+      [B, num_classes] logits.
+    """
     return heads.apply_head(self.head, features, training, seed)
 
 
 class FeatureClassifier(tf.keras.Model):
-  """The classifier-only mode's model: the head alone on cached pooled features [B, d] (no
-  backbone in the graph; `AdapterClassifier(..., adapter=False).features` computes the
-  features). Same head, same arguments as `AdapterClassifier`."""
+  """The classifier-only mode's model: the head alone on cached pooled features [B, d].
+
+  No backbone in the graph; `AdapterClassifier(..., adapter=False).features` computes the
+  features. Same head, same arguments as `AdapterClassifier`.
+  """
 
   def __init__(self, feature_dim: int, num_classes: int, *, head: str = 'linear',
                hidden_size: int = None, dropout_rate: float = heads.DEFAULT_DROPOUT_RATE,
                **kwargs):
+    """Builds the head.
+
+    Args:
+      feature_dim: d.
+      num_classes: D.
+      head: one of `heads.HEADS`.
+      hidden_size: of the 'pre_classifier' head.
+      dropout_rate: of the 'pre_classifier' head.
+      **kwargs: passed to `tf.keras.Model`.
+    """
     super().__init__(**kwargs)
     self.head = heads.build_head(head, num_classes, feature_dim, hidden_size=hidden_size,
                                  dropout_rate=dropout_rate)
 
   def call(self, features, training=None, seed=None):
+    """The head's logits (`AdapterClassifier.head_logits`).
+
+    Args:
+      features: [B, d] cached pooled states.
+      training: whether the head applies dropout.
+      seed: [2] integers that make training's dropout stateless.
+
+    Returns:
+      [B, num_classes] logits.
+    """
     return heads.apply_head(self.head, features, training, seed)

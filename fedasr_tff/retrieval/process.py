@@ -1,7 +1,8 @@
 """Federated training of the classifier-as-retriever, with optional local (client-side) DP.
 
-The paper's Algorithm 1 (Fofonjka, Zehtabi, Behtash, Mauer and Stout, webAI 2025; spec
-`soft_embeddings_car.md` §3.1-3.2) on TFF templates:
+Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions:
+The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, Secs. 3.3-3.4 and
+Algorithm 1 (App. A), on TFF templates:
 
     broadcast θ  ->  each client: E local epochs of SGD (lr α, batches as given) from θ,
                      Δ_i = θ − θ_i (old minus new), optionally privatized on the client
@@ -11,43 +12,8 @@ The paper's Algorithm 1 (Fofonjka, Zehtabi, Behtash, Mauer and Stout, webAI 2025
                      project's central-DP `PerLayerDPFactory`, which needs `uniform`)
                  ->  server SGD, θ <- θ − η_s · mean Δ (η_s = 1 is FedAvg's plain average).
 
-The server side is `fed_avg.build_server_components`, as for speech. The client side is our own:
-a `tff.learning.templates.LearningProcess` returns no CLIENTS-placed values, but local DP keeps a
-state per client (C_i, the smoothed norm, the release count for warmup). The process is a
-`tff.templates.IterativeProcess` whose
-
-    next(state, client_data, client_dp_states, client_noise_seeds)
-      -> (state, client_dp_states', metrics)
-
-takes each cohort client's `local_dp.LocalDPState` in and returns its next one (a list in
-simulation); the program keeps them keyed by client id, as a stand-in for state held on the
-client. `client_noise_seeds` ([2] int64 each) seed the client's noise; local DP's guarantee needs
-them secret from the server, which holds them only because this is a simulation.
-
-The adapter + classifier mode trains through a frozen backbone (`text_models.FrozenBackbone`),
-whose weights are a fifth argument of `next`, `backbone_weights` (SERVER-placed, the value
-`frozen_backbone.weights`), broadcast to the clients: one tensor per weight that every client's
-session reads, where weights baked into the client computation would be copied into each of
-them (see `text_models.frozen`). Sending them costs a transfer of the weights per round.
-
-Granularity (`dp_granularity`, spec §3.2 FLAG): "round" privatizes the round's delta once;
-"step" privatizes every local SGD step's update α·g (the paper's Algorithm 1), each with the
-seed and the step folded in, so the upload Δ_i = Σ_k released_k is post-processing of the step
-releases, and `LocalDPState.round` (hence `warmup_rounds`) counts steps. Without `local_dp` the
-client DP states pass through with their release count advanced by one per round.
-
-Training randomness (dropout) comes from each batch's `seed` with the local step folded in
-(`local_training.with_step_seed`), so a client's update is a function of its data, its seeds and
-θ: the same inputs give the same result (spec §7, property 16).
-
-Metrics (`client_work`) are sums over the cohort of the clients' own, un-noised statistics:
-`loss` (mean over clients of each client's mean training loss), `examples`, `steps`, `clients`,
-`delta_norm` (mean over clients of ||Δ_i|| before a round's privatization; with "step",
-of the sum of the released steps), and with local DP `clipped`,
-`nonfinite` (releases clipped or zeroed, summed), `mean_clip` and `mean_noise_std` (means over
-clients of the C_i and noise std of the round's last release). They are simulation
-diagnostics outside every guarantee, measured only with `diagnostics=True` (otherwise
-`client_work` is empty), and a program releases them only as a labelled opt-in.
+The server side is `fed_avg.build_server_components`, as for speech; the client side is our own,
+since local DP keeps a state per client (`build_retrieval_process`).
 """
 
 import collections
@@ -72,7 +38,13 @@ _SEED_TYPE = tff.TensorType(np.int64, [2])
 
 
 class RetrievalOutput(NamedTuple):
-  """What `next` returns: the server state, each cohort client's next `LocalDPState`, metrics."""
+  """What `next` returns.
+
+  Attributes:
+    state: the server state (model, aggregator, finalizer).
+    client_dp_states: each cohort client's next `LocalDPState`, placed at the clients.
+    metrics: the round's metrics (`build_retrieval_process`).
+  """
   state: object
   client_dp_states: object
   metrics: object
@@ -104,6 +76,9 @@ def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_l
     noise_std = tf.constant(0.0)
     release_clip = dp_state.clip   # C_i of the last release (none yet)
     for batch in iter(dataset.repeat(local_epochs)):
+      # Dropout draws from the batch's seed with the local step folded in, so a client's update
+      # is a function of its data, its seeds and θ: the same inputs give the same result
+      # (tests/retrieval/process_test.py, DeterminismTest).
       with tf.GradientTape() as tape:
         output = forward_pass(local_training.with_step_seed(batch, steps), training=True)
       grads = local_training.dense_gradients(tape.gradient(output.loss, trainable), trainable)
@@ -173,6 +148,15 @@ def build_retrieval_process(
 ) -> tff.templates.IterativeProcess:
   """Builds the process of the module docstring.
 
+  A `tff.learning.templates.LearningProcess` returns no CLIENTS-placed values, but local DP keeps
+  a state per client (C_i, the smoothed norm, the release count for warmup). So the process is a
+  `tff.templates.IterativeProcess` whose `next(state, client_data, client_dp_states,
+  client_noise_seeds)` takes each cohort client's `local_dp.LocalDPState` in and returns its next
+  one (a list in simulation); the program keeps them keyed by client id, as a stand-in for state
+  held on the client. `client_noise_seeds` ([2] int64 each) seed the client's noise; local DP's
+  guarantee needs them secret from the server, which holds them only because this is a
+  simulation.
+
   Args:
     model_fn: a callable returning a `tff_model.RetrieverModel` (or any `VariableModel` whose
       batches may hold a `seed`); no argument, or the backbone's weights with
@@ -180,7 +164,13 @@ def build_retrieval_process(
     client_learning_rate: α > 0 of local SGD.
     local_epochs: E >= 1 passes over the client's batches.
     local_dp: a `local_dp.LocalDPConfig` for local DP, or None.
-    dp_granularity: one of `DP_GRANULARITIES`.
+    dp_granularity: one of `DP_GRANULARITIES`, where the paper is ambiguous: its Algorithm 1 and
+      analysis (Sec. 5.1) clip and noise after every local SGD step, its experiments run E
+      epochs per round (Sec. 6). "round" privatizes the round's delta once; "step" privatizes
+      every local SGD step's update α·g, each with the seed and the step folded in, so the
+      upload Δ_i = Σ_k released_k is post-processing of the step releases, and
+      `LocalDPState.round` (hence `warmup_rounds`) counts steps. Without `local_dp` the client
+      DP states pass through with their release count advanced by one per round.
     weighting: one of `WEIGHTINGS`.
     server_learning_rate: η_s > 0 of server SGD (1: the average of the client models).
     model_aggregator: a TFF aggregation factory for the deltas, default TFF's weighted mean
@@ -188,9 +178,22 @@ def build_retrieval_process(
       requires `uniform`.
     frozen_backbone: the `text_models.FrozenBackbone` that `model_fn` takes the weights of
       (`tff_model.build_model_fn`'s adapter + classifier mode); `next` then takes them as its
-      fifth argument (module docstring).
-    diagnostics: also measure the clients' un-noised statistics under `client_work` (module
-      docstring), outside every guarantee; off by default.
+      fifth argument, `backbone_weights` (SERVER-placed, the value `frozen_backbone.weights`),
+      broadcast to the clients: one tensor per weight that every client's session reads
+      (`text_models.frozen`), at the cost of a transfer of the weights per round.
+    diagnostics: also measure the clients' un-noised statistics under `client_work` (below),
+      outside every guarantee; off by default.
+
+  Returns:
+    The `IterativeProcess`; `next` returns a `RetrievalOutput`. Its metrics: `aggregator`,
+    `finalizer`, and `client_work`, empty unless `diagnostics`: sums over the cohort of the
+    clients' own, un-noised statistics, `loss` (mean over clients of each client's mean training
+    loss), `examples`, `steps`, `clients`, `delta_norm` (mean over clients of ||Δ_i|| before a
+    round's privatization; with "step", of the sum of the released steps), and with local DP
+    `clipped`, `nonfinite` (releases clipped or zeroed, summed), `mean_clip` and
+    `mean_noise_std` (means over clients of the C_i and noise std of the round's last release).
+    They are simulation diagnostics outside every guarantee, which a program releases only as a
+    labelled opt-in.
 
   Raises:
     ValueError: naming the argument that is out of range or the combination that is refused.
@@ -302,7 +305,14 @@ def build_retrieval_process(
 
 
 def initial_client_dp_state(local_dp: Optional[local_dp_lib.LocalDPConfig]):
-  """A client's first `LocalDPState` (C_0, or a placeholder clip of 0 without local DP)."""
+  """A client's first `LocalDPState`, as NumPy values.
+
+  Args:
+    local_dp: the clients' `LocalDPConfig`, or None.
+
+  Returns:
+    C_0, n̄ = 0, round 0; a placeholder clip of 0 without local DP.
+  """
   if local_dp is None:
     return local_dp_lib.LocalDPState(np.float32(0.0), np.float32(0.0), np.int32(0))
   state = local_dp_lib.initial_state(local_dp)
@@ -310,5 +320,13 @@ def initial_client_dp_state(local_dp: Optional[local_dp_lib.LocalDPConfig]):
 
 
 def with_model_weights(state, model_weights):
-  """`state` with its model weights replaced (e.g. by a seeded initialisation)."""
+  """The process state with its model weights replaced (e.g. by a seeded initialisation).
+
+  Args:
+    state: the process's state.
+    model_weights: the new `ModelWeights`.
+
+  Returns:
+    A copy of `state` with `model` = `model_weights`.
+  """
   return collections.OrderedDict(state, model=model_weights)

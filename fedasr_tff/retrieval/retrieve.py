@@ -1,14 +1,9 @@
 """Retrieval from class scores: top-K, top-K accuracy, and the MIPS baseline.
 
 Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions:
-The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025:
-- RET(x, K) = topK(logits, K), the K classes (documents) of highest score, best first; top-1 is
-  the argmax. Ties go to the lower class index (as `tf.math.top_k` and `tf.argmax` break them).
-- top-K accuracy = (1/B) sum_b [y_b in RET(x_b, K)]; the paper reports top-1.
-- MIPS baseline (maximum inner-product search): score_c(x) = <h(x), p_c>, where h(x) is the
-  pooled embedding of the query. The paper leaves the candidates p_c undefined; we take class
-  prototypes p_c = (1/|S_c|) sum_{i in S_c} h(x_i), the mean pooled embedding of the training
-  queries S_c of class c.
+The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: retrieval
+RET(x, K) = topK(logits, K), the K classes (documents) of highest score (Sec. 3.2, Eq. 1), and
+the maximum inner-product search it is compared with (Sec. 6.2).
 """
 
 import numpy as np
@@ -24,15 +19,35 @@ def _check_k(k: int, num_classes) -> None:
 
 
 def top_k(logits, k: int) -> tf.Tensor:
-  """[B, k] int32: the indices of the k largest of `logits` [B, D], in non-increasing score
-  order (distinct indices; the first is the argmax)."""
+  """RET(x, k): the k classes of highest score, best first.
+
+  Args:
+    logits: [B, D] scores.
+    k: 1 <= k <= D.
+
+  Returns:
+    [B, k] int32 distinct indices in non-increasing score order; the first is the argmax. Ties
+    go to the lower class index (as `tf.math.top_k` and `tf.argmax` break them).
+
+  Raises:
+    ValueError: for k out of range.
+  """
   logits = tf.convert_to_tensor(logits)
   _check_k(k, logits.shape[-1])
   return tf.math.top_k(logits, k, sorted=True).indices
 
 
 def top_k_accuracy(logits, labels, k: int = 1) -> tf.Tensor:
-  """The fraction of rows b of `logits` [B, D] whose `labels[b]` is among `top_k(logits, k)`."""
+  """Top-k accuracy, (1/B) sum_b [y_b in RET(x_b, k)]; the paper reports top-1.
+
+  Args:
+    logits: [B, D] scores.
+    labels: [B] true classes.
+    k: as in `top_k`.
+
+  Returns:
+    The float32 fraction of rows whose label is among `top_k(logits, k)`.
+  """
   retrieved = top_k(logits, k)
   labels = tf.cast(tf.reshape(labels, [-1, 1]), retrieved.dtype)
   hits = tf.reduce_any(tf.equal(retrieved, labels), axis=1)
@@ -40,10 +55,22 @@ def top_k_accuracy(logits, labels, k: int = 1) -> tf.Tensor:
 
 
 def class_prototypes(features, labels, num_classes: int) -> tf.Tensor:
-  """[num_classes, d]: row c is the mean of the rows of `features` [N, d] with `labels` c.
+  """Class prototypes, the candidates of the MIPS baseline.
 
-  Raises ValueError naming `labels` if a label lies outside [0, num_classes) or a class has no
-  example (its prototype would be undefined).
+  The paper leaves the candidates undefined; we take p_c = (1/|S_c|) sum_{i in S_c} h(x_i), the
+  mean pooled embedding of the training queries S_c of class c.
+
+  Args:
+    features: [N, d] pooled embeddings.
+    labels: [N] their classes.
+    num_classes: D.
+
+  Returns:
+    [D, d]: row c is the mean of the rows of `features` with label c.
+
+  Raises:
+    ValueError: naming `labels` if there is not one per row, a label lies outside
+      [0, num_classes), or a class has no example (its prototype would be undefined).
   """
   validation.check_positive_integer('num_classes', num_classes)
   features = tf.convert_to_tensor(features)
@@ -64,6 +91,13 @@ def class_prototypes(features, labels, num_classes: int) -> tf.Tensor:
 
 
 def mips_scores(features, prototypes) -> tf.Tensor:
-  """[B, D]: the inner products <features[b], prototypes[c]> of query `features` [B, d] with the
-  `prototypes` [D, d]; `top_k` of them retrieves."""
+  """The MIPS scores score_c(x) = <h(x), p_c>.
+
+  Args:
+    features: [B, d] pooled query embeddings h(x).
+    prototypes: [D, d] candidates p_c (`class_prototypes`).
+
+  Returns:
+    [B, D] inner products; `top_k` of them retrieves.
+  """
   return tf.linalg.matmul(features, prototypes, transpose_b=True)

@@ -3,37 +3,12 @@
 `set_distributed_execution_context(['host:port', ...])` connects to TFF C++ workers already
 running elsewhere (`python -m fedasr_tff.runtime.worker --port=N`, the wheel's own
 `worker_binary`) and sets TFF's mergeable-computation context
-(`tff.backends.native.create_mergeable_comp_execution_context`) over them. No scheduler of ours:
-TFF compiles each federated computation into its mergeable form (the work up to the aggregation,
-a merge of partial aggregates, the work after it), runs the first part on every worker over a
-contiguous block of the cohort's clients (a subround each, in list order), merges the partial
-aggregates as subrounds finish, and runs the rest once. Client datasets are built in the driver
-and sent to the workers with the computation, so workers need no data or shared filesystem.
-
-What holds under distribution, and why:
-- DP: the compiler puts everything after the aggregation (a DP factory's noise, the adaptive
-  clip's update, the server optimizer) in the part that runs once, on the merged sum; noise is
-  added once per round, exactly as on one worker. The sums the workers hold are un-noised.
-- Results: merged in completion order, so float sums may differ from a local run's in the last
-  bits (summation order), not more.
-- What TFF's mergeable form refuses: an aggregation that depends on another in the same
-  computation (aggregate, then broadcast, then aggregate again) and secure sums; TFF raises at
-  the computation's first call. What it runs but not as on one worker: computations that
-  return CLIENTS-placed values (the retriever's per-client local DP states came back out of step
-  with the cohort) and mixed FL's server-side central step (the final model moved off the
-  local run's); their binaries refuse `--workers`, naming why.
-
-Faults: TFF's remote executor retries an unreachable worker forever. Every worker's channel
-carries an interceptor that, once the worker has been unreachable for `worker_timeout` seconds,
-raises `WorkerUnavailableError` naming it, which TFF does not retry: the round fails, and a run
-resumes from its last checkpoint once the worker is back.
-
-Trust: a worker runs whatever TensorFlow graph it is sent and holds raw client data and
-un-noised partial sums; it is trusted like the server. `tls` credentials encrypt the channels to
-TLS-terminating proxies in front of the workers (which serve plaintext gRPC), and with the
-driver's own certificate authenticate it to them (mutual TLS, which the proxies must require);
-`unix:PATH` workers on the driver's machine are reached through owner-only Unix sockets
-(docs/privacy.md, "Security", and docs/distributed.md).
+(`tff.backends.native.create_mergeable_comp_execution_context`) over them: no scheduler of ours.
+Under DP, the compiler puts everything after the aggregation (a DP factory's noise, the adaptive
+clip's update, the server optimizer) in the part that runs once, on the merged sum, so noise is
+added once per round, exactly as on one worker; the sums the workers hold are un-noised, so the
+workers are trusted like the server. What holds under distribution, what TFF refuses and how to
+secure the channels: `docs/distributed.md` and `docs/privacy.md`, "Security".
 
 Not thread-safe: set it once, from the main thread, before the first computation.
 """
@@ -62,6 +37,9 @@ def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False)
     workers: The run's workers, as given to `set_distributed_execution_context`.
     tls: Whether the channels use TLS (`tls` credentials were given).
     mutual_tls: Whether the driver also presented its own certificate (mutual TLS).
+
+  Returns:
+    One line, naming the workers, what their channels protect and what the guarantee assumes.
   """
   if tls and mutual_tls:
     channel = ('mutual TLS: the driver and the TLS proxies in front of the workers authenticate '
@@ -88,8 +66,17 @@ class WorkerUnavailableError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class TLSCredentials:
-  """PEM bytes for TLS channels to the workers: the certificate authority that signed the
-  workers' (proxies') certificates and, for mutual TLS, the driver's own key and certificate."""
+  """PEM bytes for TLS channels to the workers.
+
+  The channels reach TLS-terminating proxies in front of the workers (which serve plaintext
+  gRPC); with the driver's own key and certificate they authenticate the driver to them (mutual
+  TLS, which the proxies must require).
+
+  Attributes:
+    root_certificates: the certificate authority that signed the proxies' certificates.
+    private_key: the driver's key, for mutual TLS; None without.
+    certificate_chain: the driver's certificate, for mutual TLS; None without.
+  """
   root_certificates: bytes
   private_key: Optional[bytes] = None
   certificate_chain: Optional[bytes] = None
@@ -102,6 +89,19 @@ class TLSCredentials:
   @classmethod
   def from_files(cls, root_certificates: str, private_key: Optional[str] = None,
                  certificate_chain: Optional[str] = None) -> 'TLSCredentials':
+    """Reads the credentials from PEM files.
+
+    Args:
+      root_certificates: path of the certificate authority's certificates.
+      private_key: path of the driver's key, for mutual TLS.
+      certificate_chain: path of the driver's certificate, for mutual TLS.
+
+    Returns:
+      The `TLSCredentials`.
+
+    Raises:
+      ValueError: if a file cannot be read, or only one of the key and certificate is given.
+    """
     def read(path):
       if path is None:
         return None
@@ -114,8 +114,14 @@ class TLSCredentials:
 
 
 def parse_workers(spec: str, source: str = '--workers') -> List[str]:
-  """['host:port' or 'unix:/path', ...] from a comma- or newline-separated list; `source` names
-  it in errors.
+  """The workers of a comma- or newline-separated list (`#` starts a comment).
+
+  Args:
+    spec: the list.
+    source: what to name it in errors (a flag or a file).
+
+  Returns:
+    ['host:port' or 'unix:/path', ...], in order.
 
   Raises:
     ValueError: naming `source` and the entry that is not host:port with a port in 1..65535,
@@ -145,8 +151,17 @@ def parse_workers(spec: str, source: str = '--workers') -> List[str]:
 
 
 def read_workers_file(path: str) -> List[str]:
-  """The workers listed in the file `path` (host:port per line or comma-separated; `#`
-  comments)."""
+  """The workers listed in a file (`parse_workers`).
+
+  Args:
+    path: the file: host:port per line or comma-separated; `#` comments.
+
+  Returns:
+    The workers.
+
+  Raises:
+    ValueError: if the file cannot be read, or as `parse_workers`.
+  """
   try:
     with open(path) as f:
       text = f.read()
@@ -157,8 +172,11 @@ def read_workers_file(path: str) -> List[str]:
 
 class _WorkerWatch(grpc.UnaryUnaryClientInterceptor):
   """Counts the bytes of every call to one worker, and turns its unavailability for longer
-  than `timeout` seconds into a `WorkerUnavailableError` (TFF retries gRPC's UNAVAILABLE
-  forever; it does not retry other errors)."""
+  than `timeout` seconds into a `WorkerUnavailableError`.
+
+  TFF's remote executor retries gRPC's UNAVAILABLE forever and does not retry other errors: the
+  round fails, and a run resumes from its last checkpoint once the worker is back.
+  """
 
   def __init__(self, address: str, channel: grpc.Channel, timeout: float):
     self.address = address
@@ -217,17 +235,22 @@ class _ThreadedContext(tff.framework.AsyncContext):
 
 @dataclasses.dataclass
 class DistributedContext:
-  """TFF's mergeable-computation context over `workers` (`context`, for
-  `tff.framework.set_default_context`), and the byte counters of their channels."""
+  """TFF's mergeable-computation context over workers, and the byte counters of their channels.
+
+  Attributes:
+    workers: the workers, as given.
+    context: the context, for `tff.framework.set_default_context`.
+  """
   workers: List[str]
   context: tff.framework.SyncContext
   _watches: List[_WorkerWatch]
 
   def bytes_sent(self) -> int:
-    """Request bytes sent to all workers so far (protobuf payloads, without gRPC framing)."""
+    """Returns the request bytes sent to all workers so far (protobuf payloads, no framing)."""
     return sum(watch.bytes_sent for watch in self._watches)
 
   def bytes_received(self) -> int:
+    """Returns the response bytes received from all workers so far (protobuf payloads)."""
     return sum(watch.bytes_received for watch in self._watches)
 
 
@@ -238,7 +261,18 @@ def set_distributed_execution_context(
     num_subrounds: Optional[int] = None) -> DistributedContext:
   """Sets TFF's default context to the mergeable-computation context over `workers`.
 
-  Arguments, errors and result as `create_distributed_execution_context`.
+  Args:
+    workers: as in `create_distributed_execution_context`.
+    worker_timeout: as in `create_distributed_execution_context`.
+    tls: as in `create_distributed_execution_context`.
+    num_subrounds: as in `create_distributed_execution_context`.
+
+  Returns:
+    The `DistributedContext` set.
+
+  Raises:
+    ValueError: as `create_distributed_execution_context`.
+    WorkerUnavailableError: as `create_distributed_execution_context`.
   """
   distributed = create_distributed_execution_context(
       workers, worker_timeout=worker_timeout, tls=tls, num_subrounds=num_subrounds)
@@ -251,8 +285,16 @@ def create_distributed_execution_context(
     worker_timeout: float = DEFAULT_WORKER_TIMEOUT_SECONDS,
     tls: Optional[TLSCredentials] = None,
     num_subrounds: Optional[int] = None) -> DistributedContext:
-  """TFF's mergeable-computation context over `workers`, connected but not set: a program
-  that switches between contexts passes `.context` to `tff.framework.set_default_context`.
+  """TFF's mergeable-computation context over `workers`, connected but not set.
+
+  A program that switches between contexts passes `.context` to
+  `tff.framework.set_default_context`. TFF compiles each federated computation into its
+  mergeable form (the work up to the aggregation, a merge of partial aggregates, the work after
+  it), runs the first part on every worker over a contiguous block of the cohort's clients (a
+  subround each, in list order), merges the partial aggregates as subrounds finish (so float
+  sums may differ from a local run's in the last bits), and runs the rest once. Client datasets
+  are built in the driver and sent with the computation, so workers need no data or shared
+  filesystem.
 
   Args:
     workers: 'host:port' of running TFF workers (`parse_workers`).
@@ -260,6 +302,9 @@ def create_distributed_execution_context(
       `WorkerUnavailableError` names it.
     tls: credentials for TLS channels, or None for plaintext (a private network).
     num_subrounds: subrounds a round's cohort is split into (default one per worker).
+
+  Returns:
+    The `DistributedContext`, each worker's channel watched for `worker_timeout`.
 
   Raises:
     ValueError: an argument is out of range.

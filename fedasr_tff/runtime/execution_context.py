@@ -1,29 +1,14 @@
-"""TFF's local C++ execution context, with a worker process that dies with this one.
+"""TFF's local C++ execution context, with a worker that dies with this process and that only
+this process can reach.
 
 TFF 0.87's local C++ context (`tff.framework.local_cpp_executor_factory`) starts `worker_binary`
-lazily, from a background thread, with a plain `subprocess.Popen` writing to our stdout and stderr,
-and stops it only from a `__del__` that does not run reliably at exit: the worker (40 MB idle, 1 GB
-training) outlives the process and holds its output pipes open, so a pipeline running it hangs.
-
-`set_local_cpp_execution_context` builds the same context from TFF's public pieces, but starts the
-worker itself, at once, from the main thread: under `setpriv --pdeathsig KILL`, so the kernel kills
-it when that thread exits, i.e. when this process ends, however (SIGTERM and SIGKILL too); in its
-own session, so a Ctrl-C or hang-up of the job reaches this process only; with its output in an
-unlinked temporary file, so it holds none of our pipes and an error can quote its last lines. It is
-also killed at normal exit and when the context is set again. A worker that died fails the next
-computation (TFF would start another one, from its background thread).
-
-Isolation (docs/privacy.md, "Security"): the worker serves plaintext gRPC with no authentication on
-every interface (TFF 0.87's `worker_binary` has no address or token flag) and runs whatever
-TensorFlow graph it is sent, as this process's user: anyone who reaches its port can read the run's
-checkpoints (the noise seed), raw audio and features, and write files. So by default the worker runs
-in a network namespace of its own (`unshare --net`), where its only interface is its own loopback,
-and this process reaches it through a Unix socket in a fresh owner-only folder, bridged to the
-worker's port inside the namespace (`namespace_bridge.py`). No other host can connect, and no other
-local user but root. Where this machine cannot make a namespace, starting a worker raises
-`WorkerIsolationError` unless the exposure is accepted: `allow_exposed_worker=True`, or the
-environment variable FEDASR_TFF_ALLOW_EXPOSED_WORKER=1 (for pytest, Bazel and scripts); the worker
-then listens as TFF starts it, and a warning says what that exposes.
+lazily, from a background thread, with a plain `subprocess.Popen` writing to our stdout and
+stderr, and stops it only from a `__del__` that does not run reliably at exit: the worker (40 MB
+idle, 1 GB training) outlives the process and holds its output pipes open, so a pipeline running
+it hangs. And it serves unauthenticated gRPC on every interface. `set_local_cpp_execution_context`
+builds the same context from TFF's public pieces around a worker it starts, owns and isolates
+itself (`start_local_worker`); what the isolation protects, and from whom: `docs/privacy.md`,
+"Security".
 """
 
 import atexit
@@ -73,7 +58,7 @@ class LocalWorker:
     process: The started process (with isolation: the namespace's bridge, whose child the worker
       is; each dies with the other).
     target: The gRPC target that reaches it: `unix:PATH` when isolated, else `localhost:PORT`.
-    isolated: Whether it runs in its own network namespace (module docstring).
+    isolated: Whether it runs in its own network namespace (`start_local_worker`).
     folder: The owner-only folder of its Unix socket (None when not isolated), removed by `stop`.
   """
   process: subprocess.Popen
@@ -104,8 +89,9 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[i
                                     allow_exposed_worker: Optional[bool] = None) -> None:
   """Sets TFF's default context to a local C++ worker that this process starts and owns.
 
-  The worker runs in a network namespace of its own, reachable from this process alone (module
-  docstring).
+  The worker runs in a network namespace of its own, reachable from this process alone
+  (`start_local_worker`). A worker that died fails the next computation (TFF would start another
+  one, from its background thread).
 
   Args:
     max_concurrent_computation_calls: How many calls of one computation the worker runs at once
@@ -150,8 +136,23 @@ def start_local_worker(max_concurrent_computation_calls: Optional[int] = None, l
                        allow_exposed_worker: Optional[bool] = None) -> LocalWorker:
   """Starts TFF's worker for this process alone: in its own network namespace where possible.
 
-  The worker is killed by the kernel when the calling thread exits (module docstring), runs in
-  its own session, and writes its output to `log`.
+  The worker starts at once, from the calling thread: under `setpriv --pdeathsig KILL`, so the
+  kernel kills it when that thread exits (when this process ends, however: SIGTERM and SIGKILL
+  too); in its own session, so a Ctrl-C or hang-up of the job reaches this process only; with
+  its output in `log` (an unlinked temporary file in `set_local_cpp_execution_context`), so it
+  holds none of our pipes and an error can quote its last lines. `set_local_cpp_execution_context`
+  also kills it at normal exit and when the context is set again.
+
+  Isolation: the worker serves plaintext gRPC with no authentication on every interface (TFF
+  0.87's `worker_binary` has no address or token flag) and runs whatever TensorFlow graph it is
+  sent, as this process's user: anyone who reaches its port can read the run's checkpoints (the
+  noise seed), raw audio and features, and write files. So the worker runs in a network
+  namespace of its own (`unshare --net`), where its only interface is its own loopback, and this
+  process reaches it through a Unix socket in a fresh owner-only folder, bridged to the worker's
+  port inside the namespace (`namespace_bridge.py`). No other host can connect, and no other
+  local user but root. Where this machine cannot make a namespace, it raises
+  `WorkerIsolationError` unless the exposure is accepted; the worker then listens as TFF starts
+  it, and a warning says what that exposes.
 
   Args:
     max_concurrent_computation_calls: As in `set_local_cpp_execution_context`.
@@ -198,6 +199,10 @@ def isolated_worker_command(socket_path: str,
     max_concurrent_computation_calls: As in `worker_command`.
     namespace: The `unshare` prefix (default: `network_namespace_prefix()`).
 
+  Returns:
+    The command: `unshare` running `namespace_bridge.py`, which runs the worker under
+    `dying_with_parent`.
+
   Raises:
     WorkerIsolationError: This machine cannot make a network namespace.
   """
@@ -217,6 +222,9 @@ def network_namespace_prefix() -> Optional[tuple]:
   As root, `unshare --net`; otherwise (or where a container denies it) a user namespace too,
   `--map-root-user`, which unprivileged users may make where the kernel allows it. Tried once
   per process, with `true`.
+
+  Returns:
+    The prefix, or None where no network namespace can be made.
   """
   unshare = shutil.which('unshare')
   if unshare is None:
@@ -231,16 +239,33 @@ def network_namespace_prefix() -> Optional[tuple]:
 
 
 def worker_command(port: int, max_concurrent_computation_calls: Optional[int] = None) -> list:
-  """The command line of TFF's worker serving on `port` (None: no limit on concurrent calls)."""
+  """The command line of TFF's worker.
+
+  Args:
+    port: the TCP port it serves on (every interface of its namespace).
+    max_concurrent_computation_calls: calls of one computation it runs at once; None: no limit.
+
+  Returns:
+    The command, a list.
+  """
   calls = max_concurrent_computation_calls or -1
   return [WORKER_PATH, f'--port={port}', f'--max_concurrent_computation_calls={calls}']
 
 
 def dying_with_parent(command: list, what: str) -> list:
-  """`command` run under `setpriv --pdeathsig KILL`: the kernel kills it when the thread that
-  started it exits, however the process ends (SIGKILL too). setpriv sets PR_SET_PDEATHSIG between
-  fork and exec, running no Python in the forked child. Without setpriv (util-linux), `command`
-  as it is, with a warning naming `what` would outlive a killed parent."""
+  """`command` run so that the kernel kills it when the thread that started it exits.
+
+  `setpriv --pdeathsig KILL` sets PR_SET_PDEATHSIG between fork and exec, running no Python in
+  the forked child, so the command dies however the parent ends (SIGKILL too).
+
+  Args:
+    command: the command.
+    what: what it runs, for the warning when setpriv (util-linux) is missing.
+
+  Returns:
+    The command under setpriv; without setpriv, `command` as it is, with a warning that `what`
+    would outlive a killed parent.
+  """
   if shutil.which('setpriv'):
     return ['setpriv', '--pdeathsig', 'KILL', '--', *command]
   logging.warning('setpriv not found: %s will outlive this process if it is killed.', what)
@@ -248,9 +273,16 @@ def dying_with_parent(command: list, what: str) -> list:
 
 
 def remote_context(stub, asynchronous: bool = False, check=None):
-  """TFF's execution context (sync, or async for the mergeable context) over the worker behind
-  `stub` (a `tff.framework.RemoteExecutorGrpcStub`), as TFF's native backend builds it;
-  `check()` runs before every new executor (it may raise)."""
+  """TFF's execution context over a worker, as TFF's native backend builds it.
+
+  Args:
+    stub: a `tff.framework.RemoteExecutorGrpcStub` of the worker.
+    asynchronous: an async context (for the mergeable context) instead of a sync one.
+    check: a callable run before every new executor (it may raise), or None.
+
+  Returns:
+    The `SyncExecutionContext` or `AsyncExecutionContext`.
+  """
 
   def create_executor(cardinalities):
     if check is not None:
@@ -301,8 +333,12 @@ def _exposure_accepted(allow_exposed_worker: Optional[bool]) -> bool:
 
 
 def socket_folder() -> str:
-  """A new folder for workers' Unix sockets, 0700 (mkdtemp), in the temporary directory if a
-  socket's path fits there (Bazel's test TMPDIR can be too long), else in /tmp."""
+  """A new folder for workers' Unix sockets, 0700 (mkdtemp).
+
+  Returns:
+    Its path: in the temporary directory if a socket's path fits there (Bazel's test TMPDIR can
+    be too long), else in /tmp.
+  """
   folder = tempfile.mkdtemp(prefix='fedasr-tff-worker-')
   if len(folder.encode()) + len('/worker-name.sock') <= _SOCKET_PATH_MAX:  # room for a name
     return folder

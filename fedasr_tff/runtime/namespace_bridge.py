@@ -8,12 +8,7 @@ down), starts the worker command (serving on `PORT` of every interface of this n
 loopback alone), and bridges every connection to the Unix socket `SOCKET_PATH` (created 0600) to
 that port. A path-named Unix socket is a file, not a network endpoint: the driver outside the
 namespace reaches it, no other host does, and no other local user (file permissions), root aside.
-
-Bytes move with `splice(2)` through a pipe, inside the kernel: the ~10 MB of computation that TFF
-sends with every call are never copied into Python. Standard library only (it starts with `-S`,
-outside the driver's environment). The worker dies with this process (`setpriv --pdeathsig`); this
-process writes the worker's pid beside the socket, and ends as the worker ends (by the same
-signal, or with the same exit status).
+Standard library only (it starts with `-S`, outside the driver's environment).
 """
 
 import fcntl
@@ -41,7 +36,11 @@ def bring_up_loopback() -> None:
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
-  """Moves bytes from `source` to `sink` until `source` ends, then ends `sink`'s sending side."""
+  """Moves bytes from `source` to `sink` until `source` ends, then ends `sink`'s sending side.
+
+  With `splice(2)` through a pipe, inside the kernel: the ~10 MB of computation that TFF sends
+  with every call are never copied into Python.
+  """
   read_end, write_end = os.pipe()
   try:
     try:
@@ -92,7 +91,12 @@ def _remove_stale(socket_path: str) -> None:
 
 
 def serve(socket_path: str, port: int) -> None:
-  """Accepts connections on the Unix socket `socket_path` and bridges each to `port` on lo."""
+  """Bridges every connection to a Unix socket to a port on lo; never returns.
+
+  Args:
+    socket_path: the Unix socket to create (0600), replacing a stale one.
+    port: the worker's port on this namespace's loopback.
+  """
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
   _remove_stale(socket_path)
   old_umask = os.umask(0o177)  # the socket file is created 0600
@@ -107,6 +111,15 @@ def serve(socket_path: str, port: int) -> None:
 
 
 def main(argv: list) -> None:
+  """Brings lo up, starts the worker and serves the bridge, ending as the worker ends.
+
+  The worker dies with this process (`setpriv --pdeathsig` in its command); this process writes
+  the worker's pid beside the socket (`WORKER_PID_FILE`) and ends as the worker ends (by the same
+  signal, or with the same exit status).
+
+  Args:
+    argv: [program, SOCKET_PATH, PORT, WORKER_COMMAND...].
+  """
   if len(argv) < 4:
     sys.exit(f'usage: {argv[0]} SOCKET_PATH PORT WORKER_COMMAND...')
   socket_path, port, *worker_command = argv[1:]

@@ -43,6 +43,14 @@ _CALLS = flags.DEFINE_integer(
 
 
 def main(argv):
+  """Execs TFF's worker binary on the port or socket the flags give.
+
+  Args:
+    argv: the command line after absl's flags; no positional arguments are taken.
+
+  Raises:
+    app.UsageError: for positional arguments, or not exactly one of --port and --unix_socket.
+  """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if (_PORT.value is None) == (_UNIX_SOCKET.value is None):

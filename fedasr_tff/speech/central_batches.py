@@ -2,16 +2,9 @@
 
 Mixed federated learning (Augenstein et al., "Mixed Federated Learning: Joint Decentralized and
 Centralized Learning", arXiv:2205.13655) trains the global model on server data inside each
-round (`algorithms.mixed_fl`). A round takes `count` fresh central batches: batch k of round t is
-one dynamic batch of a speaker drawn with probability proportional to its utterances (so every
-utterance is about equally likely), a seeded sample of that speaker's utterances
-(`SpeechClientData.create_tf_dataset_for_client` with `max_batches=1`), everything drawn from
-(seed, t, k). A round's batches are therefore a function of the run's secret and the round, so a
-resumed run replays them exactly, and only `count` batches are featurised a round (the feature
-cache makes that a file read), whatever the size of the server's corpus.
-
-Central data is the server's: no client-level guarantee covers it, and it must not hold the
-federated users' data (`check_central_data` refuses shared speakers).
+round (`algorithms.mixed_fl`): a round takes fresh central batches (`CentralBatches`). Central
+data is the server's: no client-level guarantee covers it, and it must not hold the federated
+users' data (`check_central_data` refuses shared speakers).
 """
 
 import collections
@@ -36,9 +29,24 @@ _CENTRAL_STREAM = 'central/{}'
 
 
 class CentralBatches:
-  """Draws the central batches of every round (module docstring)."""
+  """Draws the central batches of every round.
+
+  A round takes `count` fresh central batches: batch k of round t is one dynamic batch of a
+  speaker drawn with probability proportional to its utterances (so every utterance is about
+  equally likely), a seeded sample of that speaker's utterances
+  (`SpeechClientData.create_tf_dataset_for_client` with `max_batches=1`), everything drawn from
+  (secret, t, k). A round's batches are therefore a function of the run's secret and the round,
+  so a resumed run replays them exactly, and only `count` batches are featurised a round (the
+  feature cache makes that a file read), whatever the size of the server's corpus.
+  """
 
   def __init__(self, central_data: pipeline.SpeechClientData, count: int):
+    """Initializes the sampler.
+
+    Args:
+      central_data: the server's data, speakers as clients.
+      count: batches a round (the central steps), a positive integer.
+    """
     validation.check_positive_integer('central_steps', count)
     self._data = central_data
     self._count = count
@@ -48,10 +56,19 @@ class CentralBatches:
 
   @property
   def count(self) -> int:
+    """Batches a round."""
     return self._count
 
   def for_round(self, secret: int, round_num: int) -> tf.data.Dataset:
-    """The `count` central batches of round `round_num`, one dataset."""
+    """The central batches of a round.
+
+    Args:
+      secret: the run's sampling secret.
+      round_num: the round.
+
+    Returns:
+      The `count` batches, one dataset.
+    """
     batches = []
     for k in range(self._count):
       seed = cohorts.client_seed(secret, round_num, _CENTRAL_STREAM.format(k))
@@ -69,10 +86,16 @@ def check_central_data(central_data: pipeline.SpeechClientData,
                        vocabulary: text_lib.Vocabulary) -> None:
   """Refuses central data that shares speakers with the clients or does not fit the model.
 
-  Raises a `ValueError` naming the central data flags when a central speaker is also a training
-  client (the server's data must not hold the federated users' data: their privacy would rest
-  on data no guarantee covers), or when more than `MAX_UNKNOWN_CHARACTER_FRACTION` of the
-  central transcripts' characters are outside the model's token set (`--language`).
+  Args:
+    central_data: the server's data.
+    train_client_ids: the federated clients.
+    vocabulary: the model's vocabulary.
+
+  Raises:
+    ValueError: naming the central data flags when a central speaker is also a training client
+      (the server's data must not hold the federated users' data: their privacy would rest on
+      data no guarantee covers), or when more than `MAX_UNKNOWN_CHARACTER_FRACTION` of the
+      central transcripts' characters are outside the model's token set (`--language`).
   """
   shared = sorted(set(central_data.client_ids) & set(train_client_ids))
   if shared:

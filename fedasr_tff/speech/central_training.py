@@ -1,19 +1,11 @@
 """Central (non-federated) training of a seed model, as the paper's seed models.
 
-The paper: Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
-Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
-arXiv:2310.00098, Sec. 4 "Central Training" and App. F "Training".
-
-Mini-batch training of the CTC transformer on pooled data (the "seed" speakers, e.g. 10% of
-them) with LARS (`optimizers.build_lars`, κ = 0.001, momentum 0.9) and a step or exponential
-learning-rate decay, SpecAugment on (Adam is offered for short CPU runs). Batches are the
-speakers' dynamic batches, visited in an order reshuffled every epoch from (seed, epoch), with
-fresh SpecAugment masks every epoch (with masks fixed once, the tiny demo model memorised its six
-speakers: held-out CER 69% against 44%). Every random draw of a step (SpecAugment, dropout, layer
-drop, CAPE's shift) comes from its batch's `seed`, a function of (seed, epoch, speaker, batch), so
-a run is a function of its configuration. The weights are exported with `model_io` for
-`federated_training` to start from. Metrics (loss, learning rate, and WER/CER on held-out
-speakers every `eval_every_steps` steps) go to `metrics.csv` through `tff.program`'s CSV manager.
+Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
+Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 4
+"Central Training" and App. F "Training": mini-batch training of the CTC transformer on pooled
+data (the "seed" speakers, e.g. 10% of them) with LARS and a step or exponential learning-rate
+decay, SpecAugment on. The weights are exported with `model_io` for `federated_training` to
+start from.
 """
 
 import asyncio
@@ -40,7 +32,10 @@ from fedasr_tff.speech import evaluation
 
 @dataclasses.dataclass(frozen=True)
 class CentralConfig:
-  """Central training settings; each field is the `train_central` flag of the same name."""
+  """Central training settings; each field is the `train_central` flag of the same name.
+
+  Each field's help text (`fields.field`) documents it, once.
+  """
   steps: int = fields_lib.field(1000, 'Training steps (batches).')
   model_config: str = fields_lib.field('tiny', 'Transformer size.', tuple(models.CONFIGS))
   optimizer: str = fields_lib.field(
@@ -81,6 +76,12 @@ class CentralConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CentralResult:
+  """What central training produced.
+
+  Attributes:
+    weights: the trained model's weights.
+    evaluation: its evaluation on the held-out speakers, or None without them.
+  """
   weights: tff.learning.models.ModelWeights
   evaluation: Optional[evaluation.EvaluationResult]
 
@@ -93,7 +94,33 @@ def train(config: CentralConfig,
           eval_data: Optional[pipeline.SpeechClientData] = None,
           show_progress: bool = True,
           log=print) -> CentralResult:
-  """Trains a seed model and writes `output_dir/model.npz` (module docstring)."""
+  """Trains a seed model and writes `output_dir/model.npz`.
+
+  LARS (`optimizers.build_lars`, κ = 0.001, momentum 0.9) is the paper's optimizer; Adam is
+  offered for short CPU runs. Batches are the speakers' dynamic batches, visited in an order
+  reshuffled every epoch from (seed, epoch), with fresh SpecAugment masks every epoch (with masks
+  fixed once, the tiny demo model memorised its six speakers: held-out CER 69% against 44%).
+  Every random draw of a step (SpecAugment, dropout, layer drop, CAPE's shift) comes from its
+  batch's `seed`, a function of (seed, epoch, speaker, batch), so a run is a function of its
+  configuration.
+
+  Args:
+    config: the settings.
+    train_data: the training speakers' data.
+    vocabulary: the model's vocabulary.
+    output_dir: where `model.npz`, `metrics.csv` (loss, learning rate, and WER/CER on the
+      held-out speakers every `eval_every_steps` steps, through `tff.program`'s CSV manager)
+      and `eval_per_speaker.csv` go.
+    eval_data: the held-out speakers' data, or None.
+    show_progress: show a progress bar.
+    log: where progress lines are written.
+
+  Returns:
+    The `CentralResult`.
+
+  Raises:
+    ValueError: if the training speakers have no usable utterance.
+  """
   tf.keras.utils.set_random_seed(config.seed)
   model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
   keras_model = model.keras_model

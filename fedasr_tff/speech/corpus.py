@@ -1,11 +1,5 @@
-"""A corpus on disk as federated client data, with the paper's seed/federated speaker split.
-
-`load_client_data` reads one split of a corpus (LibriSpeech or Common Voice layout, or a TSV
-manifest), keeps the speakers of the requested part of a seeded speaker split (as
-CV-en-train-10 for the central seed model and -90 for federated training: a random 10% of the
-users for the seed, in Pelikan et al., NeurIPS 2025, arXiv:2310.00098, Sec. 4 "Data" and App. F,
-Table 2; disjoint, so no user is counted twice), optionally applies the IID control, and
-returns `SpeechClientData`.
+"""A corpus on disk as federated client data, with the paper's seed/federated speaker split
+(`load_client_data`).
 """
 
 import os
@@ -21,7 +15,21 @@ SPEAKER_PARTS = ('all', 'seed', 'federated')
 
 def read_utterances(corpus_dir: str, layout: str, split: str, strict: bool = False,
                     report: Optional[corpora.ReadReport] = None):
-  """Utterances of `split`; for "manifest", `split` is the TSV's path relative to the dir."""
+  """The utterances of one split of a corpus.
+
+  Args:
+    corpus_dir: the corpus's folder.
+    layout: one of `LAYOUTS`.
+    split: the split (`data.corpora`); for "manifest", the TSV's path relative to `corpus_dir`.
+    strict: raise at the first unusable utterance instead of skipping it.
+    report: where skipped utterances are counted, or None.
+
+  Returns:
+    The utterances.
+
+  Raises:
+    ValueError: for an unknown layout, a missing folder or a split with no utterance.
+  """
   if layout not in LAYOUTS:
     raise ValueError(f'`layout` must be one of {LAYOUTS}, got {layout!r}.')
   if corpus_dir is None or not os.path.isdir(corpus_dir):
@@ -52,10 +60,35 @@ def load_client_data(corpus_dir: str,
                      max_batch_seconds: float = 120.0,
                      feature_cache_dir: Optional[str] = None,
                      strict: bool = False) -> pipeline.SpeechClientData:
-  """The speakers of `split` in part `speakers` ("all", "seed" or "federated") as clients.
+  """The speakers of one split, or of one part of it, as clients.
 
-  "seed" is the `seed_fraction` of speakers (seeded by `split_seed`) used for central
-  training and "federated" the rest; the two never share a speaker.
+  The parts are those of Pelikan et al., "Enabling Differentially Private Federated Learning for
+  Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
+  arXiv:2310.00098, Sec. 4 "Data" and App. F, Table 2: CV-en-train-10 for the central seed
+  model and -90 for federated training, a random 10% of the users for the seed; disjoint, so no
+  user is counted twice.
+
+  Args:
+    corpus_dir: the corpus's folder.
+    layout: one of `LAYOUTS`.
+    split: the split (`read_utterances`).
+    vocabulary: the model's vocabulary.
+    speakers: "all", "seed" (the `seed_fraction` of speakers, for central training) or
+      "federated" (the rest); the two never share a speaker.
+    seed_fraction: the share of the seed part, in (0, 1).
+    split_seed: seed of the speaker split.
+    iid: apply the IID control (`data.make_iid`).
+    iid_seed: seed of the IID control.
+    spec_augment: apply SpecAugment to the batches (training data).
+    max_batch_seconds: audio per dynamic batch.
+    feature_cache_dir: the feature cache's folder, or None.
+    strict: raise at the first unusable utterance instead of skipping it.
+
+  Returns:
+    The `SpeechClientData`, its `report` counting what was skipped.
+
+  Raises:
+    ValueError: for an unknown part, or as `read_utterances` and `data.split_speakers`.
   """
   if speakers not in SPEAKER_PARTS:
     raise ValueError(f'`speakers` must be one of {SPEAKER_PARTS}, got {speakers!r}.')

@@ -1,10 +1,4 @@
-"""WER/CER of a model on a set of speakers, overall and per speaker, with greedy decoding.
-
-Runs the TFF model's own `forward_pass(training=False)` (so the same loss and `tf.edit_distance`
-scoring as federated evaluation) speaker by speaker in this process, which is what a server does
-with held-out data and what gives the per-speaker breakdown. Rates are corpus-level: total edits
-over total reference words (characters), summed over speakers.
-"""
+"""WER/CER of a model on a set of speakers, overall and per speaker, with greedy decoding."""
 
 import csv
 import dataclasses
@@ -22,7 +16,16 @@ from fedasr_tff.models import tff_model
 
 @dataclasses.dataclass(frozen=True)
 class ErrorCounts:
-  """Sums over utterances; the rates are ratios of these."""
+  """Sums over utterances; the rates are ratios of these (corpus-level).
+
+  Attributes:
+    utterances: the utterances scored.
+    loss_sum: the sum of their CTC losses.
+    word_edits: word-level edit distance to the references, summed.
+    words: reference words.
+    char_edits: character-level edit distance, summed.
+    chars: reference characters.
+  """
   utterances: float = 0.0
   loss_sum: float = 0.0
   word_edits: float = 0.0
@@ -36,23 +39,33 @@ class ErrorCounts:
 
   @property
   def wer(self) -> float:
+    """Total word edits over total reference words (NaN without words)."""
     return self.word_edits / self.words if self.words else float('nan')
 
   @property
   def cer(self) -> float:
+    """Total character edits over total reference characters (NaN without characters)."""
     return self.char_edits / self.chars if self.chars else float('nan')
 
   @property
   def loss(self) -> float:
+    """The mean CTC loss per utterance (NaN without utterances)."""
     return self.loss_sum / self.utterances if self.utterances else float('nan')
 
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationResult:
+  """An evaluation, overall and per speaker.
+
+  Attributes:
+    overall: the sums over all speakers.
+    per_speaker: {speaker: its sums}.
+  """
   overall: ErrorCounts
   per_speaker: Dict[str, ErrorCounts]
 
   def metrics(self) -> Dict[str, float]:
+    """Returns the overall {'loss', 'wer', 'cer'}."""
     return {'loss': self.overall.loss, 'wer': self.overall.wer, 'cer': self.overall.cer}
 
 
@@ -60,7 +73,25 @@ def evaluate(model: tff_model.CTCSpeechModel,
              client_data: pipeline.SpeechClientData,
              weights: Optional[tff.learning.models.ModelWeights] = None,
              speakers: Optional[Sequence[str]] = None) -> EvaluationResult:
-  """Scores `model` (with `weights` assigned first, if given) on every speaker's batches."""
+  """Scores a model on every speaker's batches.
+
+  Runs the TFF model's own `forward_pass(training=False)` (so the same loss and
+  `tf.edit_distance` scoring as federated evaluation) speaker by speaker in this process, which
+  is what a server does with held-out data and what gives the per-speaker breakdown.
+
+  Args:
+    model: the model.
+    client_data: the speakers' data.
+    weights: assigned to `model` first, if given.
+    speakers: the speakers to score; default all of `client_data`.
+
+  Returns:
+    The `EvaluationResult`; rates are corpus-level, total edits over total reference words
+    (characters), summed over speakers.
+
+  Raises:
+    ValueError: for no speakers, or none with a usable utterance.
+  """
   if weights is not None:
     weights.assign_weights_to(model)
   speakers = client_data.client_ids if speakers is None else list(speakers)
@@ -93,6 +124,10 @@ def write_per_speaker_csv(result: EvaluationResult, path: str) -> None:
 
   Written owner-only: per-speaker rows are the speakers' data (and the clients' own when a run
   evaluates on them).
+
+  Args:
+    result: the evaluation.
+    path: the CSV file; its folder is created if needed.
   """
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   rows = list(result.per_speaker.items()) + [('ALL', result.overall)]

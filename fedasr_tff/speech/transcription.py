@@ -1,25 +1,8 @@
 """Transcribing audio with a trained CTC transformer, in this process or as a TF SavedModel.
 
-`Transcriber` is a `tf.Module` whose `transcribe(waveforms, lengths)` is the whole recognizer
-in one TF graph:
-
-    waveforms [B, S] float32, 16 kHz mono in [-1, 1], utterance b in waveforms[b, :lengths[b]]
-    -> log-mels of each utterance alone (`data.log_mel_features`, the training features)
-    -> the CTC transformer (inference mode) -> greedy decoding -> text
-
-and returns `transcripts` [B] tf.string, `logits` [B, T, V + 1] and `logit_lengths` [B].
-Every utterance needs at least one 25 ms frame (`data.features.FRAME_LENGTH` samples), else
-the call fails. The module also carries its vocabulary (`tokens`, a [V] string variable).
-
-`export_saved_model` writes it as a SavedModel with the signatures
-
-* `serving_default`: `transcribe` as above (greedy decoding);
-* `transcribe_beam` (if a beam width is given): the same inputs, and `transcripts` of the best
-  beam-search sequence with that beam width and their `log_probabilities` [B].
-
-`transcribe_files` runs any such `transcribe` (this module's, or one loaded with
-`tf.saved_model.load`) over audio files one by one and decodes the logits with
-`fedasr_tff.decoding` (greedy or beam search, optionally restricted to a word list).
+`Transcriber` puts the whole recognizer (features, model, greedy decoding) in one TF graph;
+`export_saved_model` writes it as a SavedModel; `transcribe_files` runs it, or a loaded one,
+over audio files and decodes with `fedasr_tff.decoding`.
 """
 
 import dataclasses
@@ -51,11 +34,32 @@ class _Untracked:
 
 
 class Transcriber(tf.Module):
-  """The CTC transformer with feature extraction and decoding in its graph (module docstring)."""
+  """The CTC transformer with feature extraction and decoding in its graph.
+
+  `transcribe(waveforms, lengths)` is the whole recognizer:
+
+      waveforms [B, S] float32, 16 kHz mono in [-1, 1], utterance b in waveforms[b, :lengths[b]]
+      -> log-mels of each utterance alone (`data.log_mel_features`, the training features)
+      -> the CTC transformer (inference mode) -> greedy decoding -> text
+
+  Every utterance needs at least one 25 ms frame (`data.features.FRAME_LENGTH` samples), else
+  the call fails. The module also carries its vocabulary (`tokens`, a [V] string variable).
+  """
 
   def __init__(self, keras_model: transformer.CTCTransformer, tokens: Sequence[str],
                beam_width: Optional[int] = None):
-    """`beam_width`: if given, also a `transcribe_beam` function with that beam width."""
+    """Wraps a trained model.
+
+    Args:
+      keras_model: the `CTCTransformer`.
+      tokens: its vocabulary (blank excluded).
+      beam_width: if given, also a `transcribe_beam` function with that beam width: the same
+        inputs, and `transcripts` of the best beam-search sequence and their
+        `log_probabilities` [B].
+
+    Raises:
+      ValueError: if the model's outputs do not match `tokens`, or for a bad `beam_width`.
+    """
     super().__init__(name='transcriber')
     tokens = list(tokens)
     outputs = keras_model.output_layer.units
@@ -90,7 +94,16 @@ class Transcriber(tf.Module):
 
   @tf.function(input_signature=_WAVEFORM_SPECS)
   def transcribe(self, waveforms, lengths):
-    """Greedy transcripts [B] tf.string, logits [B, T, V + 1] and logit_lengths [B]."""
+    """Transcribes a batch of waveforms (class docstring).
+
+    Args:
+      waveforms: [B, S] float32, 16 kHz mono in [-1, 1].
+      lengths: [B] int32 valid samples of each.
+
+    Returns:
+      {'transcripts': greedy [B] tf.string, 'logits': [B, T, V + 1],
+       'logit_lengths': [B]}.
+    """
     logits, logit_lengths = self._logits(waveforms, lengths)
     texts = ctc.ids_to_texts(ctc.greedy_decode(logits, logit_lengths), self._token_list)
     return {'transcripts': texts, 'logits': logits, 'logit_lengths': logit_lengths}
@@ -103,7 +116,18 @@ class Transcriber(tf.Module):
 
 
 def export_saved_model(transcriber: Transcriber, directory: str) -> None:
-  """Writes `transcriber` as a SavedModel to `directory`, which must not hold files yet."""
+  """Writes a transcriber as a SavedModel.
+
+  Signatures: `serving_default`, `Transcriber.transcribe` (greedy decoding); `transcribe_beam`
+  if the transcriber has a beam width.
+
+  Args:
+    transcriber: the `Transcriber`.
+    directory: the SavedModel's folder, which must not hold files yet.
+
+  Raises:
+    ValueError: if `directory` is not empty.
+  """
   if os.path.isdir(directory) and os.listdir(directory):
     raise ValueError(f'SavedModel directory {directory!r} is not empty.')
   signatures = {'serving_default': transcriber.transcribe}
@@ -114,14 +138,30 @@ def export_saved_model(transcriber: Transcriber, directory: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Transcript:
-  """The transcript of one listed file; `error` instead when it was skipped."""
+  """The transcript of one listed file.
+
+  Attributes:
+    entry: the listed file.
+    text: its transcript; None when it was skipped.
+    error: why it was skipped; None when it was transcribed.
+  """
   entry: corpora.AudioListEntry
   text: Optional[str] = None
   error: Optional[str] = None
 
 
 def load_waveform(path: str) -> np.ndarray:
-  """`data.load_audio`, refusing audio shorter than one 25 ms frame (an `AudioError`)."""
+  """`data.load_audio`, refusing audio shorter than one 25 ms frame.
+
+  Args:
+    path: the audio file.
+
+  Returns:
+    The [samples] float32 waveform at 16 kHz.
+
+  Raises:
+    AudioError: naming the file, as `data.load_audio`, or if it is shorter than one frame.
+  """
   waveform = audio_lib.load_audio(path)
   if waveform.shape[0] < features_lib.FRAME_LENGTH:
     raise audio_lib.AudioError(f'{path}: audio shorter than one 25 ms frame '
@@ -141,10 +181,18 @@ def transcribe_files(transcribe: Callable[..., dict], tokens: Sequence[str],
       with `logits` and `logit_lengths`.
     tokens: the model's vocabulary.
     entries: the files.
-    decoder, beam_width, top_paths: as `decoding.decode`.
+    decoder: as `decoding.decode`.
+    beam_width: as `decoding.decode`.
+    top_paths: as `decoding.decode`.
     word_list: if given, each transcript is `word_list.restrict` of the candidates.
     skip_unreadable: a file that cannot be read as audio gives a `Transcript` with `error`
       instead of raising the `data.AudioError` that names it.
+
+  Yields:
+    A `Transcript` per entry, in order.
+
+  Raises:
+    AudioError: for an unreadable file, unless `skip_unreadable`.
   """
   for entry in entries:
     try:

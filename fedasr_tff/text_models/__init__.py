@@ -3,9 +3,9 @@ Face checkpoints.
 
 The backbone of the soft-embedding adapter and classifier-as-retriever of Fofonjka, Zehtabi,
 Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions: The Case of
-Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025: a frozen language model whose
-token embeddings (`embed`) pass through a trainable adapter before its transformer (`encode`),
-pooled (`pool`) into one vector per text.
+Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025 (Secs. 3.1-3.2): a frozen
+language model whose token embeddings (`embed`) pass through a trainable adapter before its
+transformer (`encode`), pooled (`pool`) into one vector per text. Usage: `docs/retrieval.md`.
 """
 
 from fedasr_tff.text_models.backbone import Backbone

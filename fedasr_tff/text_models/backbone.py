@@ -4,7 +4,7 @@ A backbone maps token ids [B, T] and a mask [B, T] (1 for a token, 0 for padding
 states [B, T, d] in two steps, so that a trainable adapter can act on the token embeddings
 between them (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc
 Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI
-2025, Sec. 1): `encode(adapter(embed(ids)), mask)`. Subclasses define `embed`, `encode` and
+2025, Sec. 3.1): `encode(adapter(embed(ids)), mask)`. Subclasses define `embed`, `encode` and
 `hf_assignments` (their variables by Hugging Face tensor name); the rest is here.
 """
 
@@ -19,7 +19,15 @@ from fedasr_tff.text_models import pooling as pooling_lib
 
 
 def checked_length(token_embeddings, max_position_embeddings: int) -> tf.Tensor:
-  """T of [B, T, d] `token_embeddings`, after an assertion that T <= `max_position_embeddings`."""
+  """The sequence length, checked against the model's positions.
+
+  Args:
+    token_embeddings: [B, T, d].
+    max_position_embeddings: the most positions the model has.
+
+  Returns:
+    T, after an assertion that T <= `max_position_embeddings`.
+  """
   length = tf.shape(token_embeddings)[1]
   check = tf.debugging.assert_less_equal(
       length, max_position_embeddings, message='Sequence longer than max_position_embeddings.')
@@ -32,23 +40,55 @@ class Backbone(tf.keras.Model):
   arguments the subclass's `encode` takes); the output is the hidden states [B, T, d]."""
 
   def embed(self, token_ids) -> tf.Tensor:
-    """The token embeddings [B, T, d]: the adapter's input."""
+    """The token embeddings: the adapter's input.
+
+    Args:
+      token_ids: [B, T] token ids.
+
+    Returns:
+      [B, T, d] embeddings.
+    """
     raise NotImplementedError
 
   def encode(self, token_embeddings, mask, **kwargs) -> tf.Tensor:
-    """The hidden states [B, T, d] from (adapted) token embeddings [B, T, d]."""
+    """The hidden states from (adapted) token embeddings.
+
+    Args:
+      token_embeddings: [B, T, d].
+      mask: [B, T], 1 for a token, 0 for padding.
+      **kwargs: what the subclass takes besides (such as token ids for positions).
+
+    Returns:
+      [B, T, d] hidden states.
+    """
     raise NotImplementedError
 
   def hf_assignments(self) -> dict:
-    """{checkpoint tensor name without prefix: (variable, transpose)} for every weight."""
+    """Returns {checkpoint tensor name without prefix: (variable, transpose)} of every weight."""
     raise NotImplementedError
 
   def call(self, inputs):
+    """The hidden states of a batch.
+
+    Args:
+      inputs: a dict with `token_ids` and `mask`, and the subclass's extras.
+
+    Returns:
+      [B, T, d]: `encode(embed(token_ids), mask, **extras)`.
+    """
     extras = {key: value for key, value in inputs.items() if key not in ('token_ids', 'mask')}
     return self.encode(self.embed(inputs['token_ids']), inputs['mask'], **extras)
 
   def pooled(self, inputs, pooling: str) -> tf.Tensor:
-    """[B, d]: the output states pooled (`pooling.POOLINGS`) over the non-padding tokens."""
+    """The output states pooled over the non-padding tokens.
+
+    Args:
+      inputs: a dict with `token_ids` and `mask` (and the subclass's extras).
+      pooling: one of `pooling.POOLINGS`.
+
+    Returns:
+      [B, d].
+    """
     return pooling_lib.pool(self(inputs), inputs['mask'], pooling)
 
   def build_weights(self) -> None:
@@ -64,9 +104,16 @@ class Backbone(tf.keras.Model):
     return sum(int(np.prod(v.shape)) * v.dtype.size for v in self.weights)
 
   def load_hf_tensors(self, tensors: Mapping, prefix: str = '') -> None:
-    """Assigns every weight from a Hugging Face checkpoint's {name: array} (names are
-    `prefix` + the names of `hf_assignments`). A missing or mis-shaped tensor is an error naming
-    it, raised before any weight is assigned."""
+    """Assigns every weight from a Hugging Face checkpoint.
+
+    Args:
+      tensors: the checkpoint's {name: array}.
+      prefix: prepended to the names of `hf_assignments`.
+
+    Raises:
+      KeyError: for a missing tensor, or ValueError for a mis-shaped one
+        (`checkpoints.get_tensor`), naming it, before any weight is assigned.
+    """
     assignments = self.hf_assignments()
     values = []
     for name, (var, transpose) in assignments.items():
@@ -80,9 +127,19 @@ class Backbone(tf.keras.Model):
 def build_from_checkpoint(backbone_class, config_class, model_dir: str,
                           expected_sha256: Optional[Mapping[str, str]], trainable: bool,
                           name: str) -> Backbone:
-  """A `backbone_class(config_class.from_hf_config(config.json))` with the weights of the
-  Hugging Face model folder `model_dir` (`checkpoints.load_tensors`, checking `expected_sha256`
-  if given); frozen unless `trainable`."""
+  """A backbone loaded from a Hugging Face model folder.
+
+  Args:
+    backbone_class: the `Backbone` subclass.
+    config_class: its configuration class, with `from_hf_config`.
+    model_dir: the folder (`config.json` and safetensors weights).
+    expected_sha256: {weight file: SHA-256} to check (`checkpoints.load_tensors`), or None.
+    trainable: whether the weights train; frozen if False.
+    name: the Keras model's name.
+
+  Returns:
+    `backbone_class(config_class.from_hf_config(config.json))` with the folder's weights.
+  """
   config = config_class.from_hf_config(checkpoints.read_config(model_dir))
   tensors = checkpoints.load_tensors(model_dir, expected_sha256)
   model = backbone_class(config, name=name)
@@ -92,9 +149,19 @@ def build_from_checkpoint(backbone_class, config_class, model_dir: str,
 
 
 def model_prefix(tensors: Mapping, anchor: str) -> str:
-  """The prefix of the checkpoint's tensor names, found from the name `anchor`: '' when
-  `anchor` is there as it is, 'bert.' when `bert.<anchor>` is (a checkpoint of a model with
-  heads); an error naming `anchor` when it is missing or found under several prefixes."""
+  """The prefix of the checkpoint's tensor names, found from one name.
+
+  Args:
+    tensors: the checkpoint's {name: array}.
+    anchor: a tensor name every checkpoint of the model has.
+
+  Returns:
+    '' when `anchor` is there as it is, 'bert.' when `bert.<anchor>` is (a checkpoint of a model
+    with heads).
+
+  Raises:
+    KeyError: naming `anchor` when it is missing or found under several prefixes.
+  """
   if anchor in tensors:
     return ''
   prefixes = sorted(name[:-len(anchor)] for name in tensors if name.endswith('.' + anchor))

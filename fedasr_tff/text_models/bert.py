@@ -2,33 +2,11 @@
 
 BERT (Devlin et al., "BERT: Pre-training of Deep Bidirectional Transformers for Language
 Understanding", NAACL 2019, arXiv:1810.04805, Sec. 3) is the post-LN transformer encoder of
-Vaswani et al. ("Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762, Sec. 3):
-
-    e_k = E_word[x_k]                                      (`embed`: the token embedding lookup)
-    x_k = LN(e_k + E_pos[k] + E_type[s_k])                 (`encode` from here on)
-    per layer, with heads h = 1..H of width d_h = d / H:
-      A_h = softmax(Q_h K_hᵀ / √d_h + M),  Q = x W_qᵀ + b_q (likewise K, V)
-      x = LN(x + concat_h(A_h V_h) W_oᵀ + b_o)
-      x = LN(x + act(x W_1ᵀ + b_1) W_2ᵀ + b_2)
-    M[i, j] = 0 where token j is real and -1e9 where it is padding (the mask of keys).
-
-`act` is the config's `hidden_act`: `gelu` is the exact GELU x·Φ(x) = x/2·(1 + erf(x/√2))
-(Hendrycks and Gimpel, arXiv:1606.08415); `gelu_new`/`gelu_pytorch_tanh` its tanh approximation;
-`relu`. LN is layer normalisation with the config's `layer_norm_eps`. Positions are 0..T-1 and
-segment ids s_k default to 0. There is no dropout: the encoder is a frozen feature extractor.
-
-The pass is split in two so that a trainable adapter can act on the token embeddings e_k before
-the frozen transformer (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with
-Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever",
-webAI 2025, Sec. 1: adapters "after the token embeddings and before the transformer blocks"):
-`encode(adapter(embed(ids)), mask)`. The adapter
-sees the looked-up embedding alone, as in a decoder without absolute positions; positions and
-segments are added after it, so an identity adapter leaves the model unchanged.
-
-Weights come from a Hugging Face `BertModel` checkpoint by their tensor names
-(`HF_EMBEDDING_TENSORS`, `HF_LAYER_TENSORS`), with or without a model prefix such as `bert.`;
-Hugging Face stores a Linear weight as [out, in], our Dense kernels are [in, out]. Tensors the
-encoder does not use (the pooler, `position_ids`, pre-training heads) are ignored.
+Vaswani et al. ("Attention Is All You Need", NeurIPS 2017, arXiv:1706.03762, Sec. 3). The pass is
+split in two so that a trainable adapter can act on the token embeddings before the frozen
+transformer (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter
+Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, Sec. 1:
+adapters "after the token embeddings and before the transformer blocks").
 """
 
 import dataclasses
@@ -84,7 +62,19 @@ HF_LAYER_TENSORS = {
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
-  """A BERT architecture, with the field names of Hugging Face's `config.json`."""
+  """A BERT architecture, with the field names of Hugging Face's `config.json`.
+
+  Attributes:
+    vocab_size: tokens of the vocabulary.
+    hidden_size: d.
+    num_hidden_layers: encoder layers.
+    num_attention_heads: H, dividing d.
+    intermediate_size: the feed-forward network's width.
+    hidden_act: the feed-forward activation, a key of `ACTIVATIONS`.
+    max_position_embeddings: the most positions.
+    type_vocab_size: segment types.
+    layer_norm_eps: LayerNorm's ε.
+  """
   vocab_size: int
   hidden_size: int
   num_hidden_layers: int
@@ -109,7 +99,17 @@ class BertConfig:
 
   @classmethod
   def from_hf_config(cls, config: Mapping) -> 'BertConfig':
-    """The architecture of a Hugging Face BERT `config.json` (other keys are ignored)."""
+    """The architecture of a Hugging Face BERT `config.json`.
+
+    Args:
+      config: the parsed `config.json`; keys that are not fields are ignored.
+
+    Returns:
+      The `BertConfig`.
+
+    Raises:
+      ValueError: for a config of another model type or with non-absolute positions.
+    """
     if config.get('model_type', 'bert') != 'bert':
       raise ValueError(f'`config` is not a BERT config: model_type {config["model_type"]!r}.')
     position_type = config.get('position_embedding_type', 'absolute')
@@ -125,9 +125,15 @@ def _dense(units, name):
 
 
 class BertLayer(tf.keras.layers.Layer):
-  """One post-LN block: self-attention, then the feed-forward network (formulas above)."""
+  """One post-LN block: self-attention, then the feed-forward network (`BertEncoder`)."""
 
   def __init__(self, config: BertConfig, **kwargs):
+    """Initializes the block's layers.
+
+    Args:
+      config: the architecture.
+      **kwargs: passed to `tf.keras.layers.Layer`.
+    """
     super().__init__(**kwargs)
     d = config.hidden_size
     self._heads = config.num_attention_heads
@@ -149,7 +155,15 @@ class BertLayer(tf.keras.layers.Layer):
     return tf.transpose(x, [0, 2, 1, 3])   # [B, H, T, d_h]
 
   def call(self, x, key_bias):
-    """`x` [B, T, d]; `key_bias` [B, 1, 1, T], 0 for tokens and -1e9 for padding."""
+    """Applies the block.
+
+    Args:
+      x: [B, T, d] states.
+      key_bias: [B, 1, 1, T], 0 for tokens and -1e9 for padding.
+
+    Returns:
+      [B, T, d] states.
+    """
     q, k, v = (self._split_heads(layer(x)) for layer in (self.query, self.key, self.value))
     scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(self._head_dim) + key_bias
     context = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
@@ -160,13 +174,35 @@ class BertLayer(tf.keras.layers.Layer):
 
 
 class BertEncoder(backbone.Backbone):
-  """BERT's embeddings and encoder layers (no pooler); see the module docstring.
+  """BERT's embeddings and encoder layers (no pooler).
+
+      e_k = E_word[x_k]                                      (`embed`: the token embedding lookup)
+      x_k = LN(e_k + E_pos[k] + E_type[s_k])                 (`encode` from here on)
+      per layer, with heads h = 1..H of width d_h = d / H:
+        A_h = softmax(Q_h K_hᵀ / √d_h + M),  Q = x W_qᵀ + b_q (likewise K, V)
+        x = LN(x + concat_h(A_h V_h) W_oᵀ + b_o)
+        x = LN(x + act(x W_1ᵀ + b_1) W_2ᵀ + b_2)
+      M[i, j] = 0 where token j is real and -1e9 where it is padding (the mask of keys).
+
+  `act` is the config's `hidden_act`: `gelu` is the exact GELU x·Φ(x) = x/2·(1 + erf(x/√2))
+  (Hendrycks and Gimpel, arXiv:1606.08415); `gelu_new`/`gelu_pytorch_tanh` its tanh
+  approximation; `relu`. LN is layer normalisation with the config's `layer_norm_eps`. Positions
+  are 0..T-1 and segment ids s_k default to 0. There is no dropout: the encoder is a frozen
+  feature extractor. The adapter sees the looked-up embedding alone, as in a decoder without
+  absolute positions; positions and segments are added after it, so an identity adapter leaves
+  the model unchanged.
 
   Inputs are dicts with `token_ids` [B, T] and `mask` [B, T] (1 for a token, 0 for padding),
   optionally `token_type_ids` [B, T]; the output is the last layer's states [B, T, d].
   """
 
   def __init__(self, config: BertConfig, **kwargs):
+    """Initializes the layers.
+
+    Args:
+      config: the architecture.
+      **kwargs: passed to `tf.keras.Model`.
+    """
     super().__init__(**kwargs)
     self.config = config
     d = config.hidden_size
@@ -182,11 +218,27 @@ class BertEncoder(backbone.Backbone):
                            for i in range(config.num_hidden_layers)]
 
   def embed(self, token_ids) -> tf.Tensor:
-    """The token embeddings e_k = E_word[x_k], [B, T, d]: the adapter's input."""
+    """The token embeddings e_k = E_word[x_k]: the adapter's input.
+
+    Args:
+      token_ids: [B, T] token ids.
+
+    Returns:
+      [B, T, d] embeddings.
+    """
     return self.word_embeddings(token_ids)
 
   def encode(self, token_embeddings, mask, token_type_ids=None) -> tf.Tensor:
-    """The last layer's states [B, T, d] from (adapted) token embeddings [B, T, d]."""
+    """The last layer's states from (adapted) token embeddings.
+
+    Args:
+      token_embeddings: [B, T, d].
+      mask: [B, T], 1 for a token, 0 for padding.
+      token_type_ids: [B, T] segment ids; None for 0.
+
+    Returns:
+      [B, T, d] states.
+    """
     # The length check gates the length, so it also runs in TF1-style graphs (TFF's), which
     # have no automatic control dependencies.
     length = backbone.checked_length(token_embeddings, self.config.max_position_embeddings)
@@ -202,7 +254,16 @@ class BertEncoder(backbone.Backbone):
     return x
 
   def hf_assignments(self) -> dict:
-    """{checkpoint tensor name without prefix: (variable, transpose)} for every weight."""
+    """The weights by Hugging Face tensor name.
+
+    Hugging Face stores a Linear weight as [out, in], our Dense kernels are [in, out], so those
+    are marked for transposition. Tensors the encoder does not use (the pooler, `position_ids`,
+    pre-training heads) are not listed.
+
+    Returns:
+      {checkpoint tensor name without prefix: (variable, transpose)} of every weight
+      (`HF_EMBEDDING_TENSORS`, and `HF_LAYER_TENSORS` of every layer).
+    """
     self.build_weights()
     assignments = {}
     for name, (layer, weight, transpose) in HF_EMBEDDING_TENSORS.items():
@@ -214,15 +275,28 @@ class BertEncoder(backbone.Backbone):
     return assignments
 
   def load_hf_tensors(self, tensors: Mapping) -> None:
-    """Assigns every weight from a Hugging Face BERT checkpoint's {name: array}, with or without
-    a model prefix such as `bert.`; a missing or mis-shaped tensor is an error naming it."""
+    """Assigns every weight from a Hugging Face BERT checkpoint.
+
+    Args:
+      tensors: the checkpoint's {name: array}, with or without a model prefix such as `bert.`.
+
+    Raises:
+      KeyError: naming a missing tensor; ValueError: naming a mis-shaped one.
+    """
     super().load_hf_tensors(tensors, backbone.model_prefix(tensors, _ANCHOR))
 
 
 def build_bert_encoder(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = None,
                        trainable: bool = False) -> BertEncoder:
-  """A `BertEncoder` with the architecture and weights of the Hugging Face model folder
-  `model_dir` (`checkpoints.load_tensors` reads it, checking `expected_sha256` if given);
-  frozen unless `trainable` (`backbone.build_from_checkpoint`)."""
+  """A `BertEncoder` with the architecture and weights of a Hugging Face model folder.
+
+  Args:
+    model_dir: the folder (`checkpoints.load_tensors` reads it).
+    expected_sha256: {weight file: SHA-256} to check, or None.
+    trainable: whether the weights train; frozen if False.
+
+  Returns:
+    The loaded `BertEncoder` (`backbone.build_from_checkpoint`).
+  """
   return backbone.build_from_checkpoint(BertEncoder, BertConfig, model_dir, expected_sha256,
                                         trainable, name='bert_encoder')

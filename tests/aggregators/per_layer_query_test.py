@@ -84,7 +84,7 @@ def _norm(values):
 
 
 class SensitivityTest(parameterized.TestCase):
-  """||clipped record|| <= C for every finite input (module docstring, "Sensitivity")."""
+  """||clipped record|| <= C for every finite input (`PerLayerClipGaussianSumQuery._clip`)."""
 
   @parameterized.named_parameters(
       (f'{allocation}_{_MODES[normalize]}_{case}', allocation, normalize, case)
@@ -148,7 +148,7 @@ class SensitivityTest(parameterized.TestCase):
 
 
 class GaussianNoiseTest(parameterized.TestCase):
-  """`gaussian_noise`: N(0, σ^2) as a sum of NOISE_DRAWS TF draws (module docstring)."""
+  """`gaussian_noise`: N(0, σ^2) as a sum of NOISE_DRAWS TF draws (its docstring)."""
 
   @parameterized.parameters('stateless', 'stateful')
   def test_variance_is_sigma_squared(self, kind):
