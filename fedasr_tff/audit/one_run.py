@@ -126,7 +126,7 @@ def audit(aggregator: tff.aggregators.UnweightedAggregationFactory,
   (ε, δ)-DP in each bit if it is (ε, δ)-DP in each client; the theorem needs nothing else.
 
   Args:
-    aggregator: the DP aggregation factory under audit (`speech.config.DPConfig.aggregator`, or
+    aggregator: the DP aggregation factory under audit (`program.dp_config.DPConfig.aggregator`, or
       a mechanism of your own reporting a `GaussianDpEvent`), with diagnostics off.
     leaf_shapes: the shapes of the model's trainable tensors, in flatten order.
     leaf_names: their names.

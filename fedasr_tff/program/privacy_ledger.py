@@ -25,7 +25,7 @@ the mechanism (`Disclosures`).
 The run's z is the one its aggregator applies, read from the aggregator's state
 (`applied_noise_multiplier`, TFF's DP event), so the accounted z cannot differ from the applied
 one; `check_round` compares every round's event with it. The declared z' comes from the run's
-σ_DP before the process exists (`config.FederatedConfig.noise_level`).
+σ_DP before the process exists (`dp_config.DPConfig.noise_level`).
 """
 
 import dataclasses
