@@ -1,34 +1,15 @@
 """Which clients train in a round, and the seeds of their randomness.
 
-The sampling is that of Algorithm 1 (Sec. 2) of Pelikan et al., "Enabling Differentially Private
-Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+Cohorts are sampled as in Algorithm 1 (Sec. 2) of Pelikan et al., "Enabling Differentially
+Private Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
 Clipping", NeurIPS 2025, arXiv:2310.00098: each client joins with probability q (fixed cohorts
 of S in practice). The seeds are our design.
 
-Everything a round draws is a function of (run secret, round), never of how many rounds ran in
-this process, so a run resumed from a checkpoint draws exactly what an uninterrupted run would
-have, and a replayed round is bit-identical (it releases nothing new).
-
-Privacy amplification by sampling assumes the adversary does not know who was sampled, so the run
-secret is 126 bits of OS entropy by default (`new_run_secret`), kept only in the run's private
-checkpoints. A seed the user fixes for a reproducible simulation is a known secret: anyone can
-recompute every cohort, and the amplification the accountant assumes no longer holds.
-
-Three samplings (`SAMPLINGS`):
-
-* "poisson": every client joins a round independently with probability q = S/K, so the cohort's
-  size varies (it may be 0). This is the mechanism the accountant analyses (McMahan et al. 2018,
-  "Learning Differentially Private Recurrent Language Models", ICLR; DP-FedAvg divides the noised
-  sum by the expected cohort S, a public constant, as `PerLayerDPFactory` does).
-* "fixed": S distinct clients drawn uniformly without replacement, as in the paper's released
-  code; accounted exactly only by the replace-one analysis
-  (`privacy.compute_epsilon_without_replacement`).
-* "with_replacement": S draws uniformly *with* replacement (Dimitriadis et al., "Federated
-  Transfer Learning with Dynamic Gradient Aggregation", arXiv:2008.02452, Sec. 2): a client
-  drawn m times appears m times in the cohort, with the same seed, so it does the same work m
-  times and contributes m times. A user drawn m times moves the sum by m·C and dp-accounting has
-  no event for this sampling, so runs with DP noise refuse it (`config.FederatedConfig`, and
-  `privacy_ledger.PrivacyLedger`).
+Everything a round draws is a function of (run secret, round, client), never of how many rounds
+ran in this process, so a round recomputed after a resume is bit-identical and releases nothing
+new. Amplification by sampling assumes the adversary does not know who was sampled, so the run
+secret is 126 bits of OS entropy (`new_run_secret`), kept only in the private checkpoints; a
+seed the user fixes is a known secret, which voids the amplification (docs/privacy.md).
 """
 
 import secrets
@@ -40,6 +21,19 @@ import numpy as np
 
 from fedasr_tff import validation
 
+# How `sample_cohort` draws a cohort of S out of K clients:
+# * "poisson": every client joins independently with probability q = S/K, so the cohort's size
+#   varies (it may be 0). The mechanism the accountant analyses (McMahan et al., "Learning
+#   Differentially Private Recurrent Language Models", ICLR 2018); DP-FedAvg divides the noised
+#   sum by the expected cohort S, a public constant, as `PerLayerDPFactory` does.
+# * "fixed": S distinct clients uniformly without replacement, as in the paper's released code;
+#   accounted exactly only by the replace-one analysis
+#   (`privacy.compute_epsilon_without_replacement`).
+# * "with_replacement": S uniform draws *with* replacement (Dimitriadis et al., "Federated
+#   Transfer Learning with Dynamic Gradient Aggregation", arXiv:2008.02452, Sec. 2): a client
+#   drawn m times appears m times, with the same seed, and contributes m times, moving the sum by
+#   m·C. dp-accounting has no event for it, so runs with DP noise refuse it
+#   (`speech.config.FederatedConfig`, `privacy_ledger.PrivacyLedger`).
 POISSON, FIXED, WITH_REPLACEMENT = 'poisson', 'fixed', 'with_replacement'
 SAMPLINGS = (POISSON, FIXED, WITH_REPLACEMENT)
 
@@ -53,7 +47,17 @@ def new_run_secret() -> int:
 
 
 def secret_to_words(secret: int) -> np.ndarray:
-  """The secret as an int64 vector (for the checkpoint); inverse of `secret_from_words`."""
+  """The secret as an int64 vector (for the checkpoint); inverse of `secret_from_words`.
+
+  Args:
+    secret: the run secret, an integer in [0, 2**126).
+
+  Returns:
+    Its two 63-bit words, least significant first, as an int64 vector.
+
+  Raises:
+    ValueError: if `secret` is not an integer in [0, 2**126).
+  """
   validation.check_non_negative_integer('secret', secret)
   if secret >= 2**(63 * _SECRET_WORDS):
     raise ValueError(f'`secret` must be below 2**{63 * _SECRET_WORDS}, got {secret}.')
@@ -61,6 +65,15 @@ def secret_to_words(secret: int) -> np.ndarray:
 
 
 def secret_from_words(words) -> int:
+  """The secret `secret_to_words` wrote; inverse of `secret_to_words`.
+
+  Args:
+    words: the 63-bit words, least significant first, in any array-like shape (a checkpoint
+      reads them back as a tensor).
+
+  Returns:
+    The run secret.
+  """
   words = [int(w) for w in np.asarray(words).reshape([-1])]
   return sum(w << (63 * i) for i, w in enumerate(words))
 
@@ -73,8 +86,7 @@ def _rng(secret: int, round_num: int) -> np.random.Generator:
 
 def sample_cohort(client_ids: Sequence[str], cohort_size: int, secret: int, round_num: int,
                   sampling: str = 'fixed') -> List[str]:
-  """The clients of round `round_num` (module docstring), in sorted id order for "poisson";
-  "with_replacement" may repeat a client.
+  """The clients of round `round_num`, drawn from (`secret`, `round_num`) as `sampling` says.
 
   Args:
     client_ids: the population, K clients.
@@ -82,7 +94,15 @@ def sample_cohort(client_ids: Sequence[str], cohort_size: int, secret: int, roun
       ("poisson"), 1 <= S <= K.
     secret: the run secret (an integer >= 0).
     round_num: the round (>= 0).
-    sampling: one of `SAMPLINGS`.
+    sampling: one of `SAMPLINGS` (see the comment there).
+
+  Returns:
+    The cohort's client ids: in sorted id order for "poisson" (possibly none), in draw order
+    otherwise; "with_replacement" may repeat a client.
+
+  Raises:
+    ValueError: if `cohort_size` is not an integer in [1, K], `sampling` is not one of
+      `SAMPLINGS`, or `secret` or `round_num` is not an integer >= 0.
   """
   validation.check_positive_integer('cohort_size', cohort_size)
   if sampling not in SAMPLINGS:
@@ -102,7 +122,19 @@ def sample_cohort(client_ids: Sequence[str], cohort_size: int, secret: int, roun
 
 
 def client_seed(secret: int, round_num: int, client_id: str) -> int:
-  """A 63-bit seed for all of one client's randomness in one round (SpecAugment, dropout, ...)."""
+  """A 63-bit seed for all of one client's randomness in one round (SpecAugment, dropout, ...).
+
+  Args:
+    secret: the run secret (an integer >= 0).
+    round_num: the round.
+    client_id: the client; hashed with CRC-32, so the seed is the same in every process.
+
+  Returns:
+    A seed in [0, 2**63), a function of (`secret`, `round_num`, `client_id`) only.
+
+  Raises:
+    ValueError: if `secret` is not an integer >= 0.
+  """
   validation.check_non_negative_integer('secret', secret)
   entropy = [secret, round_num, zlib.crc32(client_id.encode('utf-8'))]
   return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> np.uint64(1))

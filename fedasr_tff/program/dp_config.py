@@ -45,7 +45,8 @@ class DPConfig:
 
   The noise is given one way at most: `sigma_dp`, `noise_multiplier` (z of the run's cohort) or
   `target_epsilon` (for the declared population at the planned rounds). `noise_level` turns the
-  one given into σ_DP and the noise multipliers (the library checks the value there).
+  one given into σ_DP and the noise multipliers (the library checks the value there). Each field
+  is the flag of the same name, documented by its help.
   """
   clipping: str = field(
       'dim', 'Client-delta clipping (Pelikan et al. 2025, Sec. 3, Definition 3): global, or '

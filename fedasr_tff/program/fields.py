@@ -23,14 +23,39 @@ HELP, CHOICES, FINGERPRINT = 'help', 'choices', 'fingerprint'
 def field(default, help_text: str, choices: Optional[Sequence[str]] = None,
           fingerprint: bool = True):
   """A configuration field: its default, flag help and choices, and whether a resumed run must
-  have the same value (`fingerprint`)."""
+  have the same value.
+
+  Args:
+    default: the field's (and the flag's) default value.
+    help_text: the flag's help.
+    choices: the allowed values, for the flag's definition; None for any. Not checked here: the
+      configuration checks its choices (`check_choice`) or the builder it feeds does.
+    fingerprint: whether a resumed run must have the same value (`run_record`); False for
+      paths of inputs whose content is fingerprinted separately.
+
+  Returns:
+    A `dataclasses.Field` with the help, choices and fingerprint in its metadata (`HELP`,
+    `CHOICES`, `FINGERPRINT`).
+  """
   return dataclasses.field(default=default, metadata={
       HELP: help_text, CHOICES: tuple(choices) if choices else None, FINGERPRINT: fingerprint})
 
 
 @contextlib.contextmanager
 def naming_fields(field_of_argument: Mapping[str, str]):
-  """Re-raises a builder's `ValueError` naming `argument` as naming the field instead."""
+  """Re-raises a builder's `ValueError` naming `argument` as naming the field instead.
+
+  Args:
+    field_of_argument: {builder argument: configuration field} names; a backquoted
+      `argument` in the error's message becomes `field`.
+
+  Yields:
+    Nothing; the `with` block runs the builder.
+
+  Raises:
+    ValueError: the builder's error, its message renamed and the original as its cause; an
+      error that names none of the arguments is re-raised unchanged.
+  """
   try:
     yield
   except ValueError as e:
@@ -43,13 +68,29 @@ def naming_fields(field_of_argument: Mapping[str, str]):
 
 
 def check_choice(name: str, value, choices) -> None:
-  """Raises a `ValueError` naming field `name` unless `value` is one of `choices`."""
+  """Raises a `ValueError` naming field `name` unless `value` is one of `choices`.
+
+  Args:
+    name: the field (flag) name, for the message.
+    value: the field's value.
+    choices: its allowed values.
+
+  Raises:
+    ValueError: if `value` is not one of `choices`.
+  """
   if value not in choices:
     raise ValueError(f'`{name}` must be one of {tuple(choices)}, got {value!r}.')
 
 
 def config_fields(cls) -> Dict[str, dataclasses.Field]:
-  """The settable fields of a configuration class by name, sub-configurations flattened."""
+  """The settable fields of a configuration class by name, sub-configurations flattened.
+
+  Args:
+    cls: a configuration dataclass, whose dataclass-typed fields are sub-configurations.
+
+  Returns:
+    {field (flag) name: `dataclasses.Field`} of `cls` and its sub-configurations.
+  """
   fields = {}
   for f in dataclasses.fields(cls):
     if dataclasses.is_dataclass(f.type):
@@ -60,7 +101,15 @@ def config_fields(cls) -> Dict[str, dataclasses.Field]:
 
 
 def from_flat(cls, values: Mapping[str, Any]):
-  """A `cls` from flat `{field (flag) name: value}`; names not in `cls` are ignored."""
+  """A `cls` from flat `{field (flag) name: value}`; names not in `cls` are ignored.
+
+  Args:
+    cls: a configuration dataclass, whose dataclass-typed fields are sub-configurations.
+    values: {field (flag) name: value}; a field not named keeps its default.
+
+  Returns:
+    The configuration; its sub-configurations are built from the same `values`.
+  """
   kwargs = {}
   for f in dataclasses.fields(cls):
     if dataclasses.is_dataclass(f.type):
@@ -71,7 +120,14 @@ def from_flat(cls, values: Mapping[str, Any]):
 
 
 def to_flat(config) -> Dict[str, Any]:
-  """`{field (flag) name: value}` of a configuration, sub-configurations flattened."""
+  """`{field (flag) name: value}` of a configuration, sub-configurations flattened.
+
+  Args:
+    config: a configuration dataclass instance.
+
+  Returns:
+    {field (flag) name: value}; the inverse of `from_flat`.
+  """
   values = {}
   for f in dataclasses.fields(config):
     value = getattr(config, f.name)

@@ -21,20 +21,43 @@ _NON_TRAINABLE_PREFIX = 'non_trainable:'
 
 
 def tensor_name(variable: tf.Variable) -> str:
-  """`ctc_transformer/block_00/wqkv/kernel:0` -> `block_00/wqkv/kernel`."""
+  """`ctc_transformer/block_00/wqkv/kernel:0` -> `block_00/wqkv/kernel`.
+
+  Args:
+    variable: a variable of a Keras model.
+
+  Returns:
+    Its name without the `:0` suffix and without the first scope (the model's), if it has one.
+  """
   name = variable.name.split(':')[0]
   return name.split('/', 1)[1] if '/' in name else name
 
 
 def tensor_names(model: tf.keras.Model) -> Tuple[List[str], List[str]]:
-  """Names of the model's trainable and non-trainable tensors, in variable order."""
+  """Names of the model's trainable and non-trainable tensors, in variable order.
+
+  Args:
+    model: a built Keras model.
+
+  Returns:
+    (trainable tensor names, non-trainable tensor names), each by `tensor_name`.
+  """
   return ([tensor_name(v) for v in model.trainable_variables],
           [tensor_name(v) for v in model.non_trainable_variables])
 
 
 def save_weights(path: str, model: tf.keras.Model,
                  weights: tff.learning.models.ModelWeights) -> None:
-  """Writes `weights` (laid out like `model`'s variables) to `path` atomically."""
+  """Writes `weights` (laid out like `model`'s variables) to `path` atomically.
+
+  Args:
+    path: the `.npz` file to write.
+    model: the built model whose variables name the tensors (`tensor_names`).
+    weights: the tensors, in `model`'s variable order.
+
+  Raises:
+    ValueError: if `weights` and `model` hold different numbers of tensors.
+  """
   save_named_weights(path, tensor_names(model), weights)
 
 
@@ -73,6 +96,9 @@ def load_weights(path: str, model: tf.keras.Model,
     path: the `.npz` file.
     model: a built model of the configuration the weights must fit.
     source: how to name the file in errors (for example the flag it came from).
+
+  Returns:
+    The weights in `model`'s variable order, the trainable ones as float32.
 
   Raises:
     ValueError: naming `source` and the path when the file is missing, damaged (truncated, for
@@ -121,7 +147,14 @@ def load_weights(path: str, model: tf.keras.Model,
 
 
 def model_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
-  """The model's current weights as numpy arrays."""
+  """The model's current weights as numpy arrays.
+
+  Args:
+    model: a built Keras model.
+
+  Returns:
+    Its trainable and non-trainable variables' values, in variable order.
+  """
   return tff.learning.models.ModelWeights(
       trainable=[v.numpy() for v in model.trainable_variables],
       non_trainable=[v.numpy() for v in model.non_trainable_variables])

@@ -1,31 +1,17 @@
-"""The privacy a federated run spends, and the noise a run must add.
+"""The privacy a federated run spends: ε of its Gaussian mechanism, for two populations.
 
 A run adds noise of std σ_DP·C to the averaged update (σ_DP in units of the clip C). Its
-guarantee is user-level (ε, δ)-DP of T rounds of the Poisson-sampled Gaussian mechanism with
+guarantee is user-level (ε, δ)-DP of T rounds of the Poisson-sampled Gaussian mechanism at
+q = S/K with z = σ_DP·S, for cohort S and population K (Pelikan et al., NeurIPS 2025,
+arXiv:2310.00098, after McMahan et al., ICLR 2018). Every ε is named by the population it
+covers: `epsilon_run_*` is this run's guarantee on its own K clients; `epsilon_declared_*` is the
+paper's extrapolation to a declared population K', S' at the same σ_DP (z' = σ_DP·S' at
+q' = S'/K'): a run that was not made, assuming model quality depends on σ_DP only
+(docs/accounting.md).
 
-    q = S / K,    z = σ_DP · S,
-
-for cohort S and population K (the DP-FL-for-ASR paper's accounting, after McMahan et al. 2018).
-Two populations are accounted, and every ε is named by the one it covers:
-
-* `epsilon_run_*`: the run itself, the S clients a round out of the K clients it trains on. This
-  is the run's guarantee.
-* `epsilon_declared_*`: the declared population K' and cohort S' the user says the configuration
-  stands for (the paper's extrapolation). Model quality is assumed to depend only on σ_DP, so the
-  same σ_DP with S' clients a round is the noise multiplier z' = σ_DP·S' at rate q' = S'/K'. This
-  is how the paper quotes ε for millions of users from runs on thousands; it describes a run that
-  was not made.
-
-Each with the RDP and PLD accountants (add/remove-one adjacency). Runs with fixed-size cohorts
-also get `*_wor_rdp`: dp-accounting's RDP analysis of sampling without replacement, for
-replace-one adjacency (`privacy.compute_epsilon_without_replacement`), not comparable with the
-others. The statement (`PrivacyLedger.statement`) adds what the run released or assumed beyond
-the mechanism (`Disclosures`).
-
-The run's z is the one its aggregator applies, read from the aggregator's state
-(`applied_noise_multiplier`, TFF's DP event), so the accounted z cannot differ from the applied
-one; `check_round` compares every round's event with it. The declared z' comes from the run's
-σ_DP before the process exists (`dp_config.DPConfig.noise_level`).
+The run's z is read from its aggregator's state (`applied_noise_multiplier`, TFF's DP event) and
+`PrivacyLedger.check_round` compares every round's event with it, so the accounted z cannot
+differ from the applied one.
 """
 
 import dataclasses
@@ -43,20 +29,30 @@ from fedasr_tff import validation
 from fedasr_tff.program.cohorts import SAMPLINGS
 from fedasr_tff.program.cohorts import WITH_REPLACEMENT
 
+# RDP and PLD of Poisson sampling, add/remove-one adjacency.
 ACCOUNTANTS = privacy.ACCOUNTANTS
-# With fixed-size cohorts, also dp-accounting's without-replacement RDP (replace-one adjacency).
+# With fixed-size cohorts, also dp-accounting's without-replacement RDP (replace-one adjacency,
+# `privacy.compute_epsilon_without_replacement`): not comparable with the others.
 ALL_ACCOUNTANTS = ACCOUNTANTS + ('wor_rdp',)
 
 
 def applied_noise_multiplier(aggregator_state) -> float:
   """z of the Gaussian mechanism a DP aggregator runs, read from its state (TFF's DP event).
 
-  `aggregator_state` is the aggregator part of the learning process state (`state.aggregator`);
-  0 for a state without a DP event (a plain mean). After a round the event is TFF's
-  `extract_dp_event_from_state`; in the initial state it is the event of the same
-  `get_noised_result` on the initial query state, which for `aggregators.PerLayerDPFactory`
-  (whose event does not depend on the state) is the event of every round. The multiplier is the
-  float32 value the aggregator computes with, so the ledger accounts the noise applied.
+  After a round the event is TFF's `extract_dp_event_from_state`; in the initial state it is the
+  event of the same `get_noised_result` on the initial query state, which for
+  `aggregators.PerLayerDPFactory` (whose event does not depend on the state) is the event of
+  every round. The multiplier is the float32 value the aggregator computes with, so the ledger
+  accounts the noise applied.
+
+  Args:
+    aggregator_state: the aggregator part of the learning process state (`state.aggregator`).
+
+  Returns:
+    z, or 0 for a state without a DP event (a plain mean).
+
+  Raises:
+    ValueError: if the aggregator reports an event other than one `GaussianDpEvent`.
   """
   dp_event = getattr(aggregator_state, 'dp_event', None)
   if dp_event is None:
@@ -76,7 +72,7 @@ class Disclosures:
   """What a run releases or assumes beyond the mechanism itself, for its privacy statement.
 
   Attributes:
-    sampling: "poisson" or "fixed" (`cohorts.SAMPLINGS`): how cohorts were drawn.
+    sampling: how cohorts were drawn, one of `cohorts.SAMPLINGS`.
     sampling_seed_known: the cohorts come from a seed the user fixed (`--seed`), not from a
       secret drawn from OS entropy: anyone who knows it can recompute every cohort.
     noise_seed_known: the server-side noise comes from a seed the user fixed (`--noise_seed`):
@@ -110,7 +106,26 @@ class PrivacyLedger:
 
   Every ε is named by what it covers: `epsilon_run_*` is the guarantee of this run on its own K
   clients; `epsilon_declared_*` is the extrapolation to the declared K', S' (module docstring),
-  which holds only under the assumption that model quality depends on σ_DP alone.
+  which holds only under the assumption that model quality depends on σ_DP alone. Built by
+  `dp_config.DPConfig.ledger`.
+
+  Attributes:
+    noise_multiplier: the run's z, the one its aggregator applies (`applied_noise_multiplier`);
+      0 for a run without noise.
+    cohort_size: the run's (expected) cohort S.
+    population: the run's K training clients, at least S.
+    declared_noise_multiplier: z' = σ_DP·S' of the declared cohort.
+    declared_cohort_size: the declared cohort S', at most K'.
+    declared_population: the declared population K', at least K.
+    planned_rounds: the rounds T the run plans, for the projected ε.
+    delta: δ of every ε, in (0, 1).
+    sampling: how cohorts are drawn (`cohorts.SAMPLINGS`); "fixed" adds the `wor_rdp`
+      accountant, and "with_replacement" is refused with noise (no accountant covers it).
+
+  Raises:
+    ValueError: on construction, if a size is not a positive integer, `delta` is not in (0, 1),
+      a cohort exceeds its population, K' < K, or `sampling` is unknown or "with_replacement"
+      with noise.
   """
   noise_multiplier: float
   cohort_size: int
@@ -149,7 +164,15 @@ class PrivacyLedger:
     return self.noise_multiplier / self.cohort_size
 
   def check_round(self, aggregator_state) -> None:
-    """Raises unless the round that produced `aggregator_state` ran the accounted mechanism."""
+    """Raises unless the round that produced `aggregator_state` ran the accounted mechanism.
+
+    Args:
+      aggregator_state: the aggregator part of the learning process state after the round.
+
+    Raises:
+      RuntimeError: if its z (`applied_noise_multiplier`) differs from `noise_multiplier`.
+      ValueError: if the aggregator reports an event other than one `GaussianDpEvent`.
+    """
     applied = applied_noise_multiplier(aggregator_state)
     if applied != self.noise_multiplier:
       raise RuntimeError(f'The aggregator applied noise multiplier {applied}, the ledger '
@@ -157,18 +180,30 @@ class PrivacyLedger:
 
   @property
   def sampling_rate(self) -> float:
+    """q = S/K of the run."""
     return self.cohort_size / self.population
 
   @property
   def declared_sampling_rate(self) -> float:
+    """q' = S'/K' of the declared population."""
     return self.declared_cohort_size / self.declared_population
 
   def epsilon(self, rounds: int, declared: bool = True,
               accountant: str = 'rdp') -> float:
     """ε after `rounds` rounds; inf without noise, 0 before the first round.
 
-    `accountant` is "rdp" or "pld" (Poisson sampling, add/remove-one adjacency) or "wor_rdp"
-    (fixed-size cohorts drawn without replacement, replace-one adjacency: not comparable).
+    Args:
+      rounds: the rounds run (>= 0).
+      declared: the declared population's ε (K', S', z'); False for the run's own (K, S, z).
+      accountant: "rdp" or "pld" (Poisson sampling, add/remove-one adjacency) or "wor_rdp"
+        (fixed-size cohorts drawn without replacement, replace-one adjacency: not comparable).
+
+    Returns:
+      ε at `delta`.
+
+    Raises:
+      ValueError: if `rounds` is not an integer >= 0 or `accountant` is not one of
+        `ALL_ACCOUNTANTS`.
     """
     validation.check_non_negative_integer('rounds', rounds)
     if accountant not in ALL_ACCOUNTANTS:
@@ -188,9 +223,15 @@ class PrivacyLedger:
     return ACCOUNTANTS + (('wor_rdp',) if self.sampling == 'fixed' else ())
 
   def metrics(self, rounds: int) -> Dict[str, float]:
-    """Every ε after `rounds` and at the planned rounds, named by population and accountant:
-    `epsilon_{run,declared}_{rdp,pld[,wor_rdp]}` and `projected_epsilon_...` likewise
-    (`wor_rdp` only for fixed-size cohorts)."""
+    """Every ε after `rounds` and at the planned rounds, named by population and accountant.
+
+    Args:
+      rounds: the rounds run (>= 0).
+
+    Returns:
+      {`epsilon_{run,declared}_{rdp,pld[,wor_rdp]}`: ε after `rounds`} and the same names
+      prefixed `projected_` at `planned_rounds` (`wor_rdp` only for fixed-size cohorts).
+    """
     values = {}
     for prefix, at_rounds in (('', rounds), ('projected_', self.planned_rounds)):
       for population in ('run', 'declared'):
@@ -200,7 +241,15 @@ class PrivacyLedger:
     return values
 
   def summary_line(self, rounds: int) -> str:
-    """One log line with both populations' ε, each named."""
+    """One log line with both populations' ε, each named.
+
+    Args:
+      rounds: the rounds run (>= 0).
+
+    Returns:
+      The line: the run's ε (RDP, PLD and, for fixed cohorts, without-replacement RDP) and the
+      declared population's ε now and at `planned_rounds`.
+    """
     m = self.metrics(rounds)
     parts = [f'this run (K={self.population}, S={self.cohort_size}): epsilon_run '
              f'RDP {m["epsilon_run_rdp"]:.3g} / PLD {m["epsilon_run_pld"]:.3g}']
@@ -214,7 +263,17 @@ class PrivacyLedger:
     return f'epsilon spent at delta={self.delta:g}: ' + '; '.join(parts)
 
   def statement(self, rounds: int, disclosures: Optional[Disclosures] = None) -> str:
-    """The privacy statement of a run after `rounds` rounds, in Markdown."""
+    """The privacy statement of a run after `rounds` rounds, in Markdown.
+
+    Args:
+      rounds: the rounds run (>= 0).
+      disclosures: what the run released or assumed beyond the mechanism; None for the
+        defaults at this ledger's `sampling`.
+
+    Returns:
+      The statement: both populations' ε in a table, then what holds and what is outside the
+      guarantee; for a run without noise, one paragraph saying it has no guarantee.
+    """
     disclosures = disclosures or Disclosures(sampling=self.sampling)
     if self.noise_multiplier == 0:
       return ('No noise was added: the run is **not** differentially private (ε = ∞), and every '

@@ -22,6 +22,14 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
   Values are flattened as `tff.program.CSVFileReleaseManager` flattens them (names joined with
   '/') and shown by their last component; a metric keeps its last shown value on rounds that do
   not release it.
+
+  Args:
+    total_rounds: the rounds of the run, the bar's total.
+    initial_round: the round the bar starts at (a resumed run's checkpoint).
+    shown: the flattened names of the released metrics to show.
+    file: where the bar is drawn; None for stderr.
+    disable: hide the bar; None hides it when `file` is not a terminal (tqdm's rule).
+    unit: what the bar counts.
   """
 
   def __init__(self, total_rounds: int, initial_round: int = 0,
@@ -34,6 +42,12 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
     self._latest = {}
 
   async def release(self, value, key: int) -> None:
+    """Shows the scalar `shown` metrics of `value` and moves the bar to round `key`.
+
+    Args:
+      value: the released structure of one round.
+      key: the round it belongs to.
+    """
     flat = dict(tff.program.structure_utils.flatten_with_name(value))
     for name in self._shown:
       if name in flat and np.ndim(flat[name]) == 0:
@@ -42,12 +56,21 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
     self.advance(key)
 
   def advance(self, round_num: int) -> None:
-    """Moves the bar to `round_num` (computed, not necessarily released yet)."""
+    """Moves the bar to `round_num` (computed, not necessarily released yet).
+
+    Args:
+      round_num: the last round computed; the bar never moves back.
+    """
     self._bar.update(max(0, round_num - self._bar.n))
 
   def write(self, line: str, writer=print) -> None:
     """Passes `line` to `writer` with the bar cleared first and redrawn after, so log lines
-    and the bar do not share a terminal line."""
+    and the bar do not share a terminal line.
+
+    Args:
+      line: the log line.
+      writer: what writes it (the run's `log`).
+    """
     if self._bar.disable:
       writer(line)
       return
@@ -55,4 +78,5 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
       writer(line)
 
   def close(self) -> None:
+    """Closes the bar."""
     self._bar.close()

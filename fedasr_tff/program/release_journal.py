@@ -37,7 +37,11 @@ Held = Tuple[Dict[int, Any], List[str]]
 
 
 class ReleaseJournal:
-  """Outputs of computed rounds waiting for a checkpoint (module docstring)."""
+  """Outputs of computed rounds waiting for a checkpoint (module docstring).
+
+  Args:
+    path: the journal's file, beside the checkpoints (it is as private as they are).
+  """
 
   def __init__(self, path: str):
     self._path = path
@@ -46,17 +50,30 @@ class ReleaseJournal:
 
   def hold(self, round_num: int, values: Optional[Dict[str, Any]],
            lines: Tuple[str, ...] = ()) -> None:
-    """Keeps `values` (the released structure of round `round_num`) and log `lines`."""
+    """Keeps `values` (the released structure of round `round_num`) and log `lines`.
+
+    Args:
+      round_num: the round computed.
+      values: its released structure; None or empty for nothing to release.
+      lines: its log lines.
+    """
     if values:
       self._values[round_num] = values
     self._lines.extend(lines)
 
   @property
   def held(self) -> Held:
+    """({round: released values}, log lines) held in memory, copied."""
     return dict(self._values), list(self._lines)
 
   def write(self, checkpoint_round: int) -> None:
-    """Durably writes the held outputs, tagged with the checkpoint that is about to cover them."""
+    """Durably writes the held outputs, tagged with the checkpoint that is about to cover them.
+
+    Owner-only and atomic (a temporary file replaced, then the folder synced).
+
+    Args:
+      checkpoint_round: the round of the checkpoint saved next.
+    """
     data = {'checkpoint_round': checkpoint_round,
             'values': {str(k): v for k, v in self._values.items()}, 'lines': self._lines}
     partial = f'{self._path}.tmp'
@@ -74,7 +91,19 @@ class ReleaseJournal:
       os.remove(self._path)
 
   def pending(self, checkpoint_round: int) -> Held:
-    """Outputs written for the checkpoint of `checkpoint_round`, if that run did not clear them."""
+    """Outputs written for the checkpoint of `checkpoint_round`, if that run did not clear them.
+
+    Args:
+      checkpoint_round: the round of the checkpoint the run resumes from.
+
+    Returns:
+      ({round: released values}, log lines) written for that checkpoint; empty when there is no
+      journal or it belongs to another checkpoint (one never saved).
+
+    Raises:
+      ValueError: if the journal is corrupt (not the JSON `write` writes), saying how to
+        recover.
+    """
     if not os.path.exists(self._path):
       return {}, []
     try:

@@ -3,7 +3,8 @@
 A run's output directory holds `config.json` (its configuration, public) and, owner-only in
 the checkpoints, `clients.json`: a hash of the training clients. The hash is unsalted, so
 anyone holding the corpus could test leave-one-out subsets against it and learn who trained;
-it therefore stays with the secrets and out of `config.json` (docs/privacy.md, "Files").
+it therefore stays with the secrets and out of `config.json` (docs/privacy.md, "Keep
+checkpoints private").
 
 Started again in the same directory, a run resumes only if every configuration field marked
 `fingerprint` (`fields.field`), every extra check of the task (the seed model, for speech) and
@@ -51,7 +52,12 @@ class RunRecord:
 
 
 def write_clients_fingerprint(output_dir: str, digest: str) -> None:
-  """Writes the clients' fingerprint `digest` to `CLIENTS_FILE` under `output_dir`, owner-only."""
+  """Writes the clients' fingerprint `digest` to `CLIENTS_FILE` under `output_dir`, owner-only.
+
+  Args:
+    output_dir: the run's output directory; its `checkpoints/` folder is made owner-only.
+    digest: the fingerprint of the training clients.
+  """
   private_files.make_private_directory(os.path.dirname(os.path.join(output_dir, CLIENTS_FILE)))
   with private_files.open_private(os.path.join(output_dir, CLIENTS_FILE)) as f:
     json.dump({CLIENTS_KEY: digest}, f)

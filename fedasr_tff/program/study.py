@@ -1,20 +1,9 @@
 """A study: a grid of independent runs (cells) over seeds, run a few at a time and read back.
 
-Running. A cell is one run of a binary (a command line) with an output folder of its own; it is
-finished when its `done_file` exists there (`summary.json`, which `federated_training.train`
-writes last). `run_cells` starts the unfinished cells as subprocesses, at most `parallel` at
-once, each under `setpriv --pdeathsig KILL` so that a killed study takes its cells with it (and
-they take their TFF workers, `fedasr_tff.runtime`). Started again, the study runs only the
-unfinished cells, and those resume from their own checkpoints. Each cell's output goes to
-`cell.log` in its folder, and a finished cell's wall time to `cell_seconds.json`.
-
-Time. `estimate_seconds` is the wall time of the unfinished cells, in waves of `parallel`:
-ceil(n / parallel) x t_cell, with t_cell the mean measured wall time of the finished cells when
-there are any, else the caller's calibrated estimate.
-
-Reading. `mean_std` summarises a metric over seeds (sample std, n - 1); `compare` says whether
-the measured means are in a claimed order (a < b), and whether each step of it is larger than
-the seeds' spread, sqrt(s_a^2 + s_b^2).
+A cell is one run of a binary with an output folder of its own, finished when its `done_file`
+exists there. Started again, a study runs only the unfinished cells (`run_cells`), and those
+resume from their own checkpoints; `estimate_seconds` says how long that takes, and `mean_std`
+and `compare` read the results over seeds.
 """
 
 import dataclasses
@@ -40,7 +29,15 @@ _SECONDS_FILE = 'cell_seconds.json'
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-  """One run of a study: `argv` (a command line) writing into `output_dir`."""
+  """One run of a study: `argv` (a command line) writing into `output_dir`.
+
+  Attributes:
+    name: the cell's name, unique in its study.
+    argv: the command line of the run.
+    output_dir: the run's own output folder; `cell.log` and `cell_seconds.json` go there too.
+    done_file: the file whose presence there means the run finished: by default `summary.json`,
+      which `training_loop.train` writes last.
+  """
   name: str
   argv: Sequence[str]
   output_dir: str
@@ -48,10 +45,12 @@ class Cell:
 
   @property
   def done(self) -> bool:
+    """Whether the run finished (its `done_file` exists)."""
     return os.path.isfile(os.path.join(self.output_dir, self.done_file))
 
   @property
   def log_path(self) -> str:
+    """Where the run's output goes."""
     return os.path.join(self.output_dir, _LOG_FILE)
 
   def measured_seconds(self) -> Optional[float]:
@@ -65,7 +64,24 @@ class Cell:
 
 def estimate_seconds(cells: Sequence[Cell], parallel: int,
                      calibrated_cell_seconds: float) -> Tuple[float, str]:
-  """Wall time of the unfinished `cells` (module docstring), and how it was estimated."""
+  """Wall time of the unfinished `cells`, and how it was estimated.
+
+  The cells run in waves of `parallel`: ceil(n / parallel) x t_cell for n unfinished cells, with
+  t_cell the mean measured wall time of the finished cells when there are any, else
+  `calibrated_cell_seconds`.
+
+  Args:
+    cells: the study's cells.
+    parallel: how many cells run at once (>= 1).
+    calibrated_cell_seconds: the caller's estimate of one cell's wall time, used while no
+      finished cell has been measured.
+
+  Returns:
+    (seconds, a phrase saying which t_cell was used).
+
+  Raises:
+    ValueError: if `parallel` < 1.
+  """
   if parallel < 1:
     raise ValueError(f'`parallel` must be >= 1, got {parallel}.')
   todo = sum(not cell.done for cell in cells)
@@ -95,7 +111,11 @@ def _tail(path: str, chars: int = 3000) -> str:
 
 def run_cells(cells: Sequence[Cell], parallel: int, *, env: Optional[Mapping[str, str]] = None,
               log: Callable[[str], None] = print, poll_seconds: float = 1.0) -> Dict[str, float]:
-  """Runs the unfinished `cells`, at most `parallel` at once (module docstring).
+  """Runs the unfinished `cells`, at most `parallel` at once.
+
+  Each cell runs as a subprocess under `setpriv --pdeathsig KILL`, so that a killed study takes
+  its cells with it (and they take their TFF workers, `fedasr_tff.runtime`). A cell's output goes
+  to `cell.log` in its folder, and a finished cell's wall time to `cell_seconds.json`.
 
   Args:
     cells: the study's cells; names must be unique. Finished ones are skipped.
@@ -154,14 +174,27 @@ def run_cells(cells: Sequence[Cell], parallel: int, *, env: Optional[Mapping[str
 
 
 def read_summary(output_dir: str) -> dict:
-  """The `summary.json` a finished federated run wrote in `output_dir`."""
+  """The `summary.json` a finished federated run wrote in `output_dir`.
+
+  Args:
+    output_dir: the run's output folder.
+
+  Returns:
+    The parsed `summary.json`.
+  """
   with open(os.path.join(output_dir, DONE_FILE)) as f:
     return json.load(f)
 
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
-  """A metric over seeds: mean, sample standard deviation (0 for one seed), the values."""
+  """A metric over seeds (`mean_std`).
+
+  Attributes:
+    mean: the mean over seeds.
+    std: the sample standard deviation (n - 1), 0 for one seed.
+    values: the values, one a seed.
+  """
   mean: float
   std: float
   values: Tuple[float, ...]
@@ -171,7 +204,17 @@ class Summary:
 
 
 def mean_std(values: Sequence[float]) -> Summary:
-  """mean and sample std (n - 1) of `values` (at least one)."""
+  """mean and sample std (n - 1) of `values` (at least one).
+
+  Args:
+    values: a metric's value for each seed.
+
+  Returns:
+    Their `Summary`.
+
+  Raises:
+    ValueError: if `values` is empty.
+  """
   if not values:
     raise ValueError('`values` must not be empty.')
   values = tuple(float(v) for v in values)
@@ -180,8 +223,22 @@ def mean_std(values: Sequence[float]) -> Summary:
 
 
 def compare(claimed: Sequence[str], summaries: Mapping[str, Summary]) -> Tuple[bool, str]:
-  """Whether the means are in the `claimed` order (each below the next), and a sentence saying
-  so, with each step's difference against the seeds' spread sqrt(s_a^2 + s_b^2)."""
+  """Whether the means are in the `claimed` order (each below the next), and a sentence saying so.
+
+  Each step a < b is judged against the seeds' spread sqrt(s_a^2 + s_b^2): it holds (or is
+  reversed) by more than the spread, or only within it.
+
+  Args:
+    claimed: two or more names of `summaries`, in the claimed increasing order of their means.
+    summaries: {name: the metric over seeds}.
+
+  Returns:
+    (whether every step holds, "HOLDS: ..." or "DOES NOT HOLD: ..." with each step's verdict,
+    means and spread).
+
+  Raises:
+    ValueError: if `claimed` has fewer than two names or names one `summaries` lacks.
+  """
   if len(claimed) < 2:
     raise ValueError(f'`claimed` needs at least two names, got {list(claimed)}.')
   missing = [name for name in claimed if name not in summaries]

@@ -1,20 +1,15 @@
 """One resumable round loop for every federated task (speech FedAvg, DGA, mixed FL, retriever).
 
-A task (`Task`) supplies what differs between federated programs: a round (its cohort, its
-clients' data, the process's `next`, the released values of the round), evaluation, the state a
-checkpoint holds and the final outputs. The loop (`train`) owns what must be the same for all of
-them, the way `tff.learning.programs.train_model` owns it for TFF's learning programs:
-
-* checkpoints with `tff.program.FileProgramStateManager` in an owner-only folder, every
-  `checkpoint_every` rounds, at round 0 and at the end; a run started again resumes from its
-  latest checkpoint, and a damaged latest checkpoint is refused (`release_journal.load_latest`);
-* releases (metrics.csv, TensorBoard, a progress bar, log lines) held back until a checkpoint
-  covers them (`release_journal`), so each round is released exactly once, even after a kill;
-* the final model (`model.npz`, named tensors, atomic) and `summary.json` (owner-only, atomic).
+A task (`Task`) supplies what differs between federated programs: its rounds, evaluation, the
+state a checkpoint holds and the final outputs. The loop (`train`) owns what must be the same
+for all of them, as `tff.learning.programs.train_model` does for TFF's learning programs:
+owner-only checkpoints and resuming from the latest; releases held until a checkpoint covers
+them (`release_journal`), so each round is released exactly once, even after a kill; the final
+`model.npz` and `summary.json`.
 
 Every draw a task makes in a round must be a function of (its secrets, the round, the client),
 and the secrets must be in `program_state`, so a round recomputed after a resume is
-bit-identical and releases nothing new (docs/privacy.md, "Replays").
+bit-identical and releases nothing new (docs/privacy.md, "Each round is released once").
 """
 
 import abc
@@ -59,7 +54,11 @@ class Task(abc.ABC):
 
   @abc.abstractmethod
   def restore(self, saved: Any) -> None:
-    """Continues from `saved`, a `program_state` read back from a checkpoint."""
+    """Continues from `saved`, a `program_state` read back from a checkpoint.
+
+    Args:
+      saved: what `program_state` returned when the checkpoint was saved, as read back.
+    """
 
   def opening_lines(self) -> Sequence[str]:
     """Lines logged when the loop starts (for example, releases outside the guarantee)."""
@@ -67,7 +66,14 @@ class Task(abc.ABC):
 
   @abc.abstractmethod
   def run_round(self, round_num: int) -> Values:
-    """Trains round `round_num` (from 1) and returns its released values."""
+    """Trains round `round_num` (from 1) and returns its released values.
+
+    Args:
+      round_num: the round to train, from 1; after a resume, the round after the checkpoint's.
+
+    Returns:
+      The round's released values (a nested dict of scalars), to which `evaluate`'s are added.
+    """
 
   @abc.abstractmethod
   def evaluate(self, round_num: int, values: Values) -> Tuple[Values, str]:
@@ -96,11 +102,18 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
           log: Callable[[str], None] = print) -> None:
   """Runs (or resumes from `output_dir`) the rounds of `task`; see the module docstring.
 
+  Checkpoints are saved every `task.checkpoint_every` rounds, at round 0 of a new run and at the
+  last round; the released values go to `metrics.csv`, `tensorboard/` and the progress bar.
+
   Args:
     task: the task, built and checked (its `run_record` written or compared).
     output_dir: the run's output directory.
     show_progress: draw a progress bar on stderr.
     log: where the log lines go (held back like the metrics).
+
+  Raises:
+    ValueError: if the latest checkpoint cannot be read (`release_journal.load_latest`: it is
+      refused, never skipped).
   """
   # Every file in it owner-only, those of a run written before this was done too.
   checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(

