@@ -27,8 +27,10 @@ from fedasr_tff.audit import configuration
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import config as config_lib
 
+config_flags.define_flags(config_lib.DataConfig, ['language'])
+config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
 config_flags.define_flags(config_lib.DPConfig)
-config_flags.define_flags(config_lib.RunConfig, ['rounds', 'cohort_size', 'sampling'])
+config_flags.define_flags(config_lib.RunConfig, ['rounds', 'cohort_size', 'sampling', 'seed'])
 config_flags.define_flags(configuration.AuditConfig)
 
 
