@@ -45,10 +45,7 @@ FLAGS = flags.FLAGS
 
 _SPEAKERS = flags.DEFINE_integer('train_speakers', 480, 'Training speakers in the corpus.',
                                  lower_bound=4)
-_HELD_OUT = flags.DEFINE_integer('held_out_speakers', 8, 'Held-out speakers for evaluation.',
-                                 lower_bound=1)
-_UTTERANCES = flags.DEFINE_float('utterances_per_speaker', 16.0, 'Median utterances per speaker.',
-                                 lower_bound=1.0)
+config_flags.define_flags(speech_stages.CorpusConfig)
 config_flags.define_flags(speech_stages.SeedConfig)
 _SPEC_AUGMENT = flags.DEFINE_bool(
     'spec_augment', False, 'SpecAugment on the training batches (the seed speakers\' and the '
@@ -84,8 +81,7 @@ def demo_data(output_dir: str) -> config_lib.DataConfig:
   of --train_speakers and the held-out split of --held_out_speakers), its seed speakers (10%)
   and held-out split, the features cached in `output_dir/feature_cache`."""
   corpus_dir = speech_stages.synthetic_corpus(
-      output_dir, {_TRAIN_SPLIT: _SPEAKERS.value, _HELD_OUT_SPLIT: _HELD_OUT.value},
-      mean_utterances=_UTTERANCES.value)
+      output_dir, {_TRAIN_SPLIT: _SPEAKERS.value, _HELD_OUT_SPLIT: None})
   return speech_stages.data_config(corpus_dir, output_dir, _TRAIN_SPLIT, seed_fraction=0.1,
                                    split_seed=speech_stages.seed_or_zero(),
                                    eval_split=_HELD_OUT_SPLIT)

@@ -50,11 +50,10 @@ SEED_SPLIT, CLIENT_SPLIT, HELD_OUT_SPLIT = 'train_seed', 'train_clients', 'dev'
 _SEED_SPEAKERS = flags.DEFINE_integer('seed_speakers', 6, 'Seed (server) speakers.',
                                       lower_bound=1)
 _CLIENT_SPEAKERS = flags.DEFINE_integer('client_speakers', 20, 'Client speakers.', lower_bound=2)
-_HELD_OUT = flags.DEFINE_integer('held_out_speakers', 4, 'Held-out speakers.', lower_bound=1)
 _NOISY = flags.DEFINE_float('noisy_speakers', 0.2, 'Fraction of client speakers whose '
                             'transcripts are corrupted.')
-_UTTERANCES = flags.DEFINE_float('utterances_per_speaker', 8.0, 'Median utterances a speaker.',
-                                 lower_bound=1.0)
+config_flags.define_flags(speech_stages.CorpusConfig,
+                          defaults={'held_out_speakers': 4, 'utterances_per_speaker': 8.0})
 config_flags.define_flags(speech_stages.SeedConfig, defaults={'seed_steps': 300})
 _DP_MODES = flags.DEFINE_list('dp_modes', [speech_stages.NO_DP, speech_stages.DP],
                               'Runs without (no_dp) and with (dp) noise.')
@@ -73,8 +72,7 @@ def _corpus(output_dir, seed):
   """The corpus folder and the corrupted client speakers."""
   librispeech = speech_stages.synthetic_corpus(
       output_dir, {SEED_SPLIT: _SEED_SPEAKERS.value, CLIENT_SPLIT: _CLIENT_SPEAKERS.value,
-                   HELD_OUT_SPLIT: _HELD_OUT.value},
-      mean_utterances=_UTTERANCES.value, skew=0.3)
+                   HELD_OUT_SPLIT: None}, skew=0.3)
   clients_dir = os.path.join(librispeech, CLIENT_SPLIT)
   speakers = sorted(os.listdir(clients_dir))
   noisy = sorted(np.random.default_rng(seed).choice(

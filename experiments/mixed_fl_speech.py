@@ -47,10 +47,8 @@ _SERVER_SPEAKERS = flags.DEFINE_integer('server_speakers', 6, 'Server-domain tra
                                         lower_bound=1)
 _CLIENT_SPEAKERS = flags.DEFINE_integer('client_speakers', 24, 'Client-domain speakers.',
                                         lower_bound=2)
-_HELD_OUT = flags.DEFINE_integer('held_out_speakers', 4, 'Held-out speakers of each domain.',
-                                 lower_bound=1)
-_UTTERANCES = flags.DEFINE_float('utterances_per_speaker', 8.0, 'Median utterances a speaker.',
-                                 lower_bound=1.0)
+config_flags.define_flags(speech_stages.CorpusConfig,
+                          defaults={'held_out_speakers': 4, 'utterances_per_speaker': 8.0})
 config_flags.define_flags(speech_stages.SeedConfig, defaults={'seed_steps': 300})
 _ALGORITHMS = flags.DEFINE_list('algorithms', list(RUNS), f'Runs: any of {RUNS} (none: FL '
                                 'alone).')
@@ -93,9 +91,9 @@ def main(argv):
   noise_levels = speech_stages.noise_levels(_DP_MODES.value, FLAGS.sigma_dp)
   output_dir = common.OUTPUT_DIR.value
   corpus_dir = speech_stages.synthetic_corpus(
-      output_dir, {'train_server': _SERVER_SPEAKERS.value, 'dev_server': _HELD_OUT.value,
-                   'train_clients': _CLIENT_SPEAKERS.value, 'dev_clients': _HELD_OUT.value},
-      mean_utterances=_UTTERANCES.value, words=SPLITS, skew=0.3)
+      output_dir, {'train_server': _SERVER_SPEAKERS.value, 'dev_server': None,
+                   'train_clients': _CLIENT_SPEAKERS.value, 'dev_clients': None},
+      words=SPLITS, skew=0.3)
   data_config = speech_stages.data_config(corpus_dir, output_dir, 'train_clients',
                                           speakers='all')
   vocab = data_config.vocabulary()

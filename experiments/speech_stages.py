@@ -5,8 +5,8 @@ The recipe of Pelikan et al., "Enabling Differentially Private Federated Learnin
 Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025
 (arXiv:2310.00098), Sec. 4: the demo, the ablation and the DGA and mixed FL speech studies are
 each this recipe with a corpus and federated runs of their own. The flags every such study takes
-alike are defined here; a study defines the others, the runner's (`config_flags.define_flags`,
-with its own defaults) and `SeedConfig`'s among them.
+alike are defined here; a study defines the others, the runner's, `CorpusConfig`'s and
+`SeedConfig`'s among them (`config_flags.define_flags`, with its own defaults).
 """
 
 import dataclasses
@@ -21,6 +21,7 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
+from fedasr_tff import validation
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
@@ -46,6 +47,17 @@ NO_DP, DP = 'no_dp', 'dp'
 
 
 @dataclasses.dataclass(frozen=True)
+class CorpusConfig:
+  """The size of a study's synthetic corpus, beside the speakers of its own splits."""
+  held_out_speakers: int = fields_lib.field(8, 'Held-out speakers (of each held-out split).')
+  utterances_per_speaker: float = fields_lib.field(16.0, 'Median utterances per speaker.')
+
+  def __post_init__(self):
+    validation.check_positive_integer('held_out_speakers', self.held_out_speakers)
+    validation.check_positive('utterances_per_speaker', self.utterances_per_speaker)
+
+
+@dataclasses.dataclass(frozen=True)
 class SeedConfig:
   """Central training of the seed model: Adam, the learning rate halved every third of the steps
   (the paper's LARS needs far more steps than a CPU study has)."""
@@ -67,26 +79,29 @@ def seed_or_zero() -> int:
   return config_lib.RunConfig(seed=FLAGS.seed).seed_or_zero
 
 
-def synthetic_corpus(output_dir: str, speakers: Mapping[str, int], *, mean_utterances: float,
+def synthetic_corpus(output_dir: str, speakers: Mapping[str, Optional[int]], *,
                      words: Optional[Mapping[str, Sequence[str]]] = None, **kwargs) -> str:
-  """The synthetic corpus under --corpus_dir or `output_dir/corpus`; returns its LibriSpeech
-  folder.
+  """The synthetic corpus under --corpus_dir or `output_dir/corpus`, of the size of the study's
+  `CorpusConfig` flags; returns its LibriSpeech folder.
 
   Args:
     output_dir: the study's folder.
-    speakers: {split: speakers}: the splits, in order, each of other speakers and written with
-      its own seed (--seed plus its index) unless its folder is there.
-    mean_utterances: median utterances per speaker.
+    speakers: {split: speakers, or None for --held_out_speakers}: the splits, in order, each of
+      other speakers and written with its own seed (--seed plus its index) unless its folder is
+      there.
     words: {split: its word list} (default every split `synthetic.DEFAULT_WORDS`).
     **kwargs: the other arguments of `synthetic.make_corpus`.
   """
+  with config_flags.flag_errors():
+    size = config_flags.config_from_flags(CorpusConfig)
   root = CORPUS_DIR.value or os.path.join(output_dir, 'corpus')
   librispeech = os.path.join(root, LAYOUT)
   first = 0
   for index, (split, count) in enumerate(speakers.items()):
+    count = size.held_out_speakers if count is None else count
     if not os.path.isdir(os.path.join(librispeech, split)):
       print(f'writing split {split} of the synthetic corpus to {root}')
-      synthetic.make_corpus(root, num_speakers=count, mean_utterances=mean_utterances,
+      synthetic.make_corpus(root, num_speakers=count, mean_utterances=size.utterances_per_speaker,
                             words=(words or {}).get(split), seed=seed_or_zero() + index,
                             split=split, first_speaker=first, **kwargs)
     first += count
