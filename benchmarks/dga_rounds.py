@@ -22,24 +22,19 @@ interleaved across the variants, rotating their order, so machine noise hits all
   python -m benchmarks.dga_rounds --cohort=32 --rounds=7
 """
 
-import os
-import shutil
 import statistics
-import tempfile
 import time
 
 from absl import app
 from absl import flags
 
+from benchmarks import speech_rounds
 from fedasr_tff import aggregators
 from fedasr_tff import algorithms
-from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import dga_rl
-from fedasr_tff.data import synthetic
-from fedasr_tff.program import cohorts
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.speech import evaluation
 
@@ -47,16 +42,14 @@ _COHORT = flags.DEFINE_integer('cohort', 32, 'Clients per round.', lower_bound=1
 _ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each variant.', lower_bound=1)
 _WARMUP_ROUNDS = flags.DEFINE_integer('warmup_rounds', 1, 'Untimed rounds of each first.',
                                       lower_bound=1)
-_LOCAL_STEPS = flags.DEFINE_integer('local_steps', 2, 'Local steps of every client.',
-                                    lower_bound=1)
-_SPEAKERS = flags.DEFINE_integer('speakers', 10, 'Client speakers of the corpus.', lower_bound=1)
 _VALIDATION_SPEAKERS = flags.DEFINE_integer('validation_speakers', 2,
                                             "DGA-RL's validation speakers.", lower_bound=1)
-_CORPUS_DIR = flags.DEFINE_string('corpus_dir', None,
-                                  'Folder for the synthetic corpus (default: a temporary one).')
+# The corpus and batches of `speech_rounds`' flags, at this benchmark's sizes (whole speakers a
+# batch: the pipeline's default batch).
+for _name, _value in dict(speakers=10, utterances_per_speaker=6, max_batch_seconds=120.0).items():
+  flags.FLAGS.set_default(_name, _value)
 
 FED_AVG, FED_AVG_DP = 'fed_avg', 'fed_avg_dp'
-_SECRET = 0
 _WEIGHTING = dga.SoftmaxWeighting(0.05, loss_clip=400.0)
 
 
@@ -64,28 +57,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   execution_context.set_local_cpp_execution_context()
-  root = _CORPUS_DIR.value or tempfile.mkdtemp()
-  try:
-    ls_dir = os.path.join(root, 'librispeech')
+  with speech_rounds.corpus_root() as root:
     validation_count = _VALIDATION_SPEAKERS.value
-    if not os.path.isdir(os.path.join(ls_dir, 'train')):
-      synthetic.make_corpus(root, num_speakers=_SPEAKERS.value + validation_count,
-                            mean_utterances=6, skew=0.0, seed=0)
-    utterances = data.read_librispeech(ls_dir, 'train', strict=True)
-    speakers = sorted({u.speaker for u in utterances})
-    vocab = data.Vocabulary('en')
-    cache = os.path.join(root, 'feature_cache')
-    client_data = data.SpeechClientData(
-        [u for u in utterances if u.speaker in speakers[validation_count:]], vocab,
-        spec_augment=True, feature_cache_dir=cache)
-    validation_data = data.SpeechClientData(
-        [u for u in utterances if u.speaker in speakers[:validation_count]], vocab,
-        feature_cache_dir=cache)
-    for source in (client_data, validation_data):
-      for speaker in source.client_ids:
-        source.create_tf_dataset_for_client(speaker, seed=0)   # Fills the feature cache.
+    vocab, client_data, validation_data = speech_rounds.clients_and_server(
+        root, speech_rounds.SPEAKERS.value, validation_count, server_spec_augment=False)
     model_fn = models.build_tff_model_fn('tiny', vocab.tokens)
-    cohort, local_steps = _COHORT.value, _LOCAL_STEPS.value
+    cohort, local_steps = _COHORT.value, speech_rounds.LOCAL_STEPS.value
 
     def dp_uniform():
       return aggregators.PerLayerDPFactory.gaussian_fixed(1.0, cohort, 1.0, 'dim',
@@ -118,15 +95,10 @@ def main(argv):
         validation_model, validation_data, weights).overall.cer)
     states = {name: process.initialize() for name, process in processes.items()}
     states['rl'] = rl_process.initialize()
-    round_num = 0
+    cohorts = speech_rounds.Cohorts(client_data, local_steps)
 
     def round_of(name):
-      nonlocal round_num
-      round_num += 1
-      ids = client_data.client_ids
-      datasets = [client_data.create_tf_dataset_for_client(
-          ids[i % len(ids)], seed=cohorts.client_seed(_SECRET, round_num, f'entry{i}'),
-          max_batches=local_steps) for i in range(cohort)]
+      datasets = cohorts.build(cohort)
       started = time.perf_counter()
       if name == 'rl':
         states[name] = rl.round(states[name], datasets).state
@@ -135,13 +107,8 @@ def main(argv):
       return time.perf_counter() - started
 
     names = list(processes) + ['rl']
-    for name in names:
-      for _ in range(_WARMUP_ROUNDS.value):
-        round_of(name)
-    times = {name: [] for name in names}
-    for r in range(_ROUNDS.value):
-      for name in names[r % len(names):] + names[:r % len(names)]:
-        times[name].append(round_of(name))
+    times = speech_rounds.interleaved_times(names, round_of, _ROUNDS.value,
+                                            _WARMUP_ROUNDS.value)
 
     print(f'cohort {cohort}, {local_steps} local steps, tiny model, {validation_count} '
           f'validation speakers for DGA-RL; {_ROUNDS.value} timed rounds each '
@@ -153,9 +120,6 @@ def main(argv):
       median = statistics.median(times[name])
       print(f'| {name} | {median:.3f} [{min(times[name]):.3f}, {max(times[name]):.3f}] | '
             f'{median / base:.3f} | {baseline} |')
-  finally:
-    if not _CORPUS_DIR.value:
-      shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == '__main__':

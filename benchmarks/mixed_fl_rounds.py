@@ -21,23 +21,18 @@ aggregator's cost is `benchmarks/aggregator_overhead.py`'s).
   python -m benchmarks.mixed_fl_rounds --cohort=8 --rounds=7
 """
 
-import os
-import shutil
 import statistics
-import tempfile
 import time
 
 from absl import app
 from absl import flags
 
+from benchmarks import speech_rounds
 from fedasr_tff import algorithms
-from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import central_work
 from fedasr_tff.algorithms import mixed_fl
-from fedasr_tff.data import synthetic
-from fedasr_tff.program import cohorts
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.speech import central_batches
 
@@ -45,56 +40,37 @@ _COHORT = flags.DEFINE_integer('cohort', 8, 'Clients per round.', lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each algorithm.', lower_bound=1)
 _WARMUP_ROUNDS = flags.DEFINE_integer('warmup_rounds', 1, 'Untimed rounds of each first.',
                                       lower_bound=1)
-_LOCAL_STEPS = flags.DEFINE_integer('local_steps', 4, 'Local steps of every client.',
-                                    lower_bound=1)
 _CENTRAL_STEPS = flags.DEFINE_integer('central_steps', 4, 'Central batches a round.',
                                       lower_bound=1)
-_SPEAKERS = flags.DEFINE_integer('speakers', 10, 'Client speakers of the corpus.', lower_bound=1)
-_CORPUS_DIR = flags.DEFINE_string('corpus_dir', None,
-                                  'Folder for the synthetic corpus (default: a temporary one).')
+# The clients' work, corpus and batches of `speech_rounds`' flags, at this benchmark's sizes
+# (whole speakers a batch: the pipeline's default batch).
+for _name, _value in dict(local_steps=4, speakers=10, utterances_per_speaker=6,
+                          max_batch_seconds=120.0).items():
+  flags.FLAGS.set_default(_name, _value)
 
 FED_AVG = 'fed_avg'
-_SECRET = 0
-
-
-def _timed(fn):
-  started = time.perf_counter()
-  fn()
-  return time.perf_counter() - started
+_SERVER_SPEAKERS = 2
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   execution_context.set_local_cpp_execution_context()
-  root = _CORPUS_DIR.value or tempfile.mkdtemp()
-  try:
-    ls_dir = os.path.join(root, 'librispeech')
-    if not os.path.isdir(os.path.join(ls_dir, 'train')):
-      synthetic.make_corpus(root, num_speakers=_SPEAKERS.value + 2, mean_utterances=6,
-                            skew=0.0, seed=0)
-    utterances = data.read_librispeech(ls_dir, 'train', strict=True)
-    speakers = sorted({u.speaker for u in utterances})
-    vocab = data.Vocabulary('en')
-    cache = os.path.join(root, 'feature_cache')
-    client_data = data.SpeechClientData([u for u in utterances if u.speaker in speakers[2:]],
-                                        vocab, spec_augment=True, feature_cache_dir=cache)
-    server_data = data.SpeechClientData([u for u in utterances if u.speaker in speakers[:2]],
-                                        vocab, spec_augment=True, feature_cache_dir=cache)
-    for source in (client_data, server_data):
-      for speaker in source.client_ids:
-        source.create_tf_dataset_for_client(speaker, seed=0)   # Fills the feature cache.
+  with speech_rounds.corpus_root() as root:
+    vocab, client_data, server_data = speech_rounds.clients_and_server(
+        root, speech_rounds.SPEAKERS.value, _SERVER_SPEAKERS, server_spec_augment=True)
     central = central_batches.CentralBatches(server_data, _CENTRAL_STEPS.value)
     model_fn = models.build_tff_model_fn('tiny', vocab.tokens)
+    local_steps = speech_rounds.LOCAL_STEPS.value
 
     processes = {FED_AVG: algorithms.build_fed_avg_process(
-        model_fn, client_learning_rate=0.2, local_steps=_LOCAL_STEPS.value,
+        model_fn, client_learning_rate=0.2, local_steps=local_steps,
         server_optimizer=optimizers.build('sgd', 1.0))}
     for algorithm in mixed_fl.ALGORITHMS:
       central_steps = None if algorithm == mixed_fl.ONE_WAY else _CENTRAL_STEPS.value
       processes[algorithm] = algorithms.build_mixed_fl_process(
           model_fn, algorithm=algorithm, central_weight=0.5, client_learning_rate=0.2,
-          local_steps=_LOCAL_STEPS.value, server_optimizer=optimizers.build('sgd', 1.0),
+          local_steps=local_steps, server_optimizer=optimizers.build('sgd', 1.0),
           central_steps=central_steps)
     central_alone = central_work.build_central_work(
         model_fn, optimizer=optimizers.build('sgd', 0.2), steps=_CENTRAL_STEPS.value,
@@ -102,17 +78,11 @@ def main(argv):
     states = {name: process.initialize() for name, process in processes.items()}
     weights = processes[FED_AVG].get_model_weights(states[FED_AVG])
     central_state = central_alone.initialize()
-
-    round_num = 0
+    cohorts = speech_rounds.Cohorts(client_data, local_steps)
 
     def round_of(name):
-      nonlocal round_num
-      round_num += 1
-      ids = client_data.client_ids
-      datasets = [client_data.create_tf_dataset_for_client(
-          ids[i % len(ids)], seed=cohorts.client_seed(_SECRET, round_num, f'entry{i}'),
-          max_batches=_LOCAL_STEPS.value) for i in range(_COHORT.value)]
-      batches = central.for_round(_SECRET, round_num)
+      datasets = cohorts.build(_COHORT.value)
+      batches = central.for_round(speech_rounds.SEED, cohorts.round)
       started = time.perf_counter()
       if name == FED_AVG:
         states[name] = processes[name].next(states[name], datasets).state
@@ -125,25 +95,17 @@ def main(argv):
       return time.perf_counter() - started
 
     names = list(processes) + ['central_steps', 'central_gradient']
-    for name in names:
-      for _ in range(_WARMUP_ROUNDS.value):
-        round_of(name)
-    times = {name: [] for name in names}
-    for r in range(_ROUNDS.value):
-      for name in names[r % len(names):] + names[:r % len(names)]:
-        times[name].append(round_of(name))
+    times = speech_rounds.interleaved_times(names, round_of, _ROUNDS.value,
+                                            _WARMUP_ROUNDS.value)
 
     base = statistics.median(times[FED_AVG])
-    print(f'cohort {_COHORT.value}, {_LOCAL_STEPS.value} local steps, {_CENTRAL_STEPS.value} '
+    print(f'cohort {_COHORT.value}, {local_steps} local steps, {_CENTRAL_STEPS.value} '
           f'central batches, tiny model; {_ROUNDS.value} timed rounds each (medians [min, max]):')
     print('| what | seconds | / FedAvg | extra over FedAvg |\n|---|---|---|---|')
     for name in names:
       median = statistics.median(times[name])
       print(f'| {name} | {median:.3f} [{min(times[name]):.3f}, {max(times[name]):.3f}] | '
             f'{median / base:.2f} | {median - base:+.3f} |')
-  finally:
-    if not _CORPUS_DIR.value:
-      shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == '__main__':

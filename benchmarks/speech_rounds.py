@@ -7,8 +7,11 @@ built as the runner builds it: each entry's dataset a seeded sample of `max_batc
 its speaker's utterances, features read from the feature cache.
 """
 
+import contextlib
 import os
+import shutil
 import statistics
+import tempfile
 
 from absl import app
 from absl import flags
@@ -70,6 +73,56 @@ class Cohorts:
     return [self.client_data.create_tf_dataset_for_client(
         ids[i % len(ids)], seed=cohorts_lib.client_seed(SEED, self.round, f'entry{i}'),
         max_batches=self.max_batches) for i in range(size)]
+
+
+@contextlib.contextmanager
+def corpus_root(prefix=None):
+  """--corpus_dir, or a temporary folder removed at the end."""
+  root = CORPUS_DIR.value or tempfile.mkdtemp(prefix=prefix)
+  try:
+    yield root
+  finally:
+    if not CORPUS_DIR.value:
+      shutil.rmtree(root, ignore_errors=True)
+
+
+def clients_and_server(root, clients, server_speakers, *, server_spec_augment):
+  """(vocabulary, the clients, the server's own speakers) of one synthetic corpus of `clients` +
+  `server_speakers` speakers (--utterances_per_speaker each) under `root`: the first
+  `server_speakers` by name the server's, their features cached (`fill_cache`); the clients'
+  batches with SpecAugment, the server's with it if `server_spec_augment`."""
+  vocab = data.Vocabulary('en')
+  total = clients + server_speakers
+  utterances = corpus(root, f'speakers{total}x{UTTERANCES.value}', total, UTTERANCES.value)
+  speakers = sorted({u.speaker for u in utterances})
+  cache = os.path.join(root, 'feature_cache')
+
+  def speakers_data(chosen, spec_augment):
+    chosen = set(chosen)
+    return data.SpeechClientData([u for u in utterances if u.speaker in chosen], vocab,
+                                 spec_augment=spec_augment,
+                                 max_batch_seconds=MAX_BATCH_SECONDS.value,
+                                 feature_cache_dir=cache)
+
+  client_data = speakers_data(speakers[server_speakers:], True)
+  server_data = speakers_data(speakers[:server_speakers], server_spec_augment)
+  for source in (client_data, server_data):
+    fill_cache(source)
+  return vocab, client_data, server_data
+
+
+def interleaved_times(names, time_round, rounds, warmup_rounds):
+  """{name: seconds of its timed rounds}: `warmup_rounds` untimed rounds of each name, then
+  `rounds` timed rounds of each, interleaved and their order rotated, so machine noise hits all
+  alike. `time_round(name)` runs a round of `name` and returns its seconds."""
+  for name in names:
+    for _ in range(warmup_rounds):
+      time_round(name)
+  times = {name: [] for name in names}
+  for r in range(rounds):
+    for name in names[r % len(names):] + names[:r % len(names)]:
+      times[name].append(time_round(name))
+  return times
 
 
 def fill_cache(client_data):

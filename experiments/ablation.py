@@ -8,11 +8,11 @@ the same σ_DP that per-layer clipping with C_h ∝ sqrt(dim) beats uniform per-
 which beats global clipping (Sec. 3, Table 1); that the layer-wise adaptive server optimizers
 (LAMB, LARS) beat Adam and SGD under DP (Sec. 4); and that per-layer update norms are far from
 balanced (Fig. 6). Here, on the demo's synthetic corpus (`experiments.demo`: its corpus, seed
-and --fl_* flags):
+model and federated flags, the runner's):
 
 1. one seed model (--model_config: `tiny`, or `tiny_deep` for depth) trained centrally on 10%
-   of the speakers (`demo.seed_model`), which every cell starts from;
-2. the grid --clippings x --optimizers at σ_DP = --fl_sigma_dp, plus the no-noise --reference,
+   of the speakers (`speech_stages.seed_model`), which every cell starts from;
+2. the grid --clippings x --optimizers at σ_DP = --sigma_dp, plus the no-noise --reference,
    each for every --seed: a cell is one `experiments.train_federated` run in its own folder
    (`OUTPUT_DIR/cells/<cell>_s<seed>`), from the demo's federated configuration
    (`demo.federated_config`) with that clipping, server optimizer (learning rate from
@@ -46,6 +46,7 @@ from experiments import common
 from experiments import config_flags
 from experiments import demo
 from experiments import report
+from experiments import speech_stages
 from fedasr_tff import optimizers
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import study
@@ -59,7 +60,7 @@ _OPTIMIZERS = flags.DEFINE_list('optimizers', ['lamb', 'adam', 'sgd'],
                                 'Server optimizers of the DP cells.')
 _SERVER_LRS = flags.DEFINE_list(
     'server_lrs', ['lamb:0.005', 'adam:0.002', 'sgd:5.0'],
-    'Server learning rate of each optimizer, optimizer:lr (replaces the demo\'s --fl_server_lr).')
+    'Server learning rate of each optimizer, optimizer:lr (replaces the demo\'s --server_lr).')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds: one run of each cell per seed.')
 _REFERENCE = flags.DEFINE_string('reference', 'dim:lamb', 'clipping:optimizer of the no-noise '
                                  'reference cell; empty for none.')
@@ -74,9 +75,9 @@ _OVERHEAD_SECONDS = flags.DEFINE_float(
 # The ablation's size on a shared 2-core machine (39 cells in about an hour at --parallel=2;
 # docs/results.md, "The paper's findings in miniature"): its corpus, seed model and rounds,
 # whatever the demo's defaults are.
-_DEFAULTS = dict(train_speakers=60, utterances_per_speaker=8.0, central_steps=400,
-                 held_out_speakers=12, fl_rounds=15, fl_eval_every=15, fl_cohort_size=8,
-                 fl_local_steps=3, fl_clip=0.1, fl_sigma_dp=5e-3)
+_DEFAULTS = dict(train_speakers=60, utterances_per_speaker=8.0, seed_steps=400,
+                 held_out_speakers=12, rounds=15, eval_every=15, cohort_size=8, local_steps=3,
+                 clip=0.1, sigma_dp=5e-3)
 for _name, _value in _DEFAULTS.items():
   flags.FLAGS.set_default(_name, _value)
 
@@ -151,15 +152,13 @@ def _variants():
 
 
 def _cell_config(variant, seed, data_config, seed_model, server_lrs):
-  config = demo.federated_config(
-      data_config, common.FLAGS.fl_sigma_dp if variant.noise else 0.0, clipping=variant.clipping,
+  # A simulation: the noise is seeded too, so a cell is reproducible.
+  return demo.federated_config(
+      data_config, common.FLAGS.sigma_dp if variant.noise else 0.0, clipping=variant.clipping,
       normalize=variant.normalize, server_optimizer=variant.optimizer,
       server_lr=server_lrs[variant.optimizer], seed=seed,
-      release_client_diagnostics=variant.noise)
-  # A simulation: the noise is seeded too, so a cell is reproducible.
-  return dataclasses.replace(
-      config, model=dataclasses.replace(config.model, seed_model=seed_model),
-      dp=dataclasses.replace(config.dp, noise_seed=seed if variant.noise else None))
+      release_client_diagnostics=variant.noise, seed_model=seed_model,
+      noise_seed=seed if variant.noise else None)
 
 
 def _cells(variants, seeds, data_config, seed_model, output_dir):
@@ -281,8 +280,8 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   common.start_binary(distributed_refusal='the ablation runs its cells on this machine.')
   common.require('output_dir')
-  if common.FLAGS['fl_server_lr'].present:
-    raise app.UsageError('--fl_server_lr is the demo\'s; the ablation takes --server_lrs.')
+  if common.FLAGS['server_lr'].present:
+    raise app.UsageError('--server_lr is the demo\'s; the ablation takes --server_lrs.')
   if common.FLAGS['spec_augment'].present:
     raise app.UsageError('--spec_augment is the demo\'s; the ablation trains with SpecAugment '
                          '(its cells are experiments.train_federated runs, which always use it).')
@@ -300,12 +299,14 @@ def main(argv):
   seed_data = data_config.load_client_data(data_config.split, vocab, speakers='seed',
                                            spec_augment=True)
   eval_data = data_config.load_eval_data(vocab)
-  seed_dir = os.path.join(output_dir, 'seed')
-  _, seed_eval = demo.seed_model(seed_data, eval_data, vocab, seed_dir)
-  cells = _cells(variants, seeds, data_config, os.path.join(seed_dir, 'model.npz'), output_dir)
+  _, seed_eval = speech_stages.seed_model(
+      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir,
+      eval_data=eval_data)
+  cells = _cells(variants, seeds, data_config, os.path.join(output_dir, 'seed', 'model.npz'),
+                 output_dir)
 
-  calibrated = (_OVERHEAD_SECONDS.value + _STEP_SECONDS.value * common.FLAGS.fl_rounds
-                * common.FLAGS.fl_cohort_size * common.FLAGS.fl_local_steps)
+  calibrated = (_OVERHEAD_SECONDS.value + _STEP_SECONDS.value * common.FLAGS.rounds
+                * common.FLAGS.cohort_size * common.FLAGS.local_steps)
   estimate, how = study.estimate_seconds(list(cells.values()), _PARALLEL.value, calibrated)
   todo = sum(not cell.done for cell in cells.values())
   print(f'\n== {len(cells)} cells ({len(variants)} x {len(seeds)} seeds), {todo} to run, '

@@ -1,8 +1,9 @@
-"""Flags shared by the experiment binaries, and what every binary does first.
+"""Flags shared by every experiment binary, and what every binary does first.
 
-The shared flags (data, model size, seed, output) are defined here once, from the configuration
-classes (`config_flags.define_flags`), so binaries (and their tests, which may import several
-binaries into one process) never define the same flag twice.
+The flags here (output, progress, TFF workers) configure every binary, of either wing, and are
+defined once, so binaries (and their tests, which may import several binaries into one process)
+never define the same flag twice. A binary defines the flags of its task itself, from the
+configuration classes (`config_flags.define_flags`): only those that configure it.
 """
 
 import logging
@@ -13,16 +14,11 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from experiments import config_flags
 from experiments import local_worker
 from fedasr_tff import runtime
-from fedasr_tff.speech import config as config_lib
 
 FLAGS = flags.FLAGS
 
-config_flags.define_flags(config_lib.DataConfig)
-config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
-config_flags.define_flags(config_lib.RunConfig, ['seed'])
 OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Folder for the run\'s files.')
 PROGRESS = flags.DEFINE_bool('progress', True, 'Show a progress bar on stderr.')
 WORKERS = flags.DEFINE_string(
@@ -111,14 +107,3 @@ def require(*names: str) -> None:
   missing = [f'--{name}' for name in names if FLAGS[name].value in (None, '')]
   if missing:
     raise app.UsageError(f'{", ".join(missing)} must be given.')
-
-
-def data_config() -> config_lib.DataConfig:
-  """The data flags, the feature cache under --output_dir unless --feature_cache_dir names one."""
-  data = config_flags.config_from_flags(config_lib.DataConfig)
-  return data.with_default_feature_cache(OUTPUT_DIR.value)
-
-
-def seed_or_zero() -> int:
-  """--seed where a number is needed for public randomness (initialisation, IID control)."""
-  return config_lib.RunConfig(seed=FLAGS.seed).seed_or_zero

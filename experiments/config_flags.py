@@ -1,14 +1,15 @@
 """Flags defined from configuration classes, and configurations built from flags.
 
-A configuration class of `fedasr_tff.speech.config` (or `central_training.CentralConfig`) holds
-each flag's name, default, help and choices (`config.field`). `define_flags` defines the flags of
-a class, `config_from_flags` builds the configuration from them (the one mapping from flags to a
-configuration, for every binary), and `flag_errors` turns the `ValueError` of a configuration or
-a library builder into a usage error that names the flags. No flag is defined here.
+A configuration class of `fedasr_tff.speech.config` (or `central_training.CentralConfig`,
+`retrieval.training.RetrieverConfig`) holds each flag's name, default, help and choices
+(`fields.field`). `define_flags` defines the flags of a class, with a binary's own defaults where
+they differ; `config_from_flags` builds the configuration from them (the one mapping from flags
+to a configuration, for every binary), and `flag_errors` turns the `ValueError` of a
+configuration or a library builder into a usage error that names the flags. No flag is defined
+here.
 """
 
 import contextlib
-import dataclasses
 import re
 import typing
 
@@ -24,27 +25,55 @@ def _value_type(annotation):
   return args[0] if args else annotation
 
 
-def define_flags(cls, names=None, flag_values=flags.FLAGS) -> None:
-  """Defines a flag for every field of the configuration class `cls` (or those in `names`)."""
-  for field in dataclasses.fields(cls):
-    if names is not None and field.name not in names:
-      continue
+def define_flags(cls, names=None, flag_values=flags.FLAGS, defaults=None) -> None:
+  """Defines a flag for every field of the configuration class `cls` (or those in `names`).
+
+  Args:
+    cls: a configuration class; the fields of its sub-configurations are its fields too.
+    names: the fields to define flags of (default all).
+    flag_values: where to define them.
+    defaults: {field: default} of this binary where it differs from the field's (an experiment
+      that runs the federated stage with its own number of rounds, say).
+
+  Raises:
+    ValueError: a name in `names` or `defaults` is no field of `cls`, or `defaults` names a
+      field not in `names`.
+  """
+  fields = fields_lib.config_fields(cls)
+  names = list(fields) if names is None else list(names)
+  defaults = dict(defaults or {})
+  unknown = [name for name in [*names, *defaults] if name not in fields]
+  if unknown:
+    raise ValueError(f'{cls.__name__} has no field {", ".join(map(repr, unknown))}.')
+  undefined = [name for name in defaults if name not in names]
+  if undefined:
+    raise ValueError(f'Defaults for flags not defined: {", ".join(map(repr, undefined))}.')
+  for name in names:
+    field = fields[name]
+    default = defaults.get(name, field.default)
     help_text = field.metadata[fields_lib.HELP]
     choices = field.metadata[fields_lib.CHOICES]
     kind = _value_type(field.type)
     kwargs = dict(flag_values=flag_values)
     if choices:
-      flags.DEFINE_enum(field.name, field.default, list(choices), help_text, **kwargs)
+      flags.DEFINE_enum(name, default, list(choices), help_text, **kwargs)
     elif kind is bool:
-      flags.DEFINE_bool(field.name, field.default, help_text, **kwargs)
+      flags.DEFINE_bool(name, default, help_text, **kwargs)
     elif kind is int:
-      flags.DEFINE_integer(field.name, field.default, help_text, **kwargs)
+      flags.DEFINE_integer(name, default, help_text, **kwargs)
     elif kind is float:
-      flags.DEFINE_float(field.name, field.default, help_text, **kwargs)
+      flags.DEFINE_float(name, default, help_text, **kwargs)
     elif kind is str:
-      flags.DEFINE_string(field.name, field.default, help_text, **kwargs)
+      flags.DEFINE_string(name, default, help_text, **kwargs)
     else:
-      raise TypeError(f'No flag type for field {field.name!r} of type {field.type}.')
+      raise TypeError(f'No flag type for field {name!r} of type {field.type}.')
+
+
+def values_from_flags(cls, flag_values=flags.FLAGS) -> dict:
+  """{field: flag value} of the fields of `cls` (sub-configurations flattened) whose flag is
+  defined and set (not None)."""
+  return {name: flag_values[name].value for name in fields_lib.config_fields(cls)
+          if name in flag_values and flag_values[name].value is not None}
 
 
 def config_from_flags(cls, flag_values=flags.FLAGS):
@@ -52,9 +81,7 @@ def config_from_flags(cls, flag_values=flags.FLAGS):
 
   A field without a flag, or whose flag is unset (None), keeps its default.
   """
-  values = {name: flag_values[name].value for name in fields_lib.config_fields(cls)
-            if name in flag_values and flag_values[name].value is not None}
-  return fields_lib.from_flat(cls, values)
+  return fields_lib.from_flat(cls, values_from_flags(cls, flag_values))
 
 
 _BACKTICKED = re.compile(r'`(\w+)`')

@@ -20,8 +20,12 @@ r"""The main job: seed model, federated training without and with DP, report (on
    the privacy statement for the run and the declared population (the extrapolation of Pelikan
    et al., NeurIPS 2025, arXiv:2310.00098, Sec. 4.3 and Table 1).
 
-Every step is a library call of the binaries' own code (`fedasr_tff.program`); a finished step's
-output is reused when the demo is run again (the federated runs resume from their checkpoints).
+The federated runs take the runner's flags (`experiments.train_federated`: --rounds,
+--cohort_size, --local_steps, --client_lr, --server_lr, --clip, --sigma_dp, --population,
+--population_cohort_size, --eval_every) at the demo's values, and the seed model --seed_steps and
+--seed_lr. Every step is a library call (`experiments/speech_stages.py`, the stages the speech
+studies share); a finished step's output is reused when the demo is run again (the federated
+runs resume from their checkpoints).
 """
 
 import math
@@ -32,49 +36,29 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from experiments import config_flags
 from experiments import report
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
-from fedasr_tff.program import dp_config
-from fedasr_tff.program import model_io
-from fedasr_tff.speech import central_training
+from experiments import speech_stages
 from fedasr_tff.speech import config as config_lib
-from fedasr_tff.speech import evaluation
-from fedasr_tff.speech import federated_training
+
+FLAGS = flags.FLAGS
 
 _SPEAKERS = flags.DEFINE_integer('train_speakers', 480, 'Training speakers in the corpus.',
                                  lower_bound=4)
-_HELD_OUT = flags.DEFINE_integer('held_out_speakers', 8, 'Held-out speakers for evaluation.',
-                                 lower_bound=1)
-_UTTERANCES = flags.DEFINE_float('utterances_per_speaker', 16.0, 'Median utterances per speaker.',
-                                 lower_bound=1.0)
-_CENTRAL_STEPS = flags.DEFINE_integer('central_steps', 1000, 'Seed training steps.',
-                                      lower_bound=1)
-_CENTRAL_LR = flags.DEFINE_float('central_lr', 2e-3, 'Adam learning rate of seed training.',
-                                 lower_bound=0.0)
+config_flags.define_flags(speech_stages.CorpusConfig)
+config_flags.define_flags(speech_stages.SeedConfig)
 _SPEC_AUGMENT = flags.DEFINE_bool(
     'spec_augment', False, 'SpecAugment on the training batches (the seed speakers\' and the '
     'clients\'). Off by default: see the module docstring.')
-_ROUNDS = flags.DEFINE_integer('fl_rounds', 30, 'Federated rounds of each run.', lower_bound=1)
-_COHORT = flags.DEFINE_integer('fl_cohort_size', 16, 'Clients per round.', lower_bound=1)
-_LOCAL_STEPS = flags.DEFINE_integer('fl_local_steps', 1, 'Local steps per client.',
-                                    lower_bound=1)
-_SERVER_LR = flags.DEFINE_float('fl_server_lr', 0.003, 'LAMB learning rate.', lower_bound=0.0)
-_CLIENT_LR = flags.DEFINE_float('fl_client_lr', 0.2, 'Local SGD learning rate (Pelikan et al. '
-                                '2025, Fig. 4 caption: 0.2 from a seed).', lower_bound=0.0)
-_CLIP = flags.DEFINE_float(
-    'fl_clip', 0.2, 'Total clip C of a client delta. 0.2 = client lr x local clip (1) x local '
-    'steps: the largest delta one local step can make, so the noise (sigma_dp x C) is no larger '
-    'than it needs to be (at C = 1 it cost 6 WER points; docs/results.md, "The demo, '
-    'measured").', lower_bound=0.0)
-_SIGMA_DP = flags.DEFINE_float('fl_sigma_dp', 3e-4, 'DP noise on the averaged update, in units '
-                               'of the clip.', lower_bound=0.0)
-_DECLARED_POPULATION = flags.DEFINE_integer('declared_population', 10_000_000, 'Population K\' '
-                                            'the DP run is accounted for.', lower_bound=1)
-_DECLARED_COHORT = flags.DEFINE_integer('declared_cohort_size', 2_000, 'Cohort S\' of the '
-                                        'declared population.', lower_bound=1)
-_EVAL_EVERY = flags.DEFINE_integer('fl_eval_every', 10, 'Rounds between evaluations.',
-                                   lower_bound=1)
+# The federated stage: the runner's flags (`experiments.train_federated`) at the demo's values.
+# The clip C = 0.2 is client_lr x local clip (1) x local steps, the largest delta one local step
+# can make, so the noise (sigma_dp x C) is no larger than it needs to be (at C = 1 it cost 6 WER
+# points; docs/results.md, "The demo, measured"). The population is the declared one, K' and S'.
+FEDERATED_DEFAULTS = dict(rounds=30, cohort_size=16, local_steps=1, client_lr=0.2,
+                          server_lr=0.003, clip=0.2, sigma_dp=3e-4, population=10_000_000,
+                          population_cohort_size=2_000, eval_every=10)
+config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_DEFAULTS,
+                          defaults=FEDERATED_DEFAULTS)
 _EXACT_LAYER_NORMS = flags.DEFINE_bool(
     'layer_norms_from_no_noise_run', False, 'Draw the per-layer norms figure from the run '
     'without noise: its exact client statistics (outside any DP guarantee, and labelled so). '
@@ -83,84 +67,24 @@ _EXACT_LAYER_NORMS = flags.DEFINE_bool(
 _TRAIN_SPLIT, _HELD_OUT_SPLIT = 'train', 'dev'
 
 
-def corpus(root: str) -> str:
-  """The synthetic corpus under `root` (written if absent): its LibriSpeech-layout folder, with
-  the training split (--train_speakers) and the held-out split (--held_out_speakers)."""
-  librispeech = os.path.join(root, 'librispeech')
-  if not os.path.isdir(os.path.join(librispeech, _HELD_OUT_SPLIT)):
-    print(f'writing the synthetic corpus to {root}')
-    synthetic.make_corpus(root, num_speakers=_SPEAKERS.value,
-                          mean_utterances=_UTTERANCES.value, seed=common.seed_or_zero(),
-                          split=_TRAIN_SPLIT)
-    synthetic.make_corpus(root, num_speakers=_HELD_OUT.value, mean_utterances=_UTTERANCES.value,
-                          seed=common.seed_or_zero() + 1, split=_HELD_OUT_SPLIT,
-                          first_speaker=_SPEAKERS.value)
-  return librispeech
-
-
-def seed_model(seed_data, eval_data, vocab, seed_dir):
-  """The seed model (weights, held-out evaluation): read from `seed_dir/model.npz` if there,
-  else trained centrally on `seed_data` (Adam with step decay, --central_steps, --central_lr)."""
-  seed_path = os.path.join(seed_dir, 'model.npz')
-  print(f'== seed model: central training on {len(seed_data.client_ids)} speakers '
-        f'({_CENTRAL_STEPS.value} steps)')
-  if os.path.isfile(seed_path):
-    print(f'reusing {seed_path}')
-    model = models.build_tff_model_fn(common.FLAGS.model_config, vocab.tokens)()
-    weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
-    return weights, evaluation.evaluate(model, eval_data, weights)
-  seed = central_training.train(
-      central_training.CentralConfig(
-          steps=_CENTRAL_STEPS.value, model_config=common.FLAGS.model_config,
-          optimizer='adam', learning_rate=_CENTRAL_LR.value, schedule='step', decay_rate=0.5,
-          decay_every=max(1, _CENTRAL_STEPS.value // 3),
-          decay_start=max(1, _CENTRAL_STEPS.value // 3), seed=common.seed_or_zero(),
-          eval_every_steps=max(1, _CENTRAL_STEPS.value // 4)),
-      seed_data, vocab, seed_dir, eval_data=eval_data, show_progress=common.PROGRESS.value)
-  return seed.weights, seed.evaluation
-
-
-def federated_config(data_config, sigma_dp, *, clipping='dim', normalize=False,
-                     server_optimizer='lamb', server_lr=None, seed=None,
-                     release_client_diagnostics=False) -> config_lib.FederatedConfig:
-  """The demo's federated run (the --fl_* flags; LAMB at --fl_server_lr, "dim" clipping, --seed)
-  with noise `sigma_dp`; the ablation (`experiments.ablation`) varies the rest."""
-  return config_lib.FederatedConfig(
-      data=data_config,
-      model=config_lib.ModelConfig(model_config=common.FLAGS.model_config),
-      client=config_lib.ClientConfig(local_steps=_LOCAL_STEPS.value, client_lr=_CLIENT_LR.value),
-      server=config_lib.ServerConfig(server_optimizer=server_optimizer,
-                                     server_lr=server_lr or _SERVER_LR.value),
-      dp=dp_config.DPConfig(clipping=clipping, normalize=normalize, clip=_CLIP.value,
-                             sigma_dp=sigma_dp, delta=1e-9,
-                             population=_DECLARED_POPULATION.value,
-                             population_cohort_size=_DECLARED_COHORT.value,
-                             release_client_diagnostics=release_client_diagnostics),
-      run=config_lib.RunConfig(rounds=_ROUNDS.value, cohort_size=_COHORT.value,
-                               seed=common.FLAGS.seed if seed is None else seed,
-                               eval_every=_EVAL_EVERY.value, checkpoint_every=_EVAL_EVERY.value))
-
-
-def _federated(name, sigma_dp, seed_weights, data_config, train_data, eval_data, vocab,
-               output_dir):
-  config = federated_config(data_config, sigma_dp)
-  print(f'\n== federated training, {name}: {_ROUNDS.value} rounds, {_COHORT.value} of '
-        f'{len(train_data.client_ids)} speakers a round, sigma_dp={sigma_dp:g}')
-  return federated_training.train(config, train_data, vocab, os.path.join(output_dir, name),
-                                  eval_data=eval_data, initial_weights=seed_weights,
-                                  show_progress=common.PROGRESS.value)
+def federated_config(data_config, sigma_dp, **fields) -> config_lib.FederatedConfig:
+  """The demo's federated run with noise `sigma_dp`: the runner's flags at the demo's values
+  (`FEDERATED_DEFAULTS`), LAMB, "dim" clipping, a checkpoint at every evaluation; `fields` are
+  what the ablation (`experiments.ablation`) varies."""
+  return speech_stages.federated_config(data_config, **{
+      'server_optimizer': 'lamb', 'clipping': 'dim', 'sigma_dp': sigma_dp,
+      'checkpoint_every': FLAGS.eval_every, **fields})
 
 
 def demo_data(output_dir: str) -> config_lib.DataConfig:
-  """The demo's data: the synthetic corpus (`corpus`, under --corpus_dir or
-  `output_dir/corpus`), its seed speakers (10%) and held-out split, the features cached in
-  `output_dir/feature_cache`."""
-  root = common.FLAGS.corpus_dir or os.path.join(output_dir, 'corpus')
-  return config_lib.DataConfig(
-      corpus_dir=corpus(root), layout='librispeech', split=_TRAIN_SPLIT, seed_fraction=0.1,
-      split_seed=common.seed_or_zero(), language='en',
-      max_batch_seconds=common.FLAGS.max_batch_seconds,
-      feature_cache_dir=os.path.join(output_dir, 'feature_cache'), eval_split=_HELD_OUT_SPLIT)
+  """The demo's data: the synthetic corpus (`speech_stages.synthetic_corpus`: the training split
+  of --train_speakers and the held-out split of --held_out_speakers), its seed speakers (10%)
+  and held-out split, the features cached in `output_dir/feature_cache`."""
+  corpus_dir = speech_stages.synthetic_corpus(
+      output_dir, {_TRAIN_SPLIT: _SPEAKERS.value, _HELD_OUT_SPLIT: None})
+  return speech_stages.data_config(corpus_dir, output_dir, _TRAIN_SPLIT, seed_fraction=0.1,
+                                   split_seed=speech_stages.seed_or_zero(),
+                                   eval_split=_HELD_OUT_SPLIT)
 
 
 def main(argv):
@@ -182,34 +106,35 @@ def main(argv):
   eval_data = data_config.load_eval_data(vocab)
 
   mark = time.monotonic()
-  seed_dir = os.path.join(output_dir, 'seed')
-  seed_weights, seed_eval = seed_model(seed_data, eval_data, vocab, seed_dir)
-
+  seed_weights, seed_eval = speech_stages.seed_model(
+      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir,
+      eval_data=eval_data)
   stages['seed model'] = time.monotonic() - mark
-  mark = time.monotonic()
-  no_noise = _federated('fl_no_noise', 0.0, seed_weights, data_config, fl_data, eval_data, vocab,
-                        output_dir)
-  stages['FL, no noise'] = time.monotonic() - mark
-  mark = time.monotonic()
-  dp = _federated('fl_dp', _SIGMA_DP.value, seed_weights, data_config, fl_data, eval_data, vocab,
-                  output_dir)
-  stages['FL + DP'] = time.monotonic() - mark
+  results = {}
+  for name, stage, sigma_dp in (('fl_no_noise', 'FL, no noise', 0.0),
+                                ('fl_dp', 'FL + DP', FLAGS.sigma_dp)):
+    mark = time.monotonic()
+    results[name] = speech_stages.federated_run(
+        name, federated_config(data_config, sigma_dp), fl_data, vocab, output_dir,
+        seed_weights, eval_data=eval_data)
+    stages[stage] = time.monotonic() - mark
+  no_noise, dp = results['fl_no_noise'], results['fl_dp']
 
-  ledger = dp.ledger
+  rounds, ledger = FLAGS.rounds, dp.ledger
   epsilons = {
-      'epsilon_run': ledger.epsilon(_ROUNDS.value, declared=False, accountant='rdp'),
-      'epsilon_declared': ledger.epsilon(_ROUNDS.value, declared=True, accountant='rdp'),
+      'epsilon_run': ledger.epsilon(rounds, declared=False, accountant='rdp'),
+      'epsilon_declared': ledger.epsilon(rounds, declared=True, accountant='rdp'),
   }
-  epsilon_declared_pld = ledger.epsilon(_ROUNDS.value, declared=True, accountant='pld')
+  epsilon_declared_pld = ledger.epsilon(rounds, declared=True, accountant='pld')
   results = [
       {'model': 'seed (central, 10% of speakers)', 'wer': seed_eval.overall.wer,
        'cer': seed_eval.overall.cer, 'rounds': 0, 'epsilon_run': None,
        'epsilon_declared': None},
       {'model': 'FL, no noise', 'wer': no_noise.evaluation.overall.wer,
-       'cer': no_noise.evaluation.overall.cer, 'rounds': _ROUNDS.value, 'epsilon_run': math.inf,
+       'cer': no_noise.evaluation.overall.cer, 'rounds': rounds, 'epsilon_run': math.inf,
        'epsilon_declared': math.inf},
-      {'model': f'FL + DP (σ_DP = {_SIGMA_DP.value:g})', 'wer': dp.evaluation.overall.wer,
-       'cer': dp.evaluation.overall.cer, 'rounds': _ROUNDS.value, **epsilons},
+      {'model': f'FL + DP (σ_DP = {FLAGS.sigma_dp:g})', 'wer': dp.evaluation.overall.wer,
+       'cer': dp.evaluation.overall.cer, 'rounds': rounds, **epsilons},
   ]
   wers = [100 * row['wer'] for row in results]
   layer_norm_run = os.path.join(output_dir, 'fl_dp', 'metrics.csv')
@@ -234,7 +159,7 @@ def main(argv):
       f'{ledger.declared_cohort_size:,} at the same σ_DP (PLD: {epsilon_declared_pld:.2f}), '
       'which assumes quality depends on σ_DP only.',
       layer_norms_note,
-      f'Seed training metrics (by step): `{os.path.join(seed_dir, "metrics.csv")}`.',
+      f'Seed training metrics (by step): `{os.path.join(output_dir, "seed", "metrics.csv")}`.',
       f'Wall time of the demo: {(time.monotonic() - started) / 60:.1f} min ('
       + ', '.join(f'{stage} {seconds / 60:.1f}' for stage, seconds in stages.items()) + ').',
   ]

@@ -9,7 +9,7 @@ on the server's data after every step. Here, with the speech runner (`train_fede
    client speakers (`train_clients`) and held-out speakers (`dev`). A fraction
    `--noisy_speakers` of the client speakers have **corrupted transcripts**: every transcript
    replaced by as many random words of the vocabulary (`synthetic.corrupt_transcripts`).
-2. A seed model trained centrally on the seed speakers (`program.central_training`).
+2. A seed model trained centrally on the seed speakers (`speech_stages.seed_model`).
 3. From the seed, federated fine-tuning on the clients with server Adam and server rehearsal on
    the seed speakers (`--rehearsal_steps`): uniform weights and DGA softmax weights, without and
    with DP noise (`--dp_modes`).
@@ -34,57 +34,46 @@ from absl import flags
 import numpy as np
 
 from experiments import common
+from experiments import config_flags
+from experiments import speech_stages
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import fields as fields_lib
-from fedasr_tff.program import model_io
-from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
-from fedasr_tff.speech import federated_training
+
+FLAGS = flags.FLAGS
 
 RUNS = ('uniform', 'dga_softmax')
+SEED_SPLIT, CLIENT_SPLIT, HELD_OUT_SPLIT = 'train_seed', 'train_clients', 'dev'
 
 _SEED_SPEAKERS = flags.DEFINE_integer('seed_speakers', 6, 'Seed (server) speakers.',
                                       lower_bound=1)
 _CLIENT_SPEAKERS = flags.DEFINE_integer('client_speakers', 20, 'Client speakers.', lower_bound=2)
-_HELD_OUT = flags.DEFINE_integer('held_out_speakers', 4, 'Held-out speakers.', lower_bound=1)
 _NOISY = flags.DEFINE_float('noisy_speakers', 0.2, 'Fraction of client speakers whose '
                             'transcripts are corrupted.')
-_UTTERANCES = flags.DEFINE_float('dga_utterances', 8.0, 'Median utterances a speaker.',
-                                 lower_bound=1.0)
-_SEED_STEPS = flags.DEFINE_integer('seed_steps', 300, 'Central steps of the seed model.',
-                                   lower_bound=1)
-_DP_MODES = flags.DEFINE_list('dp_modes', ['no_dp', 'dp'], 'Runs without (no_dp) and with (dp) '
-                              'noise.')
-_ROUNDS = flags.DEFINE_integer('fl_rounds', 30, 'Federated rounds.', lower_bound=1)
-_COHORT = flags.DEFINE_integer('fl_cohort_size', 8, 'Clients a round.', lower_bound=1)
-_LOCAL_STEPS = flags.DEFINE_integer('fl_local_steps', 4, 'Local steps a round.', lower_bound=1)
-_BETA = flags.DEFINE_float('fl_dga_beta', 0.05, 'beta of the DGA softmax.')
-_LOSS_CLIP = flags.DEFINE_float('fl_dga_loss_clip', 150.0, 'Loss clip of the DGA weights (the '
-                                'CTC loss is per utterance).')
-_LOSS_FLOOR = flags.DEFINE_float('fl_dga_loss_floor', 0.0, 'Loss floor L_lo of the DGA '
-                                  'weights: a client at or below it weighs 1. With DP, weights '
-                                  'far below 1 shrink the signal against noise sized for 1.')
-_REHEARSAL = flags.DEFINE_integer('fl_rehearsal_steps', 2, 'Rehearsal steps a round.',
-                                  lower_bound=0)
-_SIGMA_DP = flags.DEFINE_float('fl_sigma_dp', 3e-4, 'DP noise of the dp runs (units of the '
-                               'clip).', lower_bound=0.0)
+config_flags.define_flags(speech_stages.CorpusConfig,
+                          defaults={'held_out_speakers': 4, 'utterances_per_speaker': 8.0})
+config_flags.define_flags(speech_stages.SeedConfig, defaults={'seed_steps': 300})
+_DP_MODES = flags.DEFINE_list('dp_modes', [speech_stages.NO_DP, speech_stages.DP],
+                              'Runs without (no_dp) and with (dp) noise.')
+# The federated runs: the runner's flags (`experiments.train_federated --aggregation`) at this
+# study's values. The CTC loss is per utterance, hence the loss clip of the DGA weights; the
+# weights' flags (dga_*) configure the dga_softmax runs only.
+_DGA_WEIGHTS = ('dga_beta', 'dga_loss_clip', 'dga_loss_floor')
+FEDERATED_DEFAULTS = dict(rounds=30, cohort_size=8, local_steps=4, dga_beta=0.05,
+                          dga_loss_clip=150.0, dga_loss_floor=0.0, rehearsal_steps=2,
+                          sigma_dp=3e-4)
+config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_DEFAULTS,
+                          defaults=FEDERATED_DEFAULTS)
 
 
-def _corpus(root, seed):
+def _corpus(output_dir, seed):
   """The corpus folder and the corrupted client speakers."""
-  librispeech = os.path.join(root, 'librispeech')
-  counts = {'train_seed': _SEED_SPEAKERS.value, 'train_clients': _CLIENT_SPEAKERS.value,
-            'dev': _HELD_OUT.value}
-  first = 0
-  for index, (split, count) in enumerate(counts.items()):
-    if not os.path.isdir(os.path.join(librispeech, split)):
-      synthetic.make_corpus(root, num_speakers=count, mean_utterances=_UTTERANCES.value,
-                            skew=0.3, seed=seed + index, split=split, first_speaker=first)
-    first += count
-  clients_dir = os.path.join(librispeech, 'train_clients')
+  librispeech = speech_stages.synthetic_corpus(
+      output_dir, {SEED_SPLIT: _SEED_SPEAKERS.value, CLIENT_SPLIT: _CLIENT_SPEAKERS.value,
+                   HELD_OUT_SPLIT: None}, skew=0.3)
+  clients_dir = os.path.join(librispeech, CLIENT_SPLIT)
   speakers = sorted(os.listdir(clients_dir))
   noisy = sorted(np.random.default_rng(seed).choice(
       speakers, size=int(round(_NOISY.value * len(speakers))), replace=False).tolist())
@@ -98,25 +87,21 @@ def _corpus(root, seed):
 
 
 def _federated_config(data_config, aggregation, sigma_dp):
-  dga = {}
-  if aggregation != 'uniform':
-    dga = dict(aggregation=aggregation, dga_beta=_BETA.value, dga_loss_clip=_LOSS_CLIP.value,
-               dga_loss_floor=_LOSS_FLOOR.value)
-  return fields_lib.from_flat(config_lib.FederatedConfig, {
-      **fields_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
-      'local_steps': _LOCAL_STEPS.value, 'client_lr': 0.2, 'server_optimizer': 'adam',
-      'server_lr': 0.001, 'clipping': 'dim', 'clip': 1.0, 'sigma_dp': sigma_dp,
-      'population': 10_000_000, 'population_cohort_size': 2_000, 'rounds': _ROUNDS.value,
-      'cohort_size': _COHORT.value, 'seed': common.FLAGS.seed, 'eval_every': _ROUNDS.value,
-      'checkpoint_every': _ROUNDS.value, 'rehearsal_steps': _REHEARSAL.value,
-      'central_split': 'train_seed' if _REHEARSAL.value else None, **dga})
+  rounds, rehearsal = FLAGS.rounds, FLAGS.rehearsal_steps
+  return speech_stages.federated_config(
+      data_config, unused_flags=_DGA_WEIGHTS if aggregation == 'uniform' else (),
+      aggregation=aggregation, client_lr=0.2, server_optimizer='adam', server_lr=0.001,
+      clipping='dim', clip=1.0, sigma_dp=sigma_dp, population=10_000_000,
+      population_cohort_size=2_000, eval_every=rounds, checkpoint_every=rounds,
+      central_split=SEED_SPLIT if rehearsal else None)
 
 
 def client_weights(config, model_fn, client_data, weights, noisy, seed):
   """Mean N·α of the noisy and the clean speakers: one DGA softmax round over every client at
   `weights` (the ground-truth diagnostic of the module docstring)."""
-  softmax = config_lib.DGAConfig(aggregation='dga_softmax', dga_beta=_BETA.value,
-                                 dga_loss_clip=_LOSS_CLIP.value, dga_loss_floor=_LOSS_FLOOR.value)
+  softmax = config_lib.DGAConfig(aggregation='dga_softmax', dga_beta=FLAGS.dga_beta,
+                                 dga_loss_clip=FLAGS.dga_loss_clip,
+                                 dga_loss_floor=FLAGS.dga_loss_floor)
   process = softmax.process(config.client, model_fn, server_optimizer=config.server.optimizer(),
                             server_lr_schedule=None, model_aggregator=None,
                             with_client_round=True)
@@ -155,65 +140,38 @@ def main(argv):
       'this study runs on one machine; experiments.train_federated --aggregation=... runs '
       'distributed.'))
   common.require('output_dir')
-  for name in _DP_MODES.value:
-    if name not in ('no_dp', 'dp'):
-      raise app.UsageError(f'--dp_modes takes any of no_dp, dp; got {name!r}.')
+  noise_levels = speech_stages.noise_levels(_DP_MODES.value, FLAGS.sigma_dp)
   if not 0 < _NOISY.value < 1:
     raise app.UsageError(f'--noisy_speakers must lie in (0, 1), got {_NOISY.value}.')
   output_dir = common.OUTPUT_DIR.value
-  seed = common.seed_or_zero()
-  root = common.FLAGS.corpus_dir or os.path.join(output_dir, 'corpus')
-  corpus_dir, noisy = _corpus(root, seed)
-  data_config = config_lib.DataConfig(
-      corpus_dir=corpus_dir, layout='librispeech', split='train_clients', speakers='all',
-      language='en', max_batch_seconds=common.FLAGS.max_batch_seconds,
-      feature_cache_dir=os.path.join(output_dir, 'feature_cache'))
+  seed = speech_stages.seed_or_zero()
+  corpus_dir, noisy = _corpus(output_dir, seed)
+  data_config = speech_stages.data_config(corpus_dir, output_dir, CLIENT_SPLIT, speakers='all')
   vocab = data_config.vocabulary()
-  seed_data = data_config.load_client_data('train_seed', vocab, speakers='all',
-                                           spec_augment=True)
-  client_data = data_config.load_client_data('train_clients', vocab, speakers='all',
+  seed_data = data_config.load_client_data(SEED_SPLIT, vocab, speakers='all', spec_augment=True)
+  client_data = data_config.load_client_data(CLIENT_SPLIT, vocab, speakers='all',
                                              spec_augment=True)
-  eval_data = data_config.load_client_data('dev', vocab)
-  model_fn = models.build_tff_model_fn(common.FLAGS.model_config, vocab.tokens)
+  eval_data = data_config.load_client_data(HELD_OUT_SPLIT, vocab)
+  model_fn = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)
 
   def score(weights):
     # A model made now: building a TFF process (graph mode) invalidates Keras models made before.
     return evaluation.evaluate(model_fn(), eval_data, weights).overall
 
-  seed_dir = os.path.join(output_dir, 'seed')
-  seed_path = os.path.join(seed_dir, 'model.npz')
-  if os.path.isfile(seed_path):
-    seed_weights = model_io.load_weights(seed_path, model_fn().keras_model, source='seed model')
-  else:
-    print(f'== seed model on the seed speakers ({_SEED_STEPS.value} steps)')
-    steps = _SEED_STEPS.value
-    seed_weights = central_training.train(
-        central_training.CentralConfig(
-            steps=steps, model_config=common.FLAGS.model_config, optimizer='adam',
-            learning_rate=2e-3, schedule='step', decay_rate=0.5,
-            decay_every=max(1, steps // 3), decay_start=max(1, steps // 3), seed=seed,
-            eval_every_steps=steps),
-        seed_data, vocab, seed_dir, show_progress=common.PROGRESS.value).weights
+  seed_weights, _ = speech_stages.seed_model(
+      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir)
   base_config = _federated_config(data_config, 'dga_softmax', 0.0)
   rows = [dict(model='seed', dp='-', scores=score(seed_weights), epsilons=None,
                weights=client_weights(base_config, model_fn, client_data, seed_weights, noisy,
                                       seed))]
-  for dp_mode in _DP_MODES.value:
-    sigma_dp = _SIGMA_DP.value if dp_mode == 'dp' else 0.0
+  for dp_mode, sigma_dp in noise_levels:
     for aggregation in RUNS:
       name = f'{aggregation}_{dp_mode}'
-      print(f'\n== {name}')
       config = _federated_config(data_config, aggregation, sigma_dp)
-      result = federated_training.train(
-          config, client_data, vocab, os.path.join(output_dir, name),
-          initial_weights=seed_weights, show_progress=common.PROGRESS.value,
-          central_data=seed_data if config.uses_central_data else None)
-      epsilons = None
-      if sigma_dp:
-        epsilons = (result.ledger.epsilon(_ROUNDS.value, declared=True),
-                    result.ledger.epsilon(_ROUNDS.value, declared=False))
+      result = speech_stages.federated_run(name, config, client_data, vocab, output_dir,
+                                           seed_weights, central_data=seed_data)
       rows.append(dict(model=name, dp=dp_mode, scores=score(result.weights),
-                       epsilons=epsilons,
+                       epsilons=speech_stages.epsilons(result, config),
                        weights=client_weights(config, model_fn, client_data, result.weights,
                                               noisy, seed)))
 

@@ -10,10 +10,14 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
+from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
 
+config_flags.define_flags(config_lib.DataConfig, [
+    name for name in fields_lib.config_fields(config_lib.DataConfig) if name != 'eval_split'])
+config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
 _MODEL = flags.DEFINE_string('model', None, 'Weights to evaluate (model.npz).')
 _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write the '
                                        'per-speaker breakdown (optional).')

@@ -7,7 +7,7 @@ FL is good on both. Here, with the speech runner (`train_federated --mixed`):
 1. A synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`) of two domains that say different
    words: the server's domain (split `train_server`, held out `dev_server`) and the clients'
    domain (`train_clients`, held out `dev_clients`), disjoint speakers.
-2. A seed model trained centrally on the server's domain (`program.central_training`).
+2. A seed model trained centrally on the server's domain (`speech_stages.seed_model`).
 3. From the seed, federated training on the clients' domain: FL alone (`--mixed=none`) and each
    mixed algorithm with the server's training speakers as central data (`--central_split`),
    without and with DP noise (`--dp_modes`).
@@ -27,77 +27,56 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from experiments import config_flags
+from experiments import speech_stages
 from fedasr_tff import models
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import synthetic
-from fedasr_tff.program import fields as fields_lib
-from fedasr_tff.program import model_io
-from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
-from fedasr_tff.speech import federated_training
+
+FLAGS = flags.FLAGS
 
 _WORDS = synthetic.DEFAULT_WORDS['en']
 SERVER_WORDS, CLIENT_WORDS = _WORDS[:20], _WORDS[20:]
 SPLITS = {'train_server': SERVER_WORDS, 'dev_server': SERVER_WORDS,
           'train_clients': CLIENT_WORDS, 'dev_clients': CLIENT_WORDS}
-RUNS = ('none',) + mixed_fl.ALGORITHMS
+RUNS = (config_lib.MIXED_NONE,) + mixed_fl.ALGORITHMS
 
 _SERVER_SPEAKERS = flags.DEFINE_integer('server_speakers', 6, 'Server-domain training speakers.',
                                         lower_bound=1)
 _CLIENT_SPEAKERS = flags.DEFINE_integer('client_speakers', 24, 'Client-domain speakers.',
                                         lower_bound=2)
-_HELD_OUT = flags.DEFINE_integer('held_out_speakers', 4, 'Held-out speakers of each domain.',
-                                 lower_bound=1)
-_UTTERANCES = flags.DEFINE_float('utterances_per_speaker', 8.0, 'Median utterances a speaker.',
-                                 lower_bound=1.0)
-_SEED_STEPS = flags.DEFINE_integer('seed_steps', 300, 'Central steps of the seed model.',
-                                   lower_bound=1)
+config_flags.define_flags(speech_stages.CorpusConfig,
+                          defaults={'held_out_speakers': 4, 'utterances_per_speaker': 8.0})
+config_flags.define_flags(speech_stages.SeedConfig, defaults={'seed_steps': 300})
 _ALGORITHMS = flags.DEFINE_list('algorithms', list(RUNS), f'Runs: any of {RUNS} (none: FL '
                                 'alone).')
-_DP_MODES = flags.DEFINE_list('dp_modes', ['no_dp', 'dp'], 'Runs without (no_dp) and with (dp) '
-                              'noise.')
-_ROUNDS = flags.DEFINE_integer('fl_rounds', 30, 'Federated rounds.', lower_bound=1)
-_COHORT = flags.DEFINE_integer('fl_cohort_size', 8, 'Clients a round.', lower_bound=1)
-_LOCAL_STEPS = flags.DEFINE_integer('fl_local_steps', 4, 'Local (and central) steps a round.',
-                                    lower_bound=1)
-_CENTRAL_WEIGHT = flags.DEFINE_float('fl_central_weight', 0.5, 'w_c of the mixed runs.')
-_CENTRAL_LR = flags.DEFINE_float(
-    'fl_central_lr', 0.02, 'SGD learning rate of the central steps (clipped like the clients\' '
-    'at 1): the federated branch moves by a LAMB step of 0.003 a round, the central one by up to '
-    'this x the steps.', lower_bound=0.0)
-_SIGMA_DP = flags.DEFINE_float('fl_sigma_dp', 3e-4, 'DP noise of the dp runs (units of the '
-                               'clip).', lower_bound=0.0)
-
-
-def _corpus(root):
-  librispeech = os.path.join(root, 'librispeech')
-  first = 0
-  counts = {'train_server': _SERVER_SPEAKERS.value, 'dev_server': _HELD_OUT.value,
-            'train_clients': _CLIENT_SPEAKERS.value, 'dev_clients': _HELD_OUT.value}
-  for index, (split, words) in enumerate(SPLITS.items()):
-    if not os.path.isdir(os.path.join(librispeech, split)):
-      synthetic.make_corpus(root, num_speakers=counts[split], words=words,
-                            mean_utterances=_UTTERANCES.value, skew=0.3,
-                            seed=common.seed_or_zero() + index, split=split, first_speaker=first)
-    first += counts[split]
-  return librispeech
+_DP_MODES = flags.DEFINE_list('dp_modes', [speech_stages.NO_DP, speech_stages.DP],
+                              'Runs without (no_dp) and with (dp) noise.')
+# The federated runs: the runner's flags (`experiments.train_federated --mixed`) at this study's
+# values; --local_steps is the central steps a round too. The central ones are clipped like the
+# clients' at 1: the federated branch moves by a LAMB step of 0.003 a round, the central one by
+# up to --central_lr x the steps. The central flags configure the mixed runs only (one_way has
+# no central optimizer).
+_CENTRAL_FLAGS = {config_lib.MIXED_NONE: ('central_weight', 'central_lr'),
+                  mixed_fl.ONE_WAY: ('central_lr',)}
+FEDERATED_DEFAULTS = dict(rounds=30, cohort_size=8, local_steps=4, central_weight=0.5,
+                          central_lr=0.02, sigma_dp=3e-4)
+config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_DEFAULTS,
+                          defaults=FEDERATED_DEFAULTS)
 
 
 def _federated_config(data_config, algorithm, sigma_dp):
   mixed = {}
-  if algorithm != 'none':
-    mixed = dict(mixed=algorithm, central_weight=_CENTRAL_WEIGHT.value,
-                 central_split='train_server', central_speakers='all')
-    if algorithm != mixed_fl.ONE_WAY:
-      mixed['central_lr'] = _CENTRAL_LR.value
-  return fields_lib.from_flat(config_lib.FederatedConfig, {
-      **fields_lib.to_flat(data_config), 'model_config': common.FLAGS.model_config,
-      'local_steps': _LOCAL_STEPS.value, 'client_lr': 0.2, 'server_optimizer': 'lamb',
-      'server_lr': 0.003, 'clipping': 'dim', 'clip': 1.0, 'sigma_dp': sigma_dp,
-      'population': 10_000_000, 'population_cohort_size': 2_000, 'rounds': _ROUNDS.value,
-      'cohort_size': _COHORT.value, 'seed': common.FLAGS.seed, 'eval_every': _ROUNDS.value,
-      'checkpoint_every': _ROUNDS.value, **mixed})
+  if algorithm != config_lib.MIXED_NONE:
+    mixed = dict(mixed=algorithm, central_split='train_server', central_speakers='all')
+  rounds = FLAGS.rounds
+  return speech_stages.federated_config(
+      data_config, unused_flags=_CENTRAL_FLAGS.get(algorithm, ()), client_lr=0.2,
+      server_optimizer='lamb', server_lr=0.003, clipping='dim', clip=1.0, sigma_dp=sigma_dp,
+      population=10_000_000, population_cohort_size=2_000, eval_every=rounds,
+      checkpoint_every=rounds, **mixed)
 
 
 def main(argv):
@@ -109,15 +88,14 @@ def main(argv):
   for name in _ALGORITHMS.value:
     if name not in RUNS:
       raise app.UsageError(f'--algorithms takes any of {RUNS}, got {name!r}.')
-  for name in _DP_MODES.value:
-    if name not in ('no_dp', 'dp'):
-      raise app.UsageError(f'--dp_modes takes any of no_dp, dp; got {name!r}.')
+  noise_levels = speech_stages.noise_levels(_DP_MODES.value, FLAGS.sigma_dp)
   output_dir = common.OUTPUT_DIR.value
-  root = common.FLAGS.corpus_dir or os.path.join(output_dir, 'corpus')
-  data_config = config_lib.DataConfig(
-      corpus_dir=_corpus(root), layout='librispeech', split='train_clients', speakers='all',
-      language='en', max_batch_seconds=common.FLAGS.max_batch_seconds,
-      feature_cache_dir=os.path.join(output_dir, 'feature_cache'))
+  corpus_dir = speech_stages.synthetic_corpus(
+      output_dir, {'train_server': _SERVER_SPEAKERS.value, 'dev_server': None,
+                   'train_clients': _CLIENT_SPEAKERS.value, 'dev_clients': None},
+      words=SPLITS, skew=0.3)
+  data_config = speech_stages.data_config(corpus_dir, output_dir, 'train_clients',
+                                          speakers='all')
   vocab = data_config.vocabulary()
   server_data = data_config.load_client_data('train_server', vocab, speakers='all',
                                              spec_augment=True)
@@ -125,7 +103,7 @@ def main(argv):
                                              spec_augment=True)
   eval_sets = {domain: data_config.load_client_data(f'dev_{domain}', vocab)
                for domain in ('server', 'clients')}
-  model_fn = models.build_tff_model_fn(common.FLAGS.model_config, vocab.tokens)
+  model_fn = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)
 
   def score(weights):
     # A model made now: building a TFF process (graph mode) invalidates Keras models made before.
@@ -133,37 +111,16 @@ def main(argv):
     return {domain: evaluation.evaluate(model, eval_data, weights).overall
             for domain, eval_data in eval_sets.items()}
 
-  seed_dir = os.path.join(output_dir, 'seed')
-  seed_path = os.path.join(seed_dir, 'model.npz')
-  if os.path.isfile(seed_path):
-    seed_weights = model_io.load_weights(seed_path, model_fn().keras_model,
-                                         source='seed model')
-  else:
-    print(f'== seed model on the server domain ({_SEED_STEPS.value} steps)')
-    steps = _SEED_STEPS.value
-    seed_weights = central_training.train(
-        central_training.CentralConfig(
-            steps=steps, model_config=common.FLAGS.model_config, optimizer='adam',
-            learning_rate=2e-3, schedule='step', decay_rate=0.5,
-            decay_every=max(1, steps // 3), decay_start=max(1, steps // 3),
-            seed=common.seed_or_zero(), eval_every_steps=steps),
-        server_data, vocab, seed_dir, show_progress=common.PROGRESS.value).weights
+  seed_weights, _ = speech_stages.seed_model(
+      config_flags.config_from_flags(speech_stages.SeedConfig), server_data, vocab, output_dir)
   rows = [('seed (server domain)', '-', score(seed_weights), None)]
-  for dp_mode in _DP_MODES.value:
-    sigma_dp = _SIGMA_DP.value if dp_mode == 'dp' else 0.0
+  for dp_mode, sigma_dp in noise_levels:
     for algorithm in _ALGORITHMS.value:
-      name = f'{"fl_alone" if algorithm == "none" else algorithm}_{dp_mode}'
-      print(f'\n== {name}')
+      name = f'{"fl_alone" if algorithm == config_lib.MIXED_NONE else algorithm}_{dp_mode}'
       config = _federated_config(data_config, algorithm, sigma_dp)
-      result = federated_training.train(
-          config, client_data, vocab, os.path.join(output_dir, name),
-          initial_weights=seed_weights, show_progress=common.PROGRESS.value,
-          central_data=server_data if config.uses_central_data else None)
-      epsilons = None
-      if sigma_dp:
-        epsilons = (result.ledger.epsilon(_ROUNDS.value, declared=True),
-                    result.ledger.epsilon(_ROUNDS.value, declared=False))
-      rows.append((name, dp_mode, score(result.weights), epsilons))
+      result = speech_stages.federated_run(name, config, client_data, vocab, output_dir,
+                                           seed_weights, central_data=server_data)
+      rows.append((name, dp_mode, score(result.weights), speech_stages.epsilons(result, config)))
 
   lines = ['| model | DP | WER server domain | CER server domain | WER client domain | '
            'CER client domain | ε declared / run (RDP, δ=1e-9) |', '|---|---|---|---|---|---|---|']

@@ -13,13 +13,12 @@ from absl import app
 
 from experiments import common
 from experiments import config_flags
-from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import central_training
+from fedasr_tff.speech import config as config_lib
 
 # --model_config and --seed are shared flags (`common`).
-config_flags.define_flags(central_training.CentralConfig, [
-    name for name in fields_lib.config_fields(central_training.CentralConfig)
-    if name not in ('model_config', 'seed')])
+config_flags.define_flags(config_lib.DataConfig)
+config_flags.define_flags(central_training.CentralConfig)
 
 
 def main(argv):
@@ -28,7 +27,8 @@ def main(argv):
   common.start_binary(distributed_refusal='central training runs no federated round.')
   common.require('corpus_dir', 'output_dir')
   with config_flags.flag_errors():
-    data = common.data_config()
+    data = config_flags.config_from_flags(config_lib.DataConfig).with_default_feature_cache(
+        common.OUTPUT_DIR.value)
     config = config_flags.config_from_flags(central_training.CentralConfig)
     vocab = data.vocabulary()
     train_data = data.load_client_data(data.split, vocab, speakers='seed', spec_augment=True,

@@ -45,21 +45,11 @@ from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
 from fedasr_tff import runtime
-from fedasr_tff.program import dp_config
-from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import federated_training
 
-config_flags.define_flags(config_lib.ModelConfig, ['seed_model'])
-config_flags.define_flags(config_lib.ClientConfig)
-config_flags.define_flags(config_lib.ServerConfig)
-config_flags.define_flags(dp_config.DPConfig)
-config_flags.define_flags(config_lib.CentralDataConfig)
-config_flags.define_flags(config_lib.MixedConfig)
-config_flags.define_flags(config_lib.DGAConfig)
-config_flags.define_flags(config_lib.RunConfig, [
-    name for name in fields_lib.config_fields(config_lib.RunConfig) if name != 'seed'])
+config_flags.define_flags(config_lib.FederatedConfig)
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
     'limit). On GPUs, set it to the number of clients that fit in memory.', lower_bound=1)
@@ -72,8 +62,9 @@ def main(argv):
   common.require('corpus_dir', 'output_dir')
 
   with config_flags.flag_errors():
-    config = dataclasses.replace(config_flags.config_from_flags(config_lib.FederatedConfig),
-                                 data=common.data_config())
+    config = config_flags.config_from_flags(config_lib.FederatedConfig)
+    config = dataclasses.replace(
+        config, data=config.data.with_default_feature_cache(common.OUTPUT_DIR.value))
     vocab = config.data.vocabulary()
     train_data = config.data.load_client_data(config.data.split, vocab, speakers='federated',
                                               spec_augment=True,

@@ -17,8 +17,6 @@ Every flag that configures the run is a field of
 `fedasr_tff.retrieval.training.RetrieverConfig` (same name, default and help).
 """
 
-import dataclasses
-
 from absl import app
 from absl import flags
 
@@ -28,8 +26,8 @@ from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import training
 
 config_flags.define_flags(training.RetrieverConfig, [
-    f.name for f in dataclasses.fields(training.RetrieverConfig)
-    if f.name not in ('output_dir', 'seed')])  # Both defined by `common`.
+    name for name in fields_lib.config_fields(training.RetrieverConfig)
+    if name != 'output_dir'])  # `common`'s, as every binary's.
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
     'limit). In the adapter mode each needs memory for its activations through the backbone '
@@ -49,11 +47,7 @@ def main(argv):
           'with the cohort (measured: states went to the wrong clients).'))
   common.require('output_dir')
   with config_flags.flag_errors():
-    values = {name: flags.FLAGS[name].value for name in fields_lib.config_fields(
-        training.RetrieverConfig) if name in flags.FLAGS and flags.FLAGS[name].value is not None}
-    values['output_dir'] = common.OUTPUT_DIR.value
-    values['seed'] = common.seed_or_zero()
-    config = training.RetrieverConfig(**values)
+    config = config_flags.config_from_flags(training.RetrieverConfig)
     if _MIPS.value:
       print(f'MIPS on the frozen model: {training.mips_baseline(config)}')
       return

@@ -49,6 +49,9 @@ from fedasr_tff.speech import transcription
 
 FLAGS = flags.FLAGS
 
+config_flags.define_flags(config_lib.DataConfig, ['language'])
+config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
+
 _AUDIO = flags.DEFINE_list('audio', [], 'Audio files to transcribe (also as arguments).')
 _MANIFEST = flags.DEFINE_string(
     'manifest', None, 'File listing audio to transcribe: one path per line, optionally followed '

@@ -21,8 +21,8 @@ def _run(output_dir, *extra_flags):
   return subprocess.run(
       [sys.executable, '-m', 'experiments.ablation', f'--output_dir={output_dir}', *extra_flags,
        '--train_speakers=5', '--held_out_speakers=1', '--utterances_per_speaker=2',
-       '--central_steps=2', '--fl_rounds=2', '--fl_eval_every=2', '--fl_cohort_size=2',
-       '--fl_local_steps=1', '--seeds=0', '--clippings=dim', '--optimizers=lamb',
+       '--seed_steps=2', '--rounds=2', '--eval_every=2', '--cohort_size=2',
+       '--local_steps=1', '--seeds=0', '--clippings=dim', '--optimizers=lamb',
        '--reference=dim:lamb', '--parallel=2', '--noprogress'],
       capture_output=True, text=True, env=env, cwd=_ROOT, timeout=900, check=False)
 

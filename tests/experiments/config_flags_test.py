@@ -59,6 +59,31 @@ class ConfigFlagsTest(absltest.TestCase):
     central = config_flags.config_from_flags(central_training.CentralConfig, flag_values)
     self.assertEqual((central.steps, central.seed), (7, 5))
 
+  def test_a_binary_defines_the_fields_it_names_with_its_own_defaults(self):
+    # What the demo does: the runner's names, its own defaults, sub-configurations flattened.
+    flag_values = flags.FlagValues()
+    config_flags.define_flags(config_lib.FederatedConfig, ['rounds', 'local_steps', 'clip'],
+                              flag_values, defaults={'rounds': 30, 'local_steps': 1})
+    self.assertEqual(sorted(flag_values), ['clip', 'local_steps', 'rounds'])
+    self.assertEqual((flag_values['rounds'].default, flag_values['local_steps'].default,
+                      flag_values['clip'].default), (30, 1, dp_config.DPConfig().clip))
+    fields = fields_lib.config_fields(config_lib.FederatedConfig)
+    self.assertEqual(flag_values['rounds'].help, fields['rounds'].metadata[fields_lib.HELP])
+    flag_values(['binary', '--clip=0.5'])
+    self.assertEqual(config_flags.values_from_flags(config_lib.FederatedConfig, flag_values),
+                     {'rounds': 30, 'local_steps': 1, 'clip': 0.5})
+    config = config_flags.config_from_flags(config_lib.FederatedConfig, flag_values)
+    self.assertEqual((config.run.rounds, config.client.local_steps, config.dp.clip,
+                      config.run.cohort_size), (30, 1, 0.5, config_lib.RunConfig().cohort_size))
+
+  def test_defaults_only_for_fields_the_binary_defines(self):
+    with self.assertRaisesRegex(ValueError, "no field 'fl_rounds'"):
+      config_flags.define_flags(config_lib.RunConfig, ['rounds'], flags.FlagValues(),
+                                defaults={'fl_rounds': 30})
+    with self.assertRaisesRegex(ValueError, "not defined: 'cohort_size'"):
+      config_flags.define_flags(config_lib.RunConfig, ['rounds'], flags.FlagValues(),
+                                defaults={'cohort_size': 16})
+
   def test_errors_name_the_flags(self):
     flag_values = _flag_values()
     with self.assertRaises(app.UsageError) as raised:

@@ -20,8 +20,8 @@ class DemoTest(absltest.TestCase):
     result = subprocess.run(
         [sys.executable, '-m', 'experiments.demo', f'--output_dir={output_dir}',
          '--train_speakers=6', '--held_out_speakers=2', '--utterances_per_speaker=2',
-         '--central_steps=4', '--fl_rounds=2', '--fl_cohort_size=2', '--fl_local_steps=1',
-         '--fl_eval_every=1', '--noprogress'],
+         '--seed_steps=4', '--rounds=2', '--cohort_size=2', '--local_steps=1',
+         '--eval_every=1', '--noprogress'],
         capture_output=True, text=True, env=env, cwd=_ROOT, timeout=900, check=False)
     self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
     out = result.stdout

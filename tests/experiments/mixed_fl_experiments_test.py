@@ -49,7 +49,7 @@ class MixedFLSpeechTest(absltest.TestCase):
                TF_CPP_MIN_LOG_LEVEL='2')
     result = subprocess.run(
         [sys.executable, '-m', 'experiments.mixed_fl_speech', f'--output_dir={output_dir}',
-         '--seed_steps=5', '--fl_rounds=1', '--fl_cohort_size=2', '--algorithms=two_way',
+         '--seed_steps=5', '--rounds=1', '--cohort_size=2', '--algorithms=two_way',
          '--dp_modes=dp', '--server_speakers=2', '--client_speakers=3',
          '--held_out_speakers=1', '--utterances_per_speaker=2', '--noprogress'],
         capture_output=True, text=True, env=env, cwd=_ROOT, timeout=900, check=False)

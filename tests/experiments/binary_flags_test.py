@@ -1,0 +1,62 @@
+"""Which flags the binaries define: only those that configure them, in the runner's vocabulary.
+
+Each binary is imported in a subprocess of its own (as `python -m` runs it): absl's flags are
+global, and binaries with their own defaults for the same flag cannot share a process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import config as config_lib
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The flags of the speech wing's data and model: no retriever binary takes them.
+_SPEECH = {*fields_lib.config_fields(config_lib.DataConfig),
+           *fields_lib.config_fields(config_lib.ModelConfig)}
+_PRINT_FLAGS = ('import importlib, json, sys\n'
+                'from absl import flags\n'
+                'importlib.import_module(sys.argv[1])\n'
+                'print(json.dumps({name: flags.FLAGS[name].default for name in flags.FLAGS}))\n')
+
+
+def _flags(module):
+  """{flag: default} of every flag defined once `module` is imported."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
+             PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
+  result = subprocess.run([sys.executable, '-c', _PRINT_FLAGS, module], capture_output=True,
+                          text=True, env=env, cwd=_ROOT, timeout=300, check=False)
+  if result.returncode:
+    raise AssertionError(f'importing {module} failed: {result.stderr[-3000:]}')
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class BinaryFlagsTest(absltest.TestCase):
+
+  def test_the_retriever_binaries_define_no_speech_flag(self):
+    for module in ('experiments.train_retriever', 'experiments.retriever_study'):
+      defined = _flags(module)
+      self.assertEmpty(_SPEECH & set(defined), module)
+      self.assertIn('output_dir', defined, module)
+    # The retriever's own --seed (its configuration's), not the speech run's.
+    self.assertEqual(_flags('experiments.train_retriever')['seed'], 0)
+
+  def test_a_speech_binary_defines_them(self):
+    self.assertContainsSubset(_SPEECH, set(_flags('experiments.train_federated')))
+
+  def test_the_demo_takes_the_runners_names_with_its_own_defaults(self):
+    defined = _flags('experiments.demo')
+    self.assertEqual({name: defined[name] for name in ('rounds', 'cohort_size', 'local_steps')},
+                     {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
+    self.assertEmpty([name for name in defined if name.startswith('fl_')])
+    # Its corpus is its own synthetic one: of the data flags, where it is written and the batch
+    # size only.
+    self.assertEqual(_SPEECH & set(defined), {'corpus_dir', 'max_batch_seconds', 'model_config'})
+
+
+if __name__ == '__main__':
+  absltest.main()
