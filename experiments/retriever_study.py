@@ -6,8 +6,8 @@ Runs, on Debian's fortunes (category = document to retrieve) with the pretrained
 all-MiniLM-L6-v2, every cell of `CELLS` for each seed (the seed fixes the test split, the client
 split, the initialisation and the batch orders) through `fedasr_tff.retrieval.training.train`,
 and prints and writes (`results.md`, `results.csv`) held-out top-1 and top-K accuracy, mean ± std
-over the seeds, with each DP cell's ε. The cells (Fofonjka et al., webAI 2025; spec
-`soft_embeddings_car.md` §5):
+over the seeds, with each DP cell's ε. The cells (Fofonjka et al., webAI 2025,
+Sec. 6):
 
 * E1: MIPS on the frozen model (class prototypes; no training) < classifier-only <= adapter +
   classifier;

@@ -11,7 +11,8 @@ Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retri
 2025). The default corpus is Debian's fortunes (`make setup` installs it): each category is a
 document to retrieve. --central_dp is the alternative with a meaningful guarantee. Started again
 with the same flags and --output_dir, a run resumes from its latest checkpoint. With
---mips_baseline the binary only prints the MIPS baseline on the frozen model (spec §2).
+--mips_baseline the binary only prints the MIPS baseline on the frozen model (class prototypes
+of the training queries, scored by inner product; the paper's Sec. 6.2 baseline).
 
 Every flag that configures the run is a field of
 `fedasr_tff.retrieval.training.RetrieverConfig` (same name, default and help).

@@ -1,5 +1,5 @@
 """The retriever training run end to end on a tiny BERT checkpoint and a tiny fortunes corpus:
-learning sanity (spec §7, property 15), determinism (16), resume, what is released, errors."""
+learning sanity, determinism, resume, what is released, errors."""
 
 import csv
 import json
