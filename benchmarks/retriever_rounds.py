@@ -35,9 +35,9 @@ import tensorflow as tf
 
 from benchmarks import memory
 from fedasr_tff.retrieval import corpora
+from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import tff_model
-from fedasr_tff.retrieval import training
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.text_models import frozen
 from fedasr_tff.text_models import minilm
@@ -70,7 +70,7 @@ def _texts(count):
 
 def _datasets(inputs, labels, clients, round_num):
   parts = np.array_split(np.arange(len(labels)), clients)
-  return [training.client_dataset({k: v[p] for k, v in inputs.items()}, labels[p], _BATCH,
+  return [data_lib.client_dataset({k: v[p] for k, v in inputs.items()}, labels[p], _BATCH,
                                   seed=1000 * round_num + i) for i, p in enumerate(parts)]
 
 
@@ -109,7 +109,7 @@ def main(argv):
   feature_times = []
   for _ in range(_REPEATS.value):
     start = time.perf_counter()
-    features = training.compute_features(backbone, tokens, 'mean')
+    features = data_lib.compute_features(backbone, tokens, 'mean')
     feature_times.append(time.perf_counter() - start)
   median = statistics.median(feature_times)
   print(f'features (once per run): {_summary(feature_times)}, {1e3 * median / count:.2f} ms per '

@@ -31,6 +31,7 @@ from absl import flags
 from experiments import common
 from fedasr_tff import private_files
 from fedasr_tff.program import study
+from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import training
 
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (one run of each cell per seed).')
@@ -89,7 +90,7 @@ def _config(name, overrides, seed, output_dir):
   # Centralized is one client holding all the training data, for the same rounds x local
   # epochs: the same total epochs over the data as FL.
   base.update(overrides, rounds=_ROUNDS.value)
-  return training.RetrieverConfig(**base)
+  return retrieval_config.RetrieverConfig(**base)
 
 
 def _run(name, overrides, seed, output_dir):

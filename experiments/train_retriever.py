@@ -15,7 +15,7 @@ with the same flags and --output_dir, a run resumes from its latest checkpoint. 
 of the training queries, scored by inner product; the paper's Sec. 6.2 baseline).
 
 Every flag that configures the run is a field of
-`fedasr_tff.retrieval.training.RetrieverConfig` (same name, default and help).
+`fedasr_tff.retrieval.retrieval_config.RetrieverConfig` (same name, default and help).
 """
 
 from absl import app
@@ -24,10 +24,11 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import training
 
-config_flags.define_flags(training.RetrieverConfig, [
-    name for name in fields_lib.config_fields(training.RetrieverConfig)
+config_flags.define_flags(retrieval_config.RetrieverConfig, [
+    name for name in fields_lib.config_fields(retrieval_config.RetrieverConfig)
     if name != 'output_dir'])  # `common`'s, as every binary's.
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
@@ -48,7 +49,7 @@ def main(argv):
           'with the cohort (measured: states went to the wrong clients).'))
   common.require('output_dir')
   with config_flags.flag_errors():
-    config = config_flags.config_from_flags(training.RetrieverConfig)
+    config = config_flags.config_from_flags(retrieval_config.RetrieverConfig)
     if _MIPS.value:
       print(f'MIPS on the frozen model: {training.mips_baseline(config)}')
       return

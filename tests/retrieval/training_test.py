@@ -11,6 +11,8 @@ from absl.testing import absltest
 import numpy as np
 
 from fedasr_tff import runtime
+from fedasr_tff.retrieval import config as retrieval_config
+from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import training
 from tests.program import damage
 from tests.text_models import tiny_bert
@@ -67,7 +69,7 @@ class TrainingTest(absltest.TestCase):
                   client_learning_rate=0.5, test_fraction=0.25,
                   output_dir=os.path.join(self.root, name))
     values.update(overrides)
-    return training.RetrieverConfig(**values)
+    return retrieval_config.RetrieverConfig(**values)
 
   def test_fl_learns_like_centralized_and_local_dp_costs(self):
     # Property 15: FL within 2 points of centralized at the same total epochs; local DP
@@ -187,7 +189,7 @@ class TrainingTest(absltest.TestCase):
                  'rms_norm_eps': 1e-5, 'hidden_act': 'silu', 'rope_theta': 10000.0,
                  'tie_word_embeddings': False}, f)
     with self.assertRaisesRegex(ValueError, r'4,\d{3},\d{3},\d{3} bytes.*2 GiB.*classifier_only'):
-      training.load_backbone(self.config('big', checkpoint_dir=directory,
+      data_lib.load_backbone(self.config('big', checkpoint_dir=directory,
                                          mode='adapter_classifier'))
 
   def test_impossible_flag_combinations_name_the_flags(self):

