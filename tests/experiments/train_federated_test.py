@@ -138,12 +138,14 @@ class TrainFederatedTest(absltest.TestCase):
     self.assertEmpty(left, 'the killed run left its TFF worker running')
 
   def test_killed_run_resumes_to_the_same_final_state(self):
-    # The `small` model trains with dropout and layer drop: every draw of client work must be a
-    # function of (run secret, round, client) for a replayed round to be bit-identical. The run
-    # is mixed FL's 2-way gradient transfer (the server trains on the seed speaker): its central
-    # batches, central optimizer and augmenting gradients must replay too.
+    # Every draw of client work (the order and SpecAugment masks of a client's batches) must be
+    # a function of (run secret, round, client) for a replayed round to be bit-identical. The
+    # run is mixed FL's 2-way gradient transfer (the server trains on the seed speaker): its
+    # central batches, central optimizer and augmenting gradients must replay too. The model's
+    # own draws (dropout, layer drop, CAPE) follow the batch seeds: tff_model_test.py replays
+    # rounds of a model that makes them, on clients and in mixed FL's central steps.
     reference = os.path.join(self.tmp, 'reference')
-    result = _run(*self._flags(reference, *_MIXED, model='small'))
+    result = _run(*self._flags(reference, *_MIXED))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('epsilon spent', result.stdout)
     # Both seeds were fixed: the statement says what that costs.
@@ -157,21 +159,21 @@ class TrainFederatedTest(absltest.TestCase):
     # it through the run's clean-up (tests/runtime/execution_context_test.py, every way a run
     # ends).
     resumed = os.path.join(self.tmp, 'resumed')
-    proc = self._start(resumed, 'small', *_MIXED)
+    proc = self._start(resumed, 'tiny', *_MIXED)
     workers = self._kill_after_checkpoint(proc, resumed, 1, signal.SIGKILL)
     self.assertEqual(proc.returncode, -signal.SIGKILL)
     self._assert_stopped(workers, timeout=30)
 
     # Resuming with other flags is refused before anything runs, naming the flag.
-    refused = _run(*self._flags(resumed, *_MIXED, '--client_lr=0.5', model='small'))
+    refused = _run(*self._flags(resumed, *_MIXED, '--client_lr=0.5'))
     self.assertNotEqual(refused.returncode, 0)
     self.assertIn('client_lr', refused.stderr)
 
-    result = _run(*self._flags(resumed, *_MIXED, model='small'))
+    result = _run(*self._flags(resumed, *_MIXED))
     self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
     self.assertIn('Resuming from the checkpoint of round', result.stdout)
     self.assertIn('Mixed federated learning', result.stdout)
-    model = models.build_ctc_transformer('small', 29)
+    model = models.build_ctc_transformer('tiny', 29)
     want = model_io.load_weights(os.path.join(reference, 'model.npz'), model)
     got = model_io.load_weights(os.path.join(resumed, 'model.npz'), model)
     for a, b in zip(want.trainable, got.trainable, strict=True):

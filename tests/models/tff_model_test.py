@@ -175,6 +175,30 @@ class SeededClientWorkTest(absltest.TestCase):
     other, _ = round_output([11, 12, 14])
     self.assertTrue(any(not np.array_equal(a, b) for a, b in zip(weights, other, strict=True)))
 
+  def test_replayed_two_way_mixed_round_is_bit_identical(self):
+    # The server's central steps train with the same randomness, drawn from the central batches'
+    # seeds, and round 2 adds both augmenting gradients of round 1: a resumed mixed FL run
+    # replays its rounds only if all of it is a function of the seeds and the state.
+    process = algorithms.build_mixed_fl_process(
+        models.build_tff_model_fn(_RANDOM_CONFIG, self.vocab.tokens), algorithm='two_way',
+        central_weight=0.3, client_learning_rate=0.1, local_steps=2,
+        server_optimizer=optimizers.build('sgd', 1.0),
+        central_optimizer=optimizers.build('sgd', 0.1),
+        merge_optimizer=optimizers.build('sgd', 1.0), central_steps=2)
+    central = self.client_data.client_ids[0]
+
+    def round_output(state, seeds, central_seed):
+      return process.next(state, self._datasets(seeds), self.client_data
+                          .create_tf_dataset_for_client(central, seed=central_seed)).state
+
+    state = round_output(process.initialize(), [1, 2, 3], 4)
+    weights = round_output(state, [11, 12, 13], 14).global_model_weights.trainable
+    replayed = round_output(state, [11, 12, 13], 14).global_model_weights.trainable
+    for a, b in zip(weights, replayed, strict=True):
+      np.testing.assert_array_equal(a, b)
+    other = round_output(state, [11, 12, 13], 15).global_model_weights.trainable
+    self.assertTrue(any(not np.array_equal(a, b) for a, b in zip(weights, other, strict=True)))
+
 
 if __name__ == '__main__':
   absltest.main()

@@ -230,6 +230,8 @@ class TLSTest(absltest.TestCase):
         with self.assertRaisesRegex(runtime.WorkerUnavailableError, 'not reachable after 1 s'):
           runtime.set_distributed_execution_context([address], worker_timeout=1.0, tls=refused)
     finally:
+      # The last context set points at the proxy: later tests in this process run locally.
+      runtime.set_local_cpp_execution_context()
       proxy.stop()
       worker.stop()
 
