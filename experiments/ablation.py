@@ -7,15 +7,15 @@ Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025 (arXiv:2310
 the same σ_DP that per-layer clipping with C_h ∝ sqrt(dim) beats uniform per-layer clipping,
 which beats global clipping (Sec. 3, Table 1); that the layer-wise adaptive server optimizers
 (LAMB, LARS) beat Adam and SGD under DP (Sec. 4); and that per-layer update norms are far from
-balanced (Fig. 6). Here, on the demo's synthetic corpus (`experiments.demo`: its corpus, seed
-model and federated flags, the runner's):
+balanced (Fig. 6). Here, on the demo's synthetic corpus (`experiments.recipe
+--synthetic_speakers`: its corpus, seed model and federated flags, the runner's):
 
 1. one seed model (--model_config: `tiny`, or `tiny_deep` for depth) trained centrally on 10%
    of the speakers (`speech_stages.seed_model`), which every cell starts from;
 2. the grid --clippings x --optimizers at σ_DP = --sigma_dp, plus the no-noise --reference,
    each for every --seed: a cell is one `experiments.train_federated` run in its own folder
    (`OUTPUT_DIR/cells/<cell>_s<seed>`), from the demo's federated configuration
-   (`demo.federated_config`) with that clipping, server optimizer (learning rate from
+   (`recipe.federated_config`) with that clipping, server optimizer (learning rate from
    --server_lrs) and seed (the run's secret and its DP noise seed: a simulation);
 3. `ablation.md` / `ablation.csv`: held-out WER and CER, mean ± std over the seeds, ε for the
    declared population and for the run (the ledger's, `summary.json`), the orderings measured
@@ -44,7 +44,7 @@ from absl import flags
 
 from experiments import common
 from experiments import config_flags
-from experiments import demo
+from experiments import recipe
 from experiments import report
 from experiments import speech_stages
 from fedasr_tff import optimizers
@@ -75,7 +75,7 @@ _OVERHEAD_SECONDS = flags.DEFINE_float(
 # The ablation's size on a shared 2-core machine (39 cells in about an hour at --parallel=2;
 # docs/results.md, "The paper's findings in miniature"): its corpus, seed model and rounds,
 # whatever the demo's defaults are.
-_DEFAULTS = dict(train_speakers=60, utterances_per_speaker=8.0, seed_steps=400,
+_DEFAULTS = dict(synthetic_speakers=60, utterances_per_speaker=8.0, seed_steps=400,
                  held_out_speakers=12, rounds=15, eval_every=15, cohort_size=8, local_steps=3,
                  clip=0.1, sigma_dp=5e-3)
 for _name, _value in _DEFAULTS.items():
@@ -153,7 +153,7 @@ def _variants():
 
 def _cell_config(variant, seed, data_config, seed_model, server_lrs):
   # A simulation: the noise is seeded too, so a cell is reproducible.
-  return demo.federated_config(
+  return recipe.federated_config(
       data_config, common.FLAGS.sigma_dp if variant.noise else 0.0, clipping=variant.clipping,
       normalize=variant.normalize, server_optimizer=variant.optimizer,
       server_lr=server_lrs[variant.optimizer], seed=seed,
@@ -294,7 +294,7 @@ def main(argv):
   variants = _variants()
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
-  data_config = demo.demo_data(output_dir)
+  data_config = recipe.recipe_data(output_dir)
   vocab = data_config.vocabulary()
   seed_data = data_config.load_client_data(data_config.split, vocab, speakers='seed',
                                            spec_augment=True)
@@ -312,7 +312,7 @@ def main(argv):
   print(f'\n== {len(cells)} cells ({len(variants)} x {len(seeds)} seeds), {todo} to run, '
         f'{_PARALLEL.value} at once: about {estimate / 60:.0f} min ({how})', flush=True)
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [os.path.dirname(os.path.dirname(os.path.abspath(demo.__file__))), *sys.path[1:]]))
+      [os.path.dirname(os.path.dirname(os.path.abspath(recipe.__file__))), *sys.path[1:]]))
   study.run_cells(list(cells.values()), _PARALLEL.value, env=env,
                   log=lambda line: print(line, flush=True))
 

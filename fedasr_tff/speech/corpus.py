@@ -1,16 +1,26 @@
 """A corpus on disk as federated client data, with the paper's seed/federated speaker split
-(`load_client_data`).
+(`load_client_data`), and the speakers' roles in a run on one corpus (`assign_speakers`).
 """
 
+import dataclasses
 import os
+from typing import Collection
 from typing import Optional
+from typing import Sequence
+from typing import Tuple
 
+import numpy as np
+
+from fedasr_tff import validation
 from fedasr_tff.data import corpora
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 
 LAYOUTS = ('librispeech', 'common_voice', 'manifest')
 SPEAKER_PARTS = ('all', 'seed', 'federated')
+# Stream of `assign_speakers`' held-out draw, apart from `pipeline.split_speakers`' draw of the
+# same seed.
+_HELD_OUT_STREAM = 0x4E1D
 
 
 def read_utterances(corpus_dir: str, layout: str, split: str, strict: bool = False,
@@ -46,6 +56,70 @@ def read_utterances(corpus_dir: str, layout: str, split: str, strict: bool = Fal
   return utterances
 
 
+@dataclasses.dataclass(frozen=True)
+class SpeakerRoles:
+  """The disjoint speaker sets of a run on one corpus.
+
+  Attributes:
+    seed: the server's speakers, for the central seed model.
+    federated: the clients.
+    held_out: the speakers evaluated on and never trained on.
+  """
+  seed: Tuple[str, ...]
+  federated: Tuple[str, ...]
+  held_out: Tuple[str, ...]
+
+  def as_dict(self) -> dict:
+    """{role: [speaker, ...]}, as JSON stores it."""
+    return {name: list(getattr(self, name)) for name in ('seed', 'federated', 'held_out')}
+
+
+def assign_speakers(speakers: Sequence[str], *, seed_fraction: float, split_seed: int,
+                    held_out: Collection[str] = (), held_out_count: int = 0) -> SpeakerRoles:
+  """Splits the speakers of one split into held-out, seed and federated speakers.
+
+  The held-out speakers are `held_out` if given, else `held_out_count` drawn with `split_seed`
+  (none when 0: the run evaluates on another split); the rest are split as
+  `pipeline.split_speakers` does for the seed part (Pelikan et al. 2025, Sec. 4 "Data"), on a
+  stream of the same seed apart from the held-out draw.
+
+  Args:
+    speakers: the speakers of the split (duplicates merged).
+    seed_fraction: the seed part's share of the speakers left after the held-out ones.
+    split_seed: seed of both draws.
+    held_out: the held-out speakers by name.
+    held_out_count: how many to draw when `held_out` is empty.
+
+  Returns:
+    The `SpeakerRoles`, each role sorted.
+
+  Raises:
+    ValueError: for a held-out speaker not in `speakers`, both `held_out` and `held_out_count`,
+      or fewer than 2 speakers left to train on.
+  """
+  speakers = sorted(set(speakers))
+  validation.check_non_negative_integer('held_out_count', held_out_count)
+  if held_out and held_out_count:
+    raise ValueError('Give the held-out speakers by name (`held_out`) or by count '
+                     '(`held_out_count`), not both.')
+  unknown = sorted(set(held_out) - set(speakers))
+  if unknown:
+    raise ValueError(f'`held_out` names speakers the split does not have: {", ".join(unknown)}.')
+  if held_out_count:
+    if held_out_count > len(speakers) - 2:
+      raise ValueError(f'`held_out_count`={held_out_count} leaves fewer than 2 of the '
+                       f'{len(speakers)} speakers to train on (a seed speaker and a client).')
+    order = np.random.default_rng([split_seed, _HELD_OUT_STREAM]).permutation(len(speakers))
+    held_out = [speakers[i] for i in order[:held_out_count]]
+  rest = [s for s in speakers if s not in set(held_out)]
+  if len(rest) < 2:
+    raise ValueError(f'{len(rest)} speaker(s) left to train on after the held-out ones: a run '
+                     'needs a seed speaker and at least one client.')
+  seed, federated = pipeline.split_speakers(rest, seed_fraction, split_seed)
+  return SpeakerRoles(tuple(seed), tuple(federated), tuple(sorted(held_out)))
+
+
+
 def load_client_data(corpus_dir: str,
                      layout: str,
                      split: str,
@@ -59,7 +133,8 @@ def load_client_data(corpus_dir: str,
                      spec_augment: bool = False,
                      max_batch_seconds: float = 120.0,
                      feature_cache_dir: Optional[str] = None,
-                     strict: bool = False) -> pipeline.SpeechClientData:
+                     strict: bool = False,
+                     speaker_ids: Optional[Collection[str]] = None) -> pipeline.SpeechClientData:
   """The speakers of one split, or of one part of it, as clients.
 
   The parts are those of Pelikan et al., "Enabling Differentially Private Federated Learning for
@@ -83,17 +158,28 @@ def load_client_data(corpus_dir: str,
     max_batch_seconds: audio per dynamic batch.
     feature_cache_dir: the feature cache's folder, or None.
     strict: raise at the first unusable utterance instead of skipping it.
+    speaker_ids: the speakers to read, by name (`assign_speakers`), instead of a part; then
+      `speakers` must be "all".
 
   Returns:
     The `SpeechClientData`, its `report` counting what was skipped.
 
   Raises:
-    ValueError: for an unknown part, or as `read_utterances` and `data.split_speakers`.
+    ValueError: for an unknown part, a part with `speaker_ids`, a named speaker the split does
+      not have, or as `read_utterances` and `data.split_speakers`.
   """
   if speakers not in SPEAKER_PARTS:
     raise ValueError(f'`speakers` must be one of {SPEAKER_PARTS}, got {speakers!r}.')
   report = corpora.ReadReport()
   utterances = read_utterances(corpus_dir, layout, split, strict, report)
+  if speaker_ids is not None:
+    if speakers != 'all':
+      raise ValueError(f'Give `speakers`="all" with `speaker_ids`, got {speakers!r}.')
+    missing = sorted(set(speaker_ids) - {u.speaker for u in utterances})
+    if missing:
+      raise ValueError(f'Split {split!r} of {corpus_dir!r} has no utterance of speaker(s) '
+                       f'{", ".join(missing)}.')
+    utterances = [u for u in utterances if u.speaker in set(speaker_ids)]
   if speakers != 'all':
     seed_part, federated_part = pipeline.split_speakers(
         [u.speaker for u in utterances], seed_fraction, split_seed)

@@ -20,7 +20,7 @@ def _run(output_dir, *extra_flags):
              PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
   return subprocess.run(
       [sys.executable, '-m', 'experiments.ablation', f'--output_dir={output_dir}', *extra_flags,
-       '--train_speakers=5', '--held_out_speakers=1', '--utterances_per_speaker=2',
+       '--synthetic_speakers=5', '--held_out_speakers=1', '--utterances_per_speaker=2',
        '--seed_steps=2', '--rounds=2', '--eval_every=2', '--cohort_size=2',
        '--local_steps=1', '--seeds=0', '--clippings=dim', '--optimizers=lamb',
        '--reference=dim:lamb', '--parallel=2', '--noprogress'],

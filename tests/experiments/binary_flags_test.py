@@ -48,14 +48,17 @@ class BinaryFlagsTest(absltest.TestCase):
   def test_a_speech_binary_defines_them(self):
     self.assertContainsSubset(_SPEECH, set(_flags('experiments.train_federated')))
 
-  def test_the_demo_takes_the_runners_names_with_its_own_defaults(self):
-    defined = _flags('experiments.demo')
+  def test_the_recipe_takes_the_runners_names_with_its_own_defaults(self):
+    defined = _flags('experiments.recipe')
     self.assertEqual({name: defined[name] for name in ('rounds', 'cohort_size', 'local_steps')},
                      {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
-    # Its corpus is its own synthetic one: of the data flags, where it is written and the batch
-    # size only.
-    self.assertEqual(_SPEECH & set(defined), {'corpus_dir', 'max_batch_seconds', 'model_config'})
+    # The corpus and its speakers' roles, the batch size and the model: not the runner's own
+    # speaker part, IID control or feature cache (the recipe chooses the speakers and caches
+    # under --output_dir).
+    self.assertEqual(_SPEECH & set(defined),
+                     {'corpus_dir', 'layout', 'split', 'eval_split', 'language', 'seed_fraction',
+                      'split_seed', 'max_batch_seconds', 'model_config'})
 
 
 if __name__ == '__main__':

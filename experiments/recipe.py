@@ -1,0 +1,294 @@
+r"""Your own corpus, a working model: seed model, federated training without and with DP,
+evaluation and report, in one command.
+
+  python -m experiments.recipe --corpus_dir=/data/mycorpus --layout=manifest --split=train.tsv \
+      --output_dir=/tmp/recipe                  # 10% of the speakers held out, 10% seed
+  python -m experiments.recipe --corpus_dir=/data/LibriSpeech --split=train-clean-100 \
+      --eval_split=dev-clean --output_dir=/tmp/recipe
+  make demo    # = python -m experiments.recipe --synthetic_speakers=480 --output_dir=demo_output
+
+Stages, each resumable (a finished stage's output is read back when the command runs again;
+the federated runs resume from their checkpoints):
+
+1. Speakers: the held-out speakers are those of --eval_split, or --held_out by name, or
+   --held_out_speakers drawn from --split (default 10% of them, at least 1); the rest are split
+   into the seed speakers (--seed_fraction, the server's data) and the clients, as Pelikan et
+   al., NeurIPS 2025, arXiv:2310.00098, Sec. 4 "Data" do (`speech.corpus.assign_speakers`),
+   drawn with --split_seed (default: --seed).
+   The roles are kept in `speakers.json` (owner-only: it names the clients); a rerun that would
+   give other roles is refused, naming the flags.
+2. A seed model trained centrally on the seed speakers (Adam with step decay, --seed_steps,
+   --seed_lr; the paper's LARS needs far more steps than a CPU has).
+3. Federated training from the seed with the clients (one per speaker): per-layer "dim"
+   clipping, LAMB on the server, local SGD with local clipping; once without noise, once with
+   DP noise --sigma_dp on the averaged update. The runner's flags
+   (`experiments.train_federated`) at the demo's values; the clip C = client_lr x local clip x
+   local steps, the largest delta local training makes. On a corpus with fewer clients than
+   --cohort_size, every client takes part in every round (q = 1, stated in the privacy report).
+4. Every model scored on the held-out speakers (greedy CTC decoding), and `report.md`: WER
+   first, the plots (per-layer norms are those the DP run releases) and the privacy statement
+   for the run and the declared population (the paper's extrapolation, Sec. 4.3, Table 1).
+
+SpecAugment is off (--spec_augment turns it on in seed and federated training): in a few
+hundred steps it slowed the tiny model more than it regularised it, and federated fine-tuning
+with it undid a seed trained without it (docs/results.md, "The demo, measured").
+
+--synthetic_speakers=N runs the recipe on a synthetic espeak-ng corpus (the demo's): N training
+speakers and a held-out split of --held_out_speakers (default 8) other speakers, written to
+--corpus_dir (default OUTPUT_DIR/corpus) if it has none.
+"""
+
+import json
+import math
+import os
+import time
+
+from absl import app
+from absl import flags
+
+from experiments import common
+from experiments import config_flags
+from experiments import report
+from experiments import speech_stages
+from fedasr_tff import private_files
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import corpus
+
+FLAGS = flags.FLAGS
+
+# The corpus: --corpus_dir (`speech_stages`), its layout and splits, the speakers' roles.
+config_flags.define_flags(config_lib.DataConfig, ['layout', 'split', 'eval_split', 'language',
+                                                  'seed_fraction', 'split_seed'])
+_SYNTHETIC_SPEAKERS = flags.DEFINE_integer(
+    'synthetic_speakers', None, 'Run on a synthetic espeak-ng corpus of this many training '
+    'speakers (and --held_out_speakers others), written to --corpus_dir if it has none (the '
+    'demo: 480). Default: the corpus at --corpus_dir.', lower_bound=4)
+_HELD_OUT = flags.DEFINE_list(
+    'held_out', [], 'Speakers of --split held out for evaluation, by name (instead of '
+    '--held_out_speakers or --eval_split).')
+config_flags.define_flags(speech_stages.CorpusConfig)
+config_flags.define_flags(speech_stages.SeedConfig)
+_SPEC_AUGMENT = flags.DEFINE_bool(
+    'spec_augment', False, 'SpecAugment on the training batches (the seed speakers\' and the '
+    'clients\'). Off by default: see the module docstring.')
+# The federated stage: the runner's flags (`experiments.train_federated`) at the demo's values.
+# The clip C = 0.2 is client_lr x local clip (1) x local steps, the largest delta one local step
+# can make, so the noise (sigma_dp x C) is no larger than it needs to be (at C = 1 it cost 6 WER
+# points; docs/results.md, "The demo, measured"). The population is the declared one, K' and S'.
+FEDERATED_DEFAULTS = dict(rounds=30, cohort_size=16, local_steps=1, client_lr=0.2,
+                          server_lr=0.003, clip=0.2, sigma_dp=3e-4, population=10_000_000,
+                          population_cohort_size=2_000, eval_every=10)
+config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_DEFAULTS,
+                          defaults=FEDERATED_DEFAULTS)
+_EXACT_LAYER_NORMS = flags.DEFINE_bool(
+    'layer_norms_from_no_noise_run', False, 'Draw the per-layer norms figure from the run '
+    'without noise: its exact client statistics (outside any DP guarantee, and labelled so). '
+    'Default: from what the DP run releases (norms of its noised average update).')
+
+# The synthetic corpus's splits.
+_SYNTHETIC_TRAIN, _SYNTHETIC_HELD_OUT = 'train', 'dev'
+# The held-out share of --split's speakers when neither --eval_split nor --held_out* is given.
+_HELD_OUT_FRACTION = 0.1
+SPEAKERS_FILE = 'speakers.json'
+
+
+def federated_config(data_config, sigma_dp, **fields) -> config_lib.FederatedConfig:
+  """The recipe's federated run with noise `sigma_dp`: the runner's flags at the recipe's values
+  (`FEDERATED_DEFAULTS`), LAMB, "dim" clipping, a checkpoint at every evaluation; `fields` are
+  what the ablation (`experiments.ablation`) varies."""
+  return speech_stages.federated_config(data_config, **{
+      'server_optimizer': 'lamb', 'clipping': 'dim', 'sigma_dp': sigma_dp,
+      'checkpoint_every': FLAGS.eval_every, **fields})
+
+
+def recipe_data(output_dir: str) -> config_lib.DataConfig:
+  """The data flags (--corpus_dir, --layout, --split, --eval_split, ...), or the synthetic
+  corpus's (`speech_stages.synthetic_corpus`) with --synthetic_speakers; the features cached in
+  `output_dir/feature_cache`."""
+  # --split_seed defaults to --seed: each seed of a study is another draw of the roles.
+  fields = {'seed_fraction': FLAGS.seed_fraction,
+            'split_seed': (FLAGS.split_seed if FLAGS['split_seed'].present
+                           else speech_stages.seed_or_zero())}
+  if _SYNTHETIC_SPEAKERS.value is not None:
+    given = [f'--{name}' for name in ('layout', 'split', 'eval_split', 'language', 'held_out')
+             if FLAGS[name].present]
+    if given:
+      raise app.UsageError(f'{", ".join(given)}: the synthetic corpus (--synthetic_speakers) '
+                           'has its own layout, splits and language.')
+    corpus_dir = speech_stages.synthetic_corpus(
+        output_dir, {_SYNTHETIC_TRAIN: _SYNTHETIC_SPEAKERS.value, _SYNTHETIC_HELD_OUT: None})
+    return speech_stages.data_config(corpus_dir, output_dir, _SYNTHETIC_TRAIN,
+                                     eval_split=_SYNTHETIC_HELD_OUT, **fields)
+  common.require('corpus_dir')
+  if FLAGS.eval_split and (_HELD_OUT.value or FLAGS['held_out_speakers'].present):
+    raise app.UsageError('--eval_split holds out its own speakers: give it, or --held_out / '
+                         '--held_out_speakers, not both.')
+  return config_lib.DataConfig(
+      corpus_dir=speech_stages.CORPUS_DIR.value, layout=FLAGS.layout, split=FLAGS.split,
+      eval_split=FLAGS.eval_split or None, language=FLAGS.language,
+      max_batch_seconds=FLAGS.max_batch_seconds,
+      feature_cache_dir=os.path.join(output_dir, config_lib.FEATURE_CACHE_SUBDIR), **fields)
+
+
+def speaker_roles(data: config_lib.DataConfig, output_dir: str) -> corpus.SpeakerRoles:
+  """The speakers' roles (`corpus.assign_speakers`), kept in `output_dir/speakers.json`.
+
+  Raises:
+    app.UsageError: if the flags give other roles than the run in `output_dir` has.
+  """
+  speakers = [u.speaker for u in corpus.read_utterances(data.corpus_dir, data.layout,
+                                                        data.split)]
+  held_out_count = 0
+  if not data.eval_split and not _HELD_OUT.value:
+    held_out_count = (FLAGS.held_out_speakers if FLAGS['held_out_speakers'].present else
+                      max(1, round(_HELD_OUT_FRACTION * len(set(speakers)))))
+  try:
+    roles = corpus.assign_speakers(speakers, seed_fraction=data.seed_fraction,
+                                   split_seed=data.split_seed, held_out=_HELD_OUT.value,
+                                   held_out_count=held_out_count)
+  except ValueError as e:
+    raise app.UsageError(f'{e} (--split={data.split}, --held_out, --held_out_speakers, '
+                         '--seed_fraction)') from e
+  path = os.path.join(output_dir, SPEAKERS_FILE)
+  if os.path.isfile(path):
+    with open(path) as f:
+      saved = json.load(f)
+    if saved != roles.as_dict():
+      raise app.UsageError(
+          f'{path} holds other speaker roles than --split, --eval_split, --held_out, '
+          '--held_out_speakers, --seed_fraction and --split_seed give now: use a new '
+          '--output_dir, or the flags of that run.')
+  else:
+    os.makedirs(output_dir, exist_ok=True)
+    with private_files.open_private(path) as f:
+      json.dump(roles.as_dict(), f, indent=1)
+  return roles
+
+
+def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
+  return corpus.load_client_data(
+      data.corpus_dir, data.layout, split, vocab, speaker_ids=speaker_ids,
+      spec_augment=spec_augment, max_batch_seconds=data.max_batch_seconds,
+      feature_cache_dir=data.feature_cache())
+
+
+def _count(number: int, noun: str) -> str:
+  return f'{number} {noun}' + ('' if number == 1 else 's')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  common.start_binary(distributed_refusal=(
+      'the recipe runs on one machine; use experiments.train_federated for distributed runs.'))
+  common.require('output_dir')
+  started = time.monotonic()
+  output_dir = common.OUTPUT_DIR.value
+  stages = {}  # stage -> wall seconds (of this invocation: a reused stage costs little)
+  data_config = recipe_data(output_dir)
+  vocab = data_config.vocabulary()
+  roles = speaker_roles(data_config, output_dir)
+  seed_data = _client_data(data_config, data_config.split, vocab, roles.seed,
+                           _SPEC_AUGMENT.value)
+  fl_data = _client_data(data_config, data_config.split, vocab, roles.federated,
+                         _SPEC_AUGMENT.value)
+  eval_data = (data_config.load_eval_data(vocab) if data_config.eval_split else
+               _client_data(data_config, data_config.split, vocab, roles.held_out))
+  stages['corpus'] = time.monotonic() - started
+  clients = len(fl_data.client_ids)
+  print(f'== speakers: {_count(len(seed_data.client_ids), "seed speaker")}, '
+        f'{_count(clients, "client")}, {_count(len(eval_data.client_ids), "held-out speaker")} '
+        f'({"--eval_split=" + data_config.eval_split if data_config.eval_split else "of --split"}'
+        f'; roles in {os.path.join(output_dir, SPEAKERS_FILE)})')
+
+  mark = time.monotonic()
+  seed_weights, seed_eval = speech_stages.seed_model(
+      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir,
+      eval_data=eval_data)
+  stages['seed model'] = time.monotonic() - mark
+  # A corpus with fewer clients than the cohort: all of them every round, unless the flag says.
+  cohort = ({} if FLAGS['cohort_size'].present or clients >= FLAGS.cohort_size
+            else {'cohort_size': clients})
+  results = {}
+  with config_flags.flag_errors():
+    configs = {name: federated_config(data_config, sigma_dp, **cohort)
+               for name, sigma_dp in (('fl_no_noise', 0.0), ('fl_dp', FLAGS.sigma_dp))}
+  for name, stage in (('fl_no_noise', 'FL, no noise'), ('fl_dp', 'FL + DP')):
+    mark = time.monotonic()
+    results[name] = speech_stages.federated_run(name, configs[name], fl_data, vocab, output_dir,
+                                                seed_weights, eval_data=eval_data)
+    stages[stage] = time.monotonic() - mark
+  no_noise, dp = results['fl_no_noise'], results['fl_dp']
+
+  rounds, ledger = FLAGS.rounds, dp.ledger
+  epsilons = {
+      'epsilon_run': ledger.epsilon(rounds, declared=False, accountant='rdp'),
+      'epsilon_declared': ledger.epsilon(rounds, declared=True, accountant='rdp'),
+  }
+  epsilon_declared_pld = ledger.epsilon(rounds, declared=True, accountant='pld')
+  seed_share = f'{len(seed_data.client_ids)} of {len(seed_data.client_ids) + clients} speakers'
+  results = [
+      {'model': f'seed (central, {seed_share})', 'wer': seed_eval.overall.wer,
+       'cer': seed_eval.overall.cer, 'rounds': 0, 'epsilon_run': None,
+       'epsilon_declared': None},
+      {'model': 'FL, no noise', 'wer': no_noise.evaluation.overall.wer,
+       'cer': no_noise.evaluation.overall.cer, 'rounds': rounds, 'epsilon_run': math.inf,
+       'epsilon_declared': math.inf},
+      {'model': f'FL + DP (σ_DP = {FLAGS.sigma_dp:g})', 'wer': dp.evaluation.overall.wer,
+       'cer': dp.evaluation.overall.cer, 'rounds': rounds, **epsilons},
+  ]
+  wers = [100 * row['wer'] for row in results]
+  layer_norm_run = os.path.join(output_dir, 'fl_dp', 'metrics.csv')
+  layer_norms_note = ('The per-layer norms figure shows what the DP run releases: the norms of '
+                      'its noised average update and the noise\'s expected share of them.')
+  if _EXACT_LAYER_NORMS.value:
+    layer_norm_run = os.path.join(output_dir, 'fl_no_noise', 'metrics.csv')
+    layer_norms_note = ('The per-layer norms figure comes from the run without noise '
+                        '(--layer_norms_from_no_noise_run): its exact client statistics are '
+                        'outside any DP guarantee.')
+  corpus_name = ('the synthetic corpus' if _SYNTHETIC_SPEAKERS.value is not None else
+                 f'split {data_config.split!r} of `{data_config.corpus_dir}` '
+                 f'({data_config.layout})')
+  notes = [
+      f'{_count(len(seed_data.client_ids), "seed speaker")}, '
+      f'{_count(clients, "federated client")}, '
+      f'{_count(len(eval_data.client_ids), "held-out speaker")} (never trained on) of '
+      f'{corpus_name}' + (f', held-out split {data_config.eval_split!r}'
+                          if data_config.eval_split else '') + '.',
+      f'WER (greedy decoding): seed {wers[0]:.1f}% → FL {wers[1]:.1f}% → FL + DP '
+      f'{wers[2]:.1f}%: federated training ' + ('improves on' if wers[2] < wers[0] else
+                                               'does NOT improve on') + ' the seed model with '
+      f'DP; the cost of the noise (DP run minus run without noise) is {wers[2] - wers[1]:+.1f} WER '
+      'points.',
+      f'ε (RDP, δ = 1e-9): `epsilon_run` is the DP run\'s own guarantee ({ledger.cohort_size} '
+      f'of {ledger.population} clients a round, Poisson-sampled); `epsilon_declared` is the '
+      f'extrapolation to K\' = {ledger.declared_population:,}, S\' = '
+      f'{ledger.declared_cohort_size:,} at the same σ_DP (PLD: {epsilon_declared_pld:.2f}), '
+      'which assumes quality depends on σ_DP only.',
+      layer_norms_note,
+      f'Seed training metrics (by step): `{os.path.join(output_dir, "seed", "metrics.csv")}`.',
+      f'Wall time: {(time.monotonic() - started) / 60:.1f} min ('
+      + ', '.join(f'{stage} {seconds / 60:.1f}' for stage, seconds in stages.items()) + ').',
+  ]
+  path = report.write_report(
+      output_dir, title='fedasr-tff recipe: DP federated fine-tuning of a seed ASR model',
+      results=results, privacy_statement=dp.privacy_statement(),
+      runs={'FL, no noise': os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'),
+            'FL + DP': os.path.join(output_dir, 'fl_dp', 'metrics.csv')},
+      references={'seed model': (seed_eval.overall.wer, seed_eval.overall.cer)},
+      layer_norm_run=layer_norm_run, notes=notes)
+  print('\n== held-out speakers (greedy decoding)')
+  for row in results:
+    eps = ''
+    if row['epsilon_run'] is not None and math.isfinite(row['epsilon_run']):
+      eps = (f'  epsilon_run={row["epsilon_run"]:.3g} (this run, K={ledger.population}, '
+             f'S={ledger.cohort_size}); epsilon_declared={row["epsilon_declared"]:.2f} (K\'='
+             f'{ledger.declared_population:,}, S\'={ledger.declared_cohort_size:,}; PLD '
+             f'{epsilon_declared_pld:.2f}) at delta=1e-9')
+    print(f'{row["model"]:<34} WER {100 * row["wer"]:5.1f}%  CER {100 * row["cer"]:5.1f}%{eps}')
+  print('\n'.join(notes))
+  print(f'report: {path}')
+
+
+if __name__ == '__main__':
+  app.run(main)

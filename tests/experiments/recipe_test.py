@@ -1,0 +1,127 @@
+"""The recipe binary end to end on a corpus of the user's own (a manifest), killed between stages
+and run again; its start-up refusals. (Its synthetic corpus, `make demo`'s, is written and read
+by the ablation's test, `ablation_test.py`.)"""
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl.testing import absltest
+
+from fedasr_tff.data import corpora
+from fedasr_tff.data import synthetic
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A few steps and rounds: the pipeline, not the model's quality.
+_SHORT = ('--seed_steps=4', '--rounds=2', '--cohort_size=2', '--local_steps=1', '--eval_every=1',
+          '--noprogress')
+
+
+def _command(*flags):
+  return [sys.executable, '-m', 'experiments.recipe', *flags]
+
+
+def _env():
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
+              PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
+
+
+def _run(*flags):
+  return subprocess.run(_command(*flags), capture_output=True, text=True, env=_env(), cwd=_ROOT,
+                        timeout=900, check=False)
+
+
+class RecipeTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # The user's corpus: a manifest (header, path, transcript, speaker) of 6 speakers.
+    cls.corpus = tempfile.mkdtemp()
+    synthetic.make_corpus(cls.corpus, num_speakers=6, mean_utterances=2, skew=0.0, seed=3,
+                          words_per_utterance=(1, 2))
+    utterances = corpora.read_librispeech(os.path.join(cls.corpus, 'librispeech'), 'train')
+    with open(os.path.join(cls.corpus, 'all.tsv'), 'w') as f:
+      f.write('path\ttranscript\tspeaker\n')
+      for u in utterances:
+        f.write(f'{os.path.relpath(u.path, cls.corpus)}\t{u.transcript}\tspk{u.speaker}\n')
+
+  def test_own_corpus_killed_between_stages_resumes_and_writes_the_report(self):
+    output_dir = tempfile.mkdtemp()
+    flags = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv',
+             f'--output_dir={output_dir}', *_SHORT)
+    # SIGKILL once the seed model is saved: the next run reads it back.
+    proc = subprocess.Popen(_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), cwd=_ROOT)
+    seed_model = os.path.join(output_dir, 'seed', 'model.npz')
+    deadline = time.monotonic() + 600
+    while not os.path.isfile(seed_model) and proc.poll() is None:
+      self.assertLess(time.monotonic(), deadline, 'no seed model appeared')
+      time.sleep(0.1)
+    self.assertIsNone(proc.poll(), 'the run ended before it could be killed')
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=120)
+    self.assertFalse(os.path.exists(os.path.join(output_dir, 'report.md')))
+    # 10% of 6 speakers held out (at least 1), 10% of the rest the seed: 1, 1 and 4 clients.
+    speakers = os.path.join(output_dir, 'speakers.json')
+    self.assertEqual(stat.S_IMODE(os.stat(speakers).st_mode), 0o600)
+
+    # Other roles than the killed run's are refused before anything runs, naming the flags.
+    refused = _run(*flags, '--split_seed=7')
+    self.assertNotEqual(refused.returncode, 0)
+    self.assertIn('--split_seed', refused.stderr)
+
+    result = _run(*flags)
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
+    out = result.stdout
+    self.assertIn('== speakers: 1 seed speaker, 4 clients, 1 held-out speaker (of --split', out)
+    self.assertIn(f'reusing {seed_model}', out)
+    for model in ('seed (central', 'FL, no noise', 'FL + DP'):
+      self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%', msg=model)
+    # Both epsilons, each named by the population it covers; 4 clients, cohort 2.
+    self.assertRegex(out, r'epsilon_run=\S+ \(this run, K=4, S=2\); '
+                          r'epsilon_declared=\d+\.\d+ \(K\'=10,000,000')
+    with open(os.path.join(output_dir, 'report.md')) as f:
+      text = f.read()
+    self.assertIn("of split 'all.tsv' of", text)
+    # WER leads, and the per-layer figure shows only what the DP run releases.
+    self.assertIn('## Results\n\n**WER (greedy decoding): seed (central', text)
+    self.assertIn('| Model | WER (%) | CER (%) |', text)
+    self.assertIn('figure shows what the DP run releases', text)
+    self.assertIn('averaged over rounds, from `' + os.path.join(output_dir, 'fl_dp', 'metrics.csv'),
+                  text)
+    self.assertIn('ε (RDP)', text)
+    self.assertIn('ε (this run)', text)
+    self.assertIn('ε (declared population)', text)
+    for png in ('error_rates.png', 'layer_norms.png'):
+      self.assertIn(png, text)
+      self.assertGreater(os.path.getsize(os.path.join(output_dir, png)), 1000)
+
+  def test_impossible_flag_combinations_are_refused_at_start_up(self):
+    out = tempfile.mkdtemp()
+    corpus = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv')
+    cases = [
+        (['--synthetic_speakers=6', '--layout=manifest'], '--layout'),
+        ([*corpus, '--eval_split=all.tsv', '--held_out=spk0'], '--eval_split'),
+        ([*corpus, '--held_out=nobody'], 'nobody'),
+        ([*corpus, '--held_out_speakers=5'], '--held_out_speakers'),
+        (['--layout=manifest', '--split=all.tsv'], 'corpus_dir'),
+    ]
+    # All at once: each fails during start-up, so the cost is one interpreter start each.
+    procs = [subprocess.Popen(_command(f'--output_dir={out}', *extra), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
+             for extra, _ in cases]
+    for proc, (extra, expected) in zip(procs, cases, strict=True):
+      stdout, stderr = proc.communicate(timeout=300)
+      self.assertNotEqual(proc.returncode, 0, msg=extra)
+      self.assertIn(expected, stderr + stdout, msg=extra)
+    self.assertEqual(os.listdir(out), [])
+
+
+if __name__ == '__main__':
+  absltest.main()
