@@ -47,9 +47,9 @@ _SPEAKERS = flags.DEFINE_integer('train_speakers', 480, 'Training speakers in th
                                  lower_bound=4)
 config_flags.define_flags(speech_stages.CorpusConfig)
 config_flags.define_flags(speech_stages.SeedConfig)
-_SPEC_AUGMENT = flags.DEFINE_bool(
-    'spec_augment', False, 'SpecAugment on the training batches (the seed speakers\' and the '
-    'clients\'). Off by default: see the module docstring.')
+# SpecAugment off by default: see the module docstring.
+config_flags.define_flags(config_lib.DataConfig, ['spec_augment'],
+                          defaults={'spec_augment': False})
 # The federated stage: the runner's flags (`experiments.train_federated`) at the demo's values.
 # The clip C = 0.2 is client_lr x local clip (1) x local steps, the largest delta one local step
 # can make, so the noise (sigma_dp x C) is no larger than it needs to be (at C = 1 it cost 6 WER
@@ -84,7 +84,7 @@ def demo_data(output_dir: str) -> config_lib.DataConfig:
       output_dir, {_TRAIN_SPLIT: _SPEAKERS.value, _HELD_OUT_SPLIT: None})
   return speech_stages.data_config(corpus_dir, output_dir, _TRAIN_SPLIT, seed_fraction=0.1,
                                    split_seed=speech_stages.seed_or_zero(),
-                                   eval_split=_HELD_OUT_SPLIT)
+                                   eval_split=_HELD_OUT_SPLIT, spec_augment=FLAGS.spec_augment)
 
 
 def main(argv):
@@ -99,10 +99,9 @@ def main(argv):
   data_config = demo_data(output_dir)
   stages['corpus'] = time.monotonic() - started
   vocab = data_config.vocabulary()
-  seed_data = data_config.load_client_data(_TRAIN_SPLIT, vocab, speakers='seed',
-                                           spec_augment=_SPEC_AUGMENT.value)
+  seed_data = data_config.load_client_data(_TRAIN_SPLIT, vocab, speakers='seed', training=True)
   fl_data = data_config.load_client_data(_TRAIN_SPLIT, vocab, speakers='federated',
-                                         spec_augment=_SPEC_AUGMENT.value)
+                                         training=True)
   eval_data = data_config.load_eval_data(vocab)
 
   mark = time.monotonic()
