@@ -54,8 +54,24 @@ class BinaryFlagsTest(absltest.TestCase):
                      {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
     # Its corpus is its own synthetic one: of the data flags, where it is written and the batch
-    # size only.
-    self.assertEqual(_SPEECH & set(defined), {'corpus_dir', 'max_batch_seconds', 'model_config'})
+    # size only, and its --spec_augment (a data field since issue 33), off.
+    self.assertEqual(_SPEECH & set(defined),
+                     {'corpus_dir', 'max_batch_seconds', 'model_config', 'spec_augment'})
+    self.assertFalse(defined['spec_augment'])
+
+  def test_the_training_binaries_default_to_the_cpu_preset(self):
+    # In-process, config_flags_test checks what the presets build; here, that the binaries
+    # define their flags with them.
+    central = _flags('experiments.train_central')
+    self.assertEqual({name: central[name] for name in (
+        'preset', 'spec_augment', 'optimizer', 'learning_rate', 'decay_every')},
+                     {'preset': 'cpu', 'spec_augment': False, 'optimizer': 'adam',
+                      'learning_rate': 2e-3, 'decay_every': None})
+    federated = _flags('experiments.train_federated')
+    self.assertEqual({name: federated[name] for name in (
+        'preset', 'spec_augment', 'rounds', 'cohort_size', 'local_steps', 'server_lr', 'clip')},
+                     {'preset': 'cpu', 'spec_augment': False, 'rounds': 30, 'cohort_size': 16,
+                      'local_steps': None, 'server_lr': 0.003, 'clip': None})
 
 
 if __name__ == '__main__':
