@@ -50,6 +50,8 @@ from experiments import speech_stages
 from fedasr_tff import optimizers
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import study
+from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import presets
 
 _NORMALIZE = '+normalize'
 _CLIPPINGS = flags.DEFINE_list(
@@ -170,9 +172,12 @@ def _cells(variants, seeds, data_config, seed_model, output_dir):
     for variant in variants:
       config = _cell_config(variant, seed, data_config, seed_model, server_lrs)
       cell_dir = os.path.join(output_dir, 'cells', f'{variant.folder}_s{seed}')
-      argv = [sys.executable, '-m', 'experiments.train_federated',
-              *config_flags.argv_from_config(config), f'--output_dir={cell_dir}',
-              '--noprogress']
+      # Every field that differs from the runner's defaults (its --preset's), given.
+      preset = presets.PRESETS[presets.DEFAULT]
+      argv = [sys.executable, '-m', 'experiments.train_federated', f'--preset={presets.DEFAULT}',
+              *config_flags.argv_from_config(
+                  config, presets.for_config(preset, config_lib.FederatedConfig)),
+              f'--output_dir={cell_dir}', '--noprogress']
       cells[variant, seed] = study.Cell(f'{variant.folder}_s{seed}', argv, cell_dir)
   return cells
 
@@ -284,7 +289,7 @@ def main(argv):
     raise app.UsageError('--server_lr is the demo\'s; the ablation takes --server_lrs.')
   if common.FLAGS['spec_augment'].present:
     raise app.UsageError('--spec_augment is the demo\'s; the ablation trains with SpecAugment '
-                         '(its cells are experiments.train_federated runs, which always use it).')
+                         '(as it always has, its seed model and its cells alike).')
   try:
     seeds = [int(s) for s in _SEEDS.value]
   except ValueError:
@@ -294,10 +299,10 @@ def main(argv):
   variants = _variants()
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
-  data_config = recipe.recipe_data(output_dir)
+  data_config = dataclasses.replace(recipe.recipe_data(output_dir), spec_augment=True)
   vocab = data_config.vocabulary()
   seed_data = data_config.load_client_data(data_config.split, vocab, speakers='seed',
-                                           spec_augment=True)
+                                           training=True)
   eval_data = data_config.load_eval_data(vocab)
   _, seed_eval = speech_stages.seed_model(
       config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir,

@@ -4,9 +4,9 @@ A configuration class of `fedasr_tff.speech.config` (or `central_training.Centra
 `retrieval.config.RetrieverConfig`) holds each flag's name, default, help and choices
 (`fields.field`). `define_flags` defines the flags of a class, with a binary's own defaults where
 they differ; `config_from_flags` builds the configuration from them (the one mapping from flags
-to a configuration, for every binary), and `flag_errors` turns the `ValueError` of a
-configuration or a library builder into a usage error that names the flags. No flag is defined
-here.
+to a configuration, for every binary), with the defaults of a preset (`speech.presets`) if the
+binary takes --preset, and `flag_errors` turns the `ValueError` of a configuration or a library
+builder into a usage error that names the flags. No flag is defined here.
 """
 
 import contextlib
@@ -33,7 +33,9 @@ def define_flags(cls, names=None, flag_values=flags.FLAGS, defaults=None) -> Non
     names: the fields to define flags of (default all).
     flag_values: where to define them.
     defaults: {field: default} of this binary where it differs from the field's (an experiment
-      that runs the federated stage with its own number of rounds, say).
+      that runs the federated stage with its own number of rounds, say); a
+      `fields_lib.Derived` default makes the flag's default None (unset) and its help name the
+      rule, which `config_from_flags` applies given the same defaults as `preset`.
 
   Raises:
     ValueError: a name in `names` or `defaults` is no field of `cls`, or `defaults` names a
@@ -52,6 +54,8 @@ def define_flags(cls, names=None, flag_values=flags.FLAGS, defaults=None) -> Non
     field = fields[name]
     default = defaults.get(name, field.default)
     help_text = field.metadata[fields_lib.HELP]
+    if isinstance(default, fields_lib.Derived):
+      default, help_text = None, f'{help_text} Default: {default.rule}.'
     choices = field.metadata[fields_lib.CHOICES]
     kind = _value_type(field.type)
     kwargs = dict(flag_values=flag_values)
@@ -76,12 +80,62 @@ def values_from_flags(cls, flag_values=flags.FLAGS) -> dict:
           if name in flag_values and flag_values[name].value is not None}
 
 
-def config_from_flags(cls, flag_values=flags.FLAGS):
+def config_from_flags(cls, flag_values=flags.FLAGS, preset=None):
   """The configuration `cls` from the flags named like its fields.
 
-  A field without a flag, or whose flag is unset (None), keeps its default.
+  A field without a flag, or whose flag is unset (None), keeps its default, or with a `preset`
+  the preset's.
+
+  Args:
+    cls: a configuration class.
+    flag_values: the parsed flags.
+    preset: {field: default} the binary's flags take unless given (`speech.presets`; the
+      flags' defaults become the preset's), a `fields_lib.Derived` one computed from the
+      configuration; None for the flags' own defaults.
+
+  Returns:
+    The configuration.
+
+  Raises:
+    ValueError: from the configuration, or from a derived default's rule.
   """
-  return fields_lib.from_flat(cls, values_from_flags(cls, flag_values))
+  if preset is None:
+    return fields_lib.from_flat(cls, values_from_flags(cls, flag_values))
+  names = fields_lib.config_fields(cls)
+  for name, default in preset.items():
+    if name in names and name in flag_values:
+      # A flag given on the command line keeps its value.
+      flag_values.set_default(
+          name, None if isinstance(default, fields_lib.Derived) else default)
+  return fields_lib.from_flat(
+      cls, fields_lib.with_derived(cls, values_from_flags(cls, flag_values), preset))
+
+
+def define_preset_flag(presets, default: str, flag_values=flags.FLAGS):
+  """Defines --preset, choosing the defaults of the training flags among `presets`.
+
+  Args:
+    presets: {preset name: {field: default}} (`speech.presets.PRESETS`).
+    default: the preset of a binary started without --preset; its values must be the flags'
+      defaults (`define_flags(..., defaults=...)`).
+    flag_values: where to define it.
+
+  Returns:
+    The flag's holder.
+  """
+  def shown(value):
+    # A derived default's rule is in its flag's help.
+    if isinstance(value, fields_lib.Derived):
+      return '(derived)'
+    return 'unset' if value is None else value
+
+  described = '; '.join(
+      f'{name}: ' + ' '.join(f'--{field}={shown(value)}' for field, value in preset.items())
+      for name, preset in presets.items())
+  return flags.DEFINE_enum(
+      'preset', default, list(presets), 'Defaults of the training flags (a flag given '
+      'explicitly wins; config.json saves the values, not the preset): ' + described + '.',
+      flag_values=flag_values)
 
 
 _BACKTICKED = re.compile(r'`(\w+)`')
@@ -101,14 +155,22 @@ def flag_errors(flag_values=flags.FLAGS):
     raise app.UsageError(message) from e
 
 
-def argv_from_config(config) -> list:
+def argv_from_config(config, defaults=None) -> list:
   """The flags that make a binary rebuild `config` with `config_from_flags`: `--name=value` for
   every field that differs from its default (the inverse of `config_from_flags`).
+
+  Args:
+    config: the configuration.
+    defaults: {field: default} of the binary's flags where they differ from the fields' (its
+      preset); a `fields_lib.Derived` one is always given explicitly.
+
+  Returns:
+    The flags.
 
   Raises:
     ValueError: a field is None where its default is not (an unset flag means the default).
   """
-  defaults = fields_lib.to_flat(type(config)())
+  defaults = {**fields_lib.to_flat(type(config)()), **(defaults or {})}
   argv = []
   for name, value in fields_lib.to_flat(config).items():
     if value == defaults[name]:

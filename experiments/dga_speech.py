@@ -146,11 +146,12 @@ def main(argv):
   output_dir = common.OUTPUT_DIR.value
   seed = speech_stages.seed_or_zero()
   corpus_dir, noisy = _corpus(output_dir, seed)
-  data_config = speech_stages.data_config(corpus_dir, output_dir, CLIENT_SPLIT, speakers='all')
+  # SpecAugment on the training data, as this study has always trained.
+  data_config = speech_stages.data_config(corpus_dir, output_dir, CLIENT_SPLIT, speakers='all',
+                                          spec_augment=True)
   vocab = data_config.vocabulary()
-  seed_data = data_config.load_client_data(SEED_SPLIT, vocab, speakers='all', spec_augment=True)
-  client_data = data_config.load_client_data(CLIENT_SPLIT, vocab, speakers='all',
-                                             spec_augment=True)
+  seed_data = data_config.load_client_data(SEED_SPLIT, vocab, speakers='all', training=True)
+  client_data = data_config.load_client_data(CLIENT_SPLIT, vocab, speakers='all', training=True)
   eval_data = data_config.load_client_data(HELD_OUT_SPLIT, vocab)
   model_fn = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)
 

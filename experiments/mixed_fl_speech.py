@@ -94,13 +94,14 @@ def main(argv):
       output_dir, {'train_server': _SERVER_SPEAKERS.value, 'dev_server': None,
                    'train_clients': _CLIENT_SPEAKERS.value, 'dev_clients': None},
       words=SPLITS, skew=0.3)
+  # SpecAugment on the training data, as this study has always trained.
   data_config = speech_stages.data_config(corpus_dir, output_dir, 'train_clients',
-                                          speakers='all')
+                                          speakers='all', spec_augment=True)
   vocab = data_config.vocabulary()
   server_data = data_config.load_client_data('train_server', vocab, speakers='all',
-                                             spec_augment=True)
+                                             training=True)
   client_data = data_config.load_client_data('train_clients', vocab, speakers='all',
-                                             spec_augment=True)
+                                             training=True)
   eval_sets = {domain: data_config.load_client_data(f'dev_{domain}', vocab)
                for domain in ('server', 'clients')}
   model_fn = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)

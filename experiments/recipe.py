@@ -68,9 +68,9 @@ _HELD_OUT = flags.DEFINE_list(
     '--held_out_speakers or --eval_split).')
 config_flags.define_flags(speech_stages.CorpusConfig)
 config_flags.define_flags(speech_stages.SeedConfig)
-_SPEC_AUGMENT = flags.DEFINE_bool(
-    'spec_augment', False, 'SpecAugment on the training batches (the seed speakers\' and the '
-    'clients\'). Off by default: see the module docstring.')
+# SpecAugment off by default: see the module docstring.
+config_flags.define_flags(config_lib.DataConfig, ['spec_augment'],
+                          defaults={'spec_augment': False})
 # The federated stage: the runner's flags (`experiments.train_federated`) at the demo's values.
 # The clip C = 0.2 is client_lr x local clip (1) x local steps, the largest delta one local step
 # can make, so the noise (sigma_dp x C) is no larger than it needs to be (at C = 1 it cost 6 WER
@@ -106,7 +106,7 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
   corpus's (`speech_stages.synthetic_corpus`) with --synthetic_speakers; the features cached in
   `output_dir/feature_cache`."""
   # --split_seed defaults to --seed: each seed of a study is another draw of the roles.
-  fields = {'seed_fraction': FLAGS.seed_fraction,
+  fields = {'seed_fraction': FLAGS.seed_fraction, 'spec_augment': FLAGS.spec_augment,
             'split_seed': (FLAGS.split_seed if FLAGS['split_seed'].present
                            else speech_stages.seed_or_zero())}
   if _SYNTHETIC_SPEAKERS.value is not None:
@@ -189,9 +189,9 @@ def main(argv):
   vocab = data_config.vocabulary()
   roles = speaker_roles(data_config, output_dir)
   seed_data = _client_data(data_config, data_config.split, vocab, roles.seed,
-                           _SPEC_AUGMENT.value)
+                           data_config.spec_augment)
   fl_data = _client_data(data_config, data_config.split, vocab, roles.federated,
-                         _SPEC_AUGMENT.value)
+                         data_config.spec_augment)
   eval_data = (data_config.load_eval_data(vocab) if data_config.eval_split else
                _client_data(data_config, data_config.split, vocab, roles.held_out))
   stages['corpus'] = time.monotonic() - started

@@ -3,10 +3,13 @@ NeurIPS 2025, arXiv:2310.00098, App. F "Training"; the seed split of Sec. 4 "Dat
 
   python -m experiments.train_central --corpus_dir=/tmp/corpus/librispeech --split=train \
       --speakers=seed --seed_fraction=0.1 --eval_split=dev --output_dir=/tmp/seed \
-      --model_config=tiny --steps=2000 --learning_rate=0.5 --schedule=step
+      --model_config=tiny --steps=1000
 
 Writes `model.npz` (the seed model for `train_federated --seed_model`), `metrics.csv` and
-`eval_per_speaker.csv` to --output_dir.
+`eval_per_speaker.csv` to --output_dir. The defaults are --preset's
+(`fedasr_tff.speech.presets`): cpu, the demo's seed model (Adam at 2e-3, halved at every third
+of --steps, SpecAugment off), or paper (LARS at 0.5 halved every 50k steps from 40k, SpecAugment
+on).
 """
 
 from absl import app
@@ -15,10 +18,14 @@ from experiments import common
 from experiments import config_flags
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import presets
 
 # --model_config and --seed are shared flags (`common`).
-config_flags.define_flags(config_lib.DataConfig)
-config_flags.define_flags(central_training.CentralConfig)
+_PRESET = config_flags.define_preset_flag(presets.PRESETS, presets.DEFAULT)
+config_flags.define_flags(config_lib.DataConfig, defaults=presets.for_config(
+    presets.PRESETS[presets.DEFAULT], config_lib.DataConfig))
+config_flags.define_flags(central_training.CentralConfig, defaults=presets.for_config(
+    presets.PRESETS[presets.DEFAULT], central_training.CentralConfig))
 
 
 def main(argv):
@@ -27,11 +34,12 @@ def main(argv):
   common.start_binary(distributed_refusal='central training runs no federated round.')
   common.require('corpus_dir', 'output_dir')
   with config_flags.flag_errors():
-    data = config_flags.config_from_flags(config_lib.DataConfig).with_default_feature_cache(
-        common.OUTPUT_DIR.value)
-    config = config_flags.config_from_flags(central_training.CentralConfig)
+    preset = presets.PRESETS[_PRESET.value]
+    data = config_flags.config_from_flags(
+        config_lib.DataConfig, preset=preset).with_default_feature_cache(common.OUTPUT_DIR.value)
+    config = config_flags.config_from_flags(central_training.CentralConfig, preset=preset)
     vocab = data.vocabulary()
-    train_data = data.load_client_data(data.split, vocab, speakers='seed', spec_augment=True,
+    train_data = data.load_client_data(data.split, vocab, speakers='seed', training=True,
                                        iid_seed=config.seed)
     eval_data = data.load_eval_data(vocab)
   print(f'central training on {len(train_data.client_ids)} speakers of {data.split}')

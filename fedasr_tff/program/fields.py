@@ -4,12 +4,14 @@ A configuration is a frozen dataclass (possibly of sub-configurations) whose fie
 with `field`: the default, the flag help and choices sit in the field's metadata, so the
 binaries define their flags from the class (`experiments/config_flags.py`) and a resumed run
 compares the fields marked `fingerprint`. A library builder's `ValueError` naming one of its
-arguments is re-raised naming the field (the flag) by `naming_fields`.
+arguments is re-raised naming the field (the flag) by `naming_fields`. A default may be
+`Derived` from other fields (`with_derived`), for a field left unset.
 """
 
 import contextlib
 import dataclasses
 from typing import Any
+from typing import Callable
 from typing import Dict
 from typing import Mapping
 from typing import Optional
@@ -18,6 +20,19 @@ from typing import Sequence
 # Metadata keys of a field: its flag help, its allowed values, and whether a resumed run must
 # have the same value (paths of inputs whose content is fingerprinted separately need not).
 HELP, CHOICES, FINGERPRINT = 'help', 'choices', 'fingerprint'
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+  """A default computed from the other fields' values, for a field left unset.
+
+  Attributes:
+    rule: the rule in words, for the flag's help (e.g. "client_lr x local_clip x local_steps").
+    compute: {field name: value} of the whole configuration -> the field's value; raises a
+      `ValueError` naming the fields in backticks where the rule gives no value.
+  """
+  rule: str
+  compute: Callable[[Mapping[str, Any]], Any]
 
 
 def field(default, help_text: str, choices: Optional[Sequence[str]] = None,
@@ -135,4 +150,32 @@ def to_flat(config) -> Dict[str, Any]:
       values.update(to_flat(value))
     else:
       values[f.name] = value
+  return values
+
+
+def with_derived(cls, values: Mapping[str, Any], defaults: Mapping[str, Any]) -> Dict[str, Any]:
+  """`values` and, for every field of `cls` unset in them, its `Derived` default computed.
+
+  Args:
+    cls: a configuration dataclass.
+    values: {field (flag) name: value} given (as for `from_flat`).
+    defaults: {field name: default}, some of them `Derived` (a preset); the others are
+      ignored here (they are the flags' defaults, already in `values`).
+
+  Returns:
+    `values` with the derived fields added, in the order of `defaults`, each computed from the
+    configuration `values` make with the fields derived before it (unset fields at their
+    dataclass defaults).
+
+  Raises:
+    ValueError: from a rule that gives no value for this configuration.
+  """
+  fields = config_fields(cls)
+  derived = {name: default for name, default in defaults.items()
+             if isinstance(default, Derived) and name in fields and name not in values}
+  values = dict(values)
+  if derived:
+    flat = to_flat(from_flat(cls, values))
+    for name, rule in derived.items():
+      values[name] = flat[name] = rule.compute(flat)
   return values

@@ -35,6 +35,7 @@ class RunRecord:
     config: the run's configuration, a (possibly nested) dataclass of `fields.field`s.
     clients_digest: the fingerprint of the training clients (kept owner-only).
     format: the layout version of `config.json`; a directory of another version is refused.
+    format_note: what this version records that the previous one did not, for the refusal.
     checks: extra top-level entries of `config.json` a resume must match, by key, each with
       (value, what to call it in the refusal), e.g. the seed model's hash.
     clients_description: what to call the clients in the refusal.
@@ -42,6 +43,7 @@ class RunRecord:
   config: Any
   clients_digest: str
   format: int
+  format_note: str = ''
   checks: Mapping[str, Tuple[Any, str]] = dataclasses.field(default_factory=dict)
   clients_description: str = 'the training clients'
 
@@ -116,10 +118,11 @@ def check_or_write(output_dir: str, record: RunRecord) -> None:
   with open(path) as f:
     saved = json.load(f)
   if saved.get('format') != record.format:
+    note = f': {record.format_note}' if record.format_note else ''
     raise ValueError(f'{output_dir!r} holds a run written by an older fedasr-tff (its '
                      f'config.json has format {saved.get("format")!r}, this version writes '
-                     f'{record.format}), which this version cannot resume. Use a new output '
-                     'directory.')
+                     f'{record.format}{note}), which this version cannot resume. Use a new '
+                     'output directory.')
   cls = type(record.config)
   # Compared as JSON, as saved (tuples become lists).
   wanted = _resumed_fields(cls, json.loads(json.dumps(dataclasses.asdict(record.config))))

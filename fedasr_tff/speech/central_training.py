@@ -34,7 +34,8 @@ from fedasr_tff.speech import evaluation
 class CentralConfig:
   """Central training settings; each field is the `train_central` flag of the same name.
 
-  Each field's help text (`fields.field`) documents it, once.
+  Each field's help text (`fields.field`) documents it, once. The defaults are the paper's
+  (`presets.PAPER`); `train_central`'s flags default to its --preset's (`presets.CPU`).
   """
   steps: int = fields_lib.field(1000, 'Training steps (batches).')
   model_config: str = fields_lib.field('tiny', 'Transformer size.', tuple(models.CONFIGS))

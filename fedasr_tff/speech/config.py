@@ -6,7 +6,8 @@ DGA). Every field is the command-line flag of the same name (`program.fields`): 
 choices are in the field, and it reaches a library builder's keyword arguments in exactly one
 place, a method of its sub-configuration, which re-raises the builder's `ValueError` naming the
 field. The configuration itself checks only what no builder owns: choices between builders and
-combinations of fields.
+combinations of fields. The fields' defaults are the paper's settings; the training binaries'
+flag defaults are a preset (`speech.presets`: the CPU one unless --preset=paper).
 
 Flag help cites Pelikan et al. 2025: M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky,
 K. Talwar, C. G. Brinton, T. Likhomanenko, "Enabling Differentially Private Federated Learning
@@ -70,6 +71,10 @@ class DataConfig:
       fingerprint=False)
   eval_split: Optional[str] = field(None, 'Held-out split to evaluate on (its speakers are all '
                                      'used); empty: no evaluation.')
+  spec_augment: bool = field(
+      True, 'SpecAugment on the training batches, the clients\' and the server\'s (Pelikan et al. '
+      '2025, App. F: on). At small scale it slows a small model more than it regularises it '
+      '(docs/results.md, "The demo, measured"), hence off in the cpu preset.')
 
   def vocabulary(self) -> data.Vocabulary:
     """The token set of `language`."""
@@ -96,7 +101,7 @@ class DataConfig:
     return self.feature_cache_dir
 
   def load_client_data(self, split: str, vocabulary: data.Vocabulary, *, speakers: str = 'all',
-                       spec_augment: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
+                       training: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
     """The speakers of `split` (part `speakers` unless --speakers is given) as clients.
 
     Args:
@@ -104,7 +109,8 @@ class DataConfig:
       vocabulary: the token set of the transcripts.
       speakers: the part of the seeded speaker split ("all", "seed" or "federated") read when
         --speakers is not given.
-      spec_augment: apply SpecAugment to the batches (for training data).
+      training: the batches are training data: SpecAugment if `spec_augment` (never on other
+        data).
       iid_seed: the seed of the speakers drawn for the --iid control.
 
     Returns:
@@ -116,7 +122,8 @@ class DataConfig:
     return corpus.load_client_data(
         self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
-        iid_seed=iid_seed, spec_augment=spec_augment, max_batch_seconds=self.max_batch_seconds,
+        iid_seed=iid_seed, spec_augment=training and self.spec_augment,
+        max_batch_seconds=self.max_batch_seconds,
         feature_cache_dir=self.feature_cache())
 
   def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional[data.SpeechClientData]:
@@ -175,6 +182,29 @@ class ClientConfig:
     if self.local_steps is None and self.local_epochs is None:
       return self.DEFAULT_LOCAL_STEPS, None
     return self.local_steps, self.local_epochs
+
+  def max_delta_norm(self) -> float:
+    """The largest L2 norm local training can give a client's delta: client_lr x local_clip x
+    local steps, each local SGD step's gradient being clipped at `local_clip` (FedProx's term is
+    inside the clip). A public constant of public fields, so a clip C set to it leaves the DP
+    sensitivity argument unchanged (the delta is still clipped to C).
+
+    Returns:
+      The bound.
+
+    Raises:
+      ValueError: naming the fields, with `local_epochs` (no fixed number of steps), without
+        a local clip (no bound), or for a `client_lr` that is not positive.
+    """
+    local_steps, local_epochs = self.local_work()
+    if local_epochs is not None:
+      raise ValueError('`local_epochs` gives no fixed number of local steps to derive the clip '
+                       'from (client_lr x local_clip x local_steps): give `clip`.')
+    if not self.local_clip:
+      raise ValueError('Without `local_clip` local training does not bound the delta to derive '
+                       'the clip from (client_lr x local_clip x local_steps): give `clip`.')
+    validation.check_positive('client_lr', self.client_lr)
+    return self.client_lr * self.local_clip * local_steps
 
   def batches_per_round(self) -> Optional[int]:
     """The batches a client uses in a round: its local steps (the data is cycled when it has
@@ -267,14 +297,15 @@ class CentralDataConfig:
     return bool(self.central_split)
 
   def load(self, data_config: DataConfig, vocabulary: data.Vocabulary, *,
-           spec_augment: bool = True) -> data.SpeechClientData:
-    """The server's data (SpecAugment on, as training data, unless `spec_augment` is off).
+           training: bool = True) -> data.SpeechClientData:
+    """The server's data (SpecAugment as the clients' training data, unless not `training`).
 
     Args:
       data_config: the run's data configuration, for the defaults of the corpus, layout and
-        batch length, the speaker split and the feature cache.
+        batch length, the speaker split, SpecAugment and the feature cache.
       vocabulary: the token set of the transcripts.
-      spec_augment: apply SpecAugment (off for DGA-RL's validation data).
+      training: the server trains on it: SpecAugment if `data_config.spec_augment` (not
+        for DGA-RL's validation data).
 
     Returns:
       The server's speakers as clients.
@@ -289,7 +320,8 @@ class CentralDataConfig:
           self.central_corpus_dir or data_config.corpus_dir,
           self.central_layout or data_config.layout, self.central_split, vocabulary,
           speakers=self.central_speakers, seed_fraction=data_config.seed_fraction,
-          split_seed=data_config.split_seed, spec_augment=spec_augment,
+          split_seed=data_config.split_seed,
+          spec_augment=training and data_config.spec_augment,
           max_batch_seconds=self.central_batch_seconds or data_config.max_batch_seconds,
           feature_cache_dir=data_config.feature_cache())
 

@@ -194,8 +194,13 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
   return tuple(columns)
 
 
-# config.json layout: 2 holds the grouped configuration (`config.FederatedConfig`).
-_CONFIG_FORMAT = 2
+# config.json layout: 2 holds the grouped configuration (`config.FederatedConfig`); 3 adds
+# --spec_augment. A run of format 2 cannot say whether it applied SpecAugment (train_federated and
+# the studies always did, the demo as its own --spec_augment said), so it is refused, not resumed
+# with a guess.
+_CONFIG_FORMAT = 3
+_FORMAT_NOTE = ('it records --spec_augment, which runs before it did not: train_federated then '
+                'always applied SpecAugment, which its default (--preset=cpu) no longer does')
 
 
 def _run_record(config: config_lib.FederatedConfig, client_ids: List[str],
@@ -214,7 +219,7 @@ def _run_record(config: config_lib.FederatedConfig, client_ids: List[str],
       h.update(np.ascontiguousarray(array).tobytes())
     weights_digest = h.hexdigest()
   return run_record.RunRecord(
-      config, digest, _CONFIG_FORMAT,
+      config, digest, _CONFIG_FORMAT, _FORMAT_NOTE,
       checks={'seed_model_sha256': (weights_digest, 'the seed model')},
       clients_description='the training clients (corpus, split or speaker split)')
 

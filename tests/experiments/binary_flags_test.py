@@ -53,12 +53,27 @@ class BinaryFlagsTest(absltest.TestCase):
     self.assertEqual({name: defined[name] for name in ('rounds', 'cohort_size', 'local_steps')},
                      {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
-    # The corpus and its speakers' roles, the batch size and the model: not the runner's own
-    # speaker part, IID control or feature cache (the recipe chooses the speakers and caches
-    # under --output_dir).
+    # The corpus and its speakers' roles, the batch size, --spec_augment (a data field since
+    # issue 33; off) and the model: not the runner's own speaker part, IID control or feature
+    # cache (the recipe chooses the speakers and caches under --output_dir).
     self.assertEqual(_SPEECH & set(defined),
                      {'corpus_dir', 'layout', 'split', 'eval_split', 'language', 'seed_fraction',
-                      'split_seed', 'max_batch_seconds', 'model_config'})
+                      'split_seed', 'max_batch_seconds', 'model_config', 'spec_augment'})
+    self.assertFalse(defined['spec_augment'])
+
+  def test_the_training_binaries_default_to_the_cpu_preset(self):
+    # In-process, config_flags_test checks what the presets build; here, that the binaries
+    # define their flags with them.
+    central = _flags('experiments.train_central')
+    self.assertEqual({name: central[name] for name in (
+        'preset', 'spec_augment', 'optimizer', 'learning_rate', 'decay_every')},
+                     {'preset': 'cpu', 'spec_augment': False, 'optimizer': 'adam',
+                      'learning_rate': 2e-3, 'decay_every': None})
+    federated = _flags('experiments.train_federated')
+    self.assertEqual({name: federated[name] for name in (
+        'preset', 'spec_augment', 'rounds', 'cohort_size', 'local_steps', 'server_lr', 'clip')},
+                     {'preset': 'cpu', 'spec_augment': False, 'rounds': 30, 'cohort_size': 16,
+                      'local_steps': None, 'server_lr': 0.003, 'clip': None})
 
 
 if __name__ == '__main__':

@@ -9,11 +9,29 @@ from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import presets
 
 # The federated and the central configurations, as the binaries define them (central training
 # shares --model_config and --seed).
 _CENTRAL_OWN = [name for name in fields_lib.config_fields(central_training.CentralConfig)
                 if name not in ('model_config', 'seed')]
+
+
+def _binary_flag_values(*argv, classes=(config_lib.FederatedConfig,)):
+  """The flags as train_federated (or, with its classes, train_central) defines them: --preset
+  and the classes' fields at the default preset's values."""
+  flag_values = flags.FlagValues()
+  config_flags.define_preset_flag(presets.PRESETS, presets.DEFAULT, flag_values)
+  for cls in classes:
+    config_flags.define_flags(cls, flag_values=flag_values,
+                              defaults=presets.for_config(presets.PRESETS[presets.DEFAULT], cls))
+  flag_values(['binary', *argv])
+  return flag_values
+
+
+def _preset_config(cls, flag_values):
+  return config_flags.config_from_flags(cls, flag_values,
+                                        preset=presets.PRESETS[flag_values.preset])
 
 
 def _flag_values(*argv):
@@ -109,6 +127,80 @@ class ConfigFlagsTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '`layout` is None'):
       config_flags.argv_from_config(config)
 
+
+  def test_the_cpu_preset_is_the_default_and_the_paper_preset_the_librarys(self):
+    config = _preset_config(config_lib.FederatedConfig, _binary_flag_values())
+    # The demo's federated recipe; C = client_lr x local_clip x local_steps = 0.2 x 1 x 1.
+    self.assertEqual((config.run.rounds, config.run.cohort_size, config.client.local_steps,
+                      config.client.client_lr, config.server.server_optimizer,
+                      config.server.server_lr, config.dp.clipping, config.dp.clip,
+                      config.data.spec_augment),
+                     (30, 16, 1, 0.2, 'lamb', 0.003, 'dim', 0.2, False))
+    self.assertEqual(
+        _preset_config(config_lib.FederatedConfig, _binary_flag_values('--preset=paper')),
+        config_lib.FederatedConfig())
+    classes = (config_lib.DataConfig, central_training.CentralConfig)
+    flag_values = _binary_flag_values(classes=classes)
+    # The demo's seed model (`speech_stages.SeedConfig.central_config` at 1,000 steps).
+    self.assertEqual(_preset_config(central_training.CentralConfig, flag_values),
+                     central_training.CentralConfig(
+                         steps=1000, optimizer='adam', learning_rate=2e-3, schedule='step',
+                         decay_rate=0.5, decay_every=333, decay_start=333))
+    self.assertFalse(_preset_config(config_lib.DataConfig, flag_values).spec_augment)
+    flag_values = _binary_flag_values('--preset=paper', classes=classes)
+    self.assertEqual(_preset_config(central_training.CentralConfig, flag_values),
+                     central_training.CentralConfig())
+    self.assertTrue(_preset_config(config_lib.DataConfig, flag_values).spec_augment)
+
+  def test_a_flag_given_explicitly_wins_over_the_preset(self):
+    for argv, want in (
+        (['--spec_augment'], (30, 1, 0.003, 0.2, True)),
+        (['--preset=paper', '--nospec_augment', '--rounds=5'], (5, None, 0.002, 0.01, False)),
+        (['--preset=paper', '--local_steps=1'], (100, 1, 0.002, 0.01, True)),
+        (['--server_lr=0.01', '--clip=0.5'], (30, 1, 0.01, 0.5, False))):
+      config = _preset_config(config_lib.FederatedConfig, _binary_flag_values(*argv))
+      self.assertEqual((config.run.rounds, config.client.local_steps, config.server.server_lr,
+                        config.dp.clip, config.data.spec_augment), want, argv)
+    central = _preset_config(central_training.CentralConfig, _binary_flag_values(
+        '--steps=3000', '--decay_start=100', classes=(central_training.CentralConfig,)))
+    # The decay follows --steps (a third of them) unless given.
+    self.assertEqual((central.steps, central.decay_every, central.decay_start),
+                     (3000, 1000, 100))
+
+  def test_the_clip_is_derived_from_the_local_training_flags_unless_given(self):
+    flag_values = _binary_flag_values()
+    self.assertIsNone(flag_values['clip'].default)
+    self.assertIn('client_lr x local_clip x local_steps', flag_values['clip'].help)
+    self.assertIn('sensitivity argument is unchanged', flag_values['clip'].help)
+    for argv, clip in ((['--local_steps=10'], 2.0),
+                       (['--client_lr=0.1', '--local_clip=2', '--local_steps=3'], 0.6),
+                       (['--local_steps=10', '--clip=0.05'], 0.05),
+                       (['--local_epochs=2', '--clip=0.3'], 0.3)):
+      config = _preset_config(config_lib.FederatedConfig, _binary_flag_values(*argv))
+      self.assertAlmostEqual(config.dp.clip, clip, msg=argv)
+      # The aggregator (its noise std is z x C) is built with the resolved C.
+      factory = config.dp.aggregator(0.5, 4, ['output/kernel'], diagnostics=False)
+      self.assertAlmostEqual(factory._clip, clip, msg=argv)  # pylint: disable=protected-access
+    self.assertIsNone(_preset_config(config_lib.FederatedConfig, _binary_flag_values(
+        '--local_epochs=2', '--clip=0.3')).client.local_steps)
+    for argv, named in ((['--local_epochs=2'], '--local_epochs .*give --clip'),
+                        (['--local_clip=0'], '--local_clip .*give --clip')):
+      with self.assertRaisesRegex(app.UsageError, named):
+        flag_values = _binary_flag_values(*argv)
+        with config_flags.flag_errors(flag_values):
+          _preset_config(config_lib.FederatedConfig, flag_values)
+
+  def test_argv_from_config_rebuilds_the_configuration_under_a_preset(self):
+    # What the ablation gives its train_federated cells.
+    config = fields_lib.from_flat(config_lib.FederatedConfig, {
+        'rounds': 15, 'cohort_size': 8, 'local_steps': 3, 'clip': 0.2, 'server_lr': 0.003,
+        'spec_augment': True})
+    argv = config_flags.argv_from_config(
+        config, presets.for_config(presets.CPU, config_lib.FederatedConfig))
+    self.assertNotIn('--server_lr=0.003', argv)   # the preset's
+    self.assertIn('--clip=0.2', argv)   # equal to no default: a derived one is always given
+    self.assertEqual(_preset_config(config_lib.FederatedConfig, _binary_flag_values(*argv)),
+                     config)
 
   def test_impossible_flag_combinations_are_usage_errors_naming_the_flags(self):
     # What the binaries do at start-up (`flag_errors` around `config_from_flags`), in-process;

@@ -65,7 +65,7 @@ class DistributedTrainingTest(absltest.TestCase):
             '--model_config=tiny', '--cohort_size=3', '--rounds=3', '--local_steps=1',
             '--checkpoint_every=1', '--eval_every=2', '--sigma_dp=0.01', '--clip=1.0',
             '--adaptive_clipping', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
-            '--noprogress', *extra]
+            '--spec_augment', '--noprogress', *extra]
 
   def test_same_model_as_local_and_resumes_after_a_worker_dies(self):
     local = os.path.join(self.tmp, 'local')

@@ -59,7 +59,7 @@ class TrainFederatedTest(absltest.TestCase):
             f'--feature_cache_dir={self.cache}', f'--model_config={model}', '--cohort_size=2',
             '--rounds=3', '--local_steps=1', '--checkpoint_every=1', '--eval_every=2',
             '--sigma_dp=0.01', '--clip=1.0', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
-            '--noprogress', *extra]
+            '--spec_augment', '--noprogress', *extra]
 
   def test_helpfull_lists_the_flags_with_help(self):
     result = _run('--helpfull', timeout=240)   # absl exits with status 1 after the help.

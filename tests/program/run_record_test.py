@@ -71,6 +71,9 @@ class RunRecordTest(absltest.TestCase):
       json.dump({'format': 6, 'config': {}}, f)
     with self.assertRaisesRegex(ValueError, 'older fedasr-tff .* new output directory'):
       run_record.check_or_write(self.dir, _record())
+    noted = dataclasses.replace(_record(), format_note='it records --lr')
+    with self.assertRaisesRegex(ValueError, r'format 6, this version writes 7: it records --lr\)'):
+      run_record.check_or_write(self.dir, noted)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,9 @@ from fedasr_tff import optimizers
 from fedasr_tff import privacy
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import presets
 
 _SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
                 config_lib.ServerConfig, dp_config.DPConfig, config_lib.RunConfig,
@@ -57,6 +59,44 @@ class ConfigTest(absltest.TestCase):
       for given, want in ((f'{root}/cache', f'{root}/cache'), ('none', None)):
         dataclasses.replace(data, feature_cache_dir=given).load_client_data('train', None)
         self.assertEqual(load.call_args.kwargs['feature_cache_dir'], want)
+
+  def test_spec_augment_applies_to_training_data_only(self):
+    data = config_lib.DataConfig(corpus_dir='/corpus')
+    central = config_lib.CentralDataConfig(central_split='train')
+    with mock.patch.object(config_lib.corpus, 'load_client_data') as load:
+      for spec_augment in (False, True):
+        on = dataclasses.replace(data, spec_augment=spec_augment)
+        for training in (False, True):
+          on.load_client_data('train', None, training=training)
+          self.assertEqual(load.call_args.kwargs['spec_augment'], spec_augment and training)
+          central.load(on, None, training=training)
+          self.assertEqual(load.call_args.kwargs['spec_augment'], spec_augment and training)
+        # The server's data trains by default; evaluation data never augments.
+        central.load(on, None)
+        self.assertEqual(load.call_args.kwargs['spec_augment'], spec_augment)
+        dataclasses.replace(on, eval_split='dev').load_eval_data(None)
+        self.assertFalse(load.call_args.kwargs.get('spec_augment', False))
+
+  def test_max_delta_norm_is_client_lr_x_local_clip_x_local_steps(self):
+    self.assertAlmostEqual(config_lib.ClientConfig(local_steps=1).max_delta_norm(), 0.2)
+    self.assertAlmostEqual(config_lib.ClientConfig(
+        client_lr=0.5, local_clip=2.0, local_steps=3).max_delta_norm(), 3.0)
+    # Without --local_steps, the default 10 steps.
+    self.assertAlmostEqual(config_lib.ClientConfig().max_delta_norm(), 2.0)
+    for client, named in ((config_lib.ClientConfig(local_epochs=1), '`local_epochs`.*`clip`'),
+                          (config_lib.ClientConfig(local_clip=0.0), '`local_clip`.*`clip`'),
+                          (config_lib.ClientConfig(client_lr=0.0), '`client_lr`')):
+      with self.assertRaisesRegex(ValueError, named):
+        client.max_delta_norm()
+
+  def test_the_library_defaults_are_the_paper_preset(self):
+    self.assertEqual(set(presets.CPU), set(presets.PAPER))
+    defaults = {**fields_lib.to_flat(config_lib.FederatedConfig()),
+                **fields_lib.to_flat(central_training.CentralConfig())}
+    self.assertEqual({name: defaults[name] for name in presets.PAPER}, presets.PAPER)
+    for name, value in presets.CPU.items():
+      self.assertIn(name, defaults)
+      self.assertNotEqual(value, defaults[name], name)
 
   def test_field_names_are_unique_flag_names_and_flat_values_round_trip(self):
     fields = fields_lib.config_fields(config_lib.FederatedConfig)

@@ -1,0 +1,80 @@
+"""Named defaults of the training flags: what trains at small scale on a CPU, and the paper's.
+
+A preset is {flag (field) name: default}, for the flattened fields of `config.FederatedConfig`
+and of `central_training.CentralConfig` (their names do not collide); a value may be
+`fields.Derived` from the other fields. The binaries make the chosen preset their flags'
+defaults, so a flag given explicitly wins, and the fields themselves are saved in `config.json`:
+a preset only changes defaults. The configuration classes' own defaults are the `PAPER` preset.
+
+- `CPU` is the demo's recipe (`experiments/demo.py`), tuned on its synthetic corpus
+  (docs/results.md, "The demo, measured"): a seed model by Adam at 2e-3 for 1,000 steps, the
+  rate halved every third of the steps; federated fine-tuning in 30 rounds of 16 clients with one
+  local step each, LAMB at 0.003 on the server, the clip C = client_lr x local_clip x
+  local_steps; SpecAugment off.
+- `PAPER` is the large-scale setting of Pelikan et al., "Enabling Differentially Private
+  Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
+  Clipping", NeurIPS 2025, arXiv:2310.00098, App. F: LARS at 0.5 halved every 50k steps after
+  40k, 10 local steps, LAMB at 0.002, C = 0.01, SpecAugment on; at the binaries' former run size
+  (100 rounds of 8 clients; the paper's cohorts are far larger).
+"""
+
+from typing import Any
+from typing import Mapping
+
+from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.speech import config as config_lib
+
+
+def _max_delta_norm(values: Mapping[str, Any]) -> float:
+  return fields_lib.from_flat(config_lib.ClientConfig, values).max_delta_norm()
+
+
+# The clip of the rule the demo found: the largest delta local training can make, so the noise
+# (sigma_dp x C) is no larger than it needs to be (docs/results.md, "The demo, measured"). C is a
+# public constant of public flags: the sensitivity argument is unchanged.
+MAX_DELTA_NORM = fields_lib.Derived(
+    'client_lr x local_clip x local_steps, the largest delta local training can make (a public '
+    'constant of public flags, so the DP sensitivity argument is unchanged; with --local_epochs '
+    'give --clip)', _max_delta_norm)
+# One local step, but no fixed number of them with --local_epochs.
+ONE_LOCAL_STEP = fields_lib.Derived(
+    '1, or none with --local_epochs', lambda values: None if values['local_epochs'] else 1)
+# The demo's step decay: the learning rate halved at every third of the steps.
+THIRD_OF_STEPS = fields_lib.Derived('a third of --steps',
+                                    lambda values: max(1, values['steps'] // 3))
+
+CPU = {
+    # train_central.
+    'optimizer': 'adam', 'learning_rate': 2e-3, 'decay_every': THIRD_OF_STEPS,
+    'decay_start': THIRD_OF_STEPS,
+    # train_central and train_federated.
+    'spec_augment': False,
+    # train_federated.
+    'rounds': 30, 'cohort_size': 16, 'local_steps': ONE_LOCAL_STEP, 'server_lr': 0.003,
+    'clip': MAX_DELTA_NORM,
+}
+PAPER = {
+    'optimizer': 'lars', 'learning_rate': 0.5, 'decay_every': 50_000, 'decay_start': 40_000,
+    'spec_augment': True,
+    # local_steps None: 10 (`config.ClientConfig.DEFAULT_LOCAL_STEPS`) unless --local_epochs.
+    'rounds': 100, 'cohort_size': 8, 'local_steps': None, 'server_lr': 0.002, 'clip': 0.01,
+}
+
+CPU_NAME, PAPER_NAME = 'cpu', 'paper'
+PRESETS = {CPU_NAME: CPU, PAPER_NAME: PAPER}
+DEFAULT = CPU_NAME
+
+
+def for_config(preset: Mapping[str, Any], cls) -> dict:
+  """The entries of `preset` that are fields of the configuration class `cls`.
+
+  Args:
+    preset: {field name: default}.
+    cls: a configuration class (sub-configurations flattened).
+
+  Returns:
+    {field name: default} of `cls`'s fields.
+  """
+  names = fields_lib.config_fields(cls)
+  return {name: value for name, value in preset.items() if name in names}
+
