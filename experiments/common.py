@@ -140,8 +140,8 @@ def _report_dead_worker(kind, value, traceback) -> None:
   if error is None:
     sys.__excepthook__(kind, value, traceback)
     return
-  print(f'{os.path.basename(sys.argv[0])}: {error.summary()}; rerun the same command to resume from the latest '
-        'checkpoint.', file=sys.stderr)
+  print(f'{os.path.basename(sys.argv[0])}: {error.summary()}; rerun the same command to resume '
+        'from the latest checkpoint.', file=sys.stderr)
 
 
 def _release_tff_default_context() -> None:

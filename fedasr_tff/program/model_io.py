@@ -8,11 +8,11 @@ model without running TFF (`load_into`) starts without it.
 """
 
 import os
+from typing import TYPE_CHECKING
 from typing import List
 from typing import Mapping
 from typing import Sequence
 from typing import Tuple
-from typing import TYPE_CHECKING
 import zipfile
 import zlib
 
