@@ -3,10 +3,15 @@
 The flags here (output, progress, TFF workers) configure every binary, of either wing, and are
 defined once, so binaries (and their tests, which may import several binaries into one process)
 never define the same flag twice. A binary defines the flags of its task itself, from the
-configuration classes (`config_flags.define_flags`): only those that configure it.
+configuration classes (`config_flags.define_flags`): only those that configure it. Importing this
+module imports no TensorFlow Federated (`fedasr_tff.runtime` loads it on first use), so binaries
+that run no TFF computation (transcription) start without it.
 """
 
+import atexit
 import logging
+import os
+import sys
 from typing import List
 from typing import Optional
 
@@ -31,7 +36,7 @@ WORKERS_FILE = flags.DEFINE_string(
     'workers_file', None, 'A file listing the TFF workers (host:port per line or comma-separated, '
     '# comments), instead of --workers.')
 WORKER_TIMEOUT = flags.DEFINE_float(
-    'worker_timeout', runtime.distributed.DEFAULT_WORKER_TIMEOUT_SECONDS,
+    'worker_timeout', runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
     'Seconds a TFF worker may stay unreachable before the run stops with an error naming it '
     '(after its last checkpoint; rerun the same command to resume).', lower_bound=0.001)
 WORKER_TLS_ROOT_CERTS = flags.DEFINE_string(
@@ -58,7 +63,8 @@ def workers() -> Optional[List[str]]:
 
 
 def start_binary(max_concurrent_computation_calls=None,
-                 distributed_refusal: Optional[str] = None) -> Optional[List[str]]:
+                 distributed_refusal: Optional[str] = None, *,
+                 tff_computations: bool = True) -> Optional[List[str]]:
   """What every binary's `main` does first, before any TFF computation; returns the workers
   (None: local).
 
@@ -69,12 +75,29 @@ def start_binary(max_concurrent_computation_calls=None,
   `distributed_refusal` if given (why this binary cannot run distributed). Unless --verbosity
   is given, keeps the log to warnings from our code: TF and TFF log a line per checkpoint file
   written and warn when evaluation traces the model for a new batch shape, which would bury the
-  per-evaluation lines.
+  per-evaluation lines. A local worker that dies during the run ends it with one line on stderr
+  naming it (`_report_dead_worker`).
+
+  Args:
+    max_concurrent_computation_calls: as in `local_worker.set_context`.
+    distributed_refusal: why this binary cannot run on --workers, or None if it can.
+    tff_computations: False for a binary that runs no TFF computation: no worker is started
+      (nor TFF imported), and --workers is refused with `distributed_refusal`.
+
+  Returns:
+    The --workers (None: local).
+
+  Raises:
+    app.UsageError: for worker flags this binary or this combination cannot take.
   """
   remote = workers()
   tls_flags = [f'--{flag.name}' for flag in (WORKER_TLS_ROOT_CERTS, WORKER_TLS_KEY,
                                              WORKER_TLS_CERT) if flag.value is not None]
-  if remote is None:
+  if not tff_computations:
+    if remote is not None or tls_flags:
+      raise app.UsageError(f'{"--workers" if remote is not None else tls_flags[0]}: '
+                           f'{distributed_refusal}')
+  elif remote is None:
     if tls_flags:
       raise app.UsageError(f'{", ".join(tls_flags)} apply to --workers, which is not given.')
     local_worker.set_context(max_concurrent_computation_calls)
@@ -99,7 +122,42 @@ def start_binary(max_concurrent_computation_calls=None,
   if not FLAGS['verbosity'].present:
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger('tensorflow').setLevel(logging.ERROR)
+  if sys.excepthook is sys.__excepthook__:
+    sys.excepthook = _report_dead_worker
   return remote
+
+
+def _report_dead_worker(kind, value, traceback) -> None:
+  """sys.excepthook: a run ended by its local worker's death gets one line, not a traceback.
+
+  The worker dies from outside (a kill, the OOM killer), not from a bug here, and the run's last
+  checkpoint is intact, so the line says how to go on; any other error keeps its traceback.
+  """
+  died = getattr(sys.modules.get('fedasr_tff.runtime.execution_context'), 'WorkerDiedError', ())
+  error = value
+  while error is not None and not isinstance(error, died):
+    error = error.__cause__ or error.__context__  # TFF may re-raise it inside its own error
+  if error is None:
+    sys.__excepthook__(kind, value, traceback)
+    return
+  print(f'{os.path.basename(sys.argv[0])}: {error.summary()}; rerun the same command to resume '
+        'from the latest checkpoint.', file=sys.stderr)
+
+
+def _release_tff_default_context() -> None:
+  """At exit, drops the context TFF sets when imported, while the modules it needs still exist.
+
+  Importing TFF 0.87 sets a local C++ context whose `ServiceManager.__del__` otherwise runs at
+  interpreter teardown, after `subprocess` is gone, and prints "Exception ignored in ...
+  AttributeError: 'NoneType' object has no attribute 'Popen'" (after --helpfull, say). A run's
+  own context (`start_binary`) replaced it already; this is for the binaries that end before.
+  """
+  tff = sys.modules.get('tensorflow_federated')
+  if tff is not None:
+    tff.test.set_no_default_context()
+
+
+atexit.register(_release_tff_default_context)
 
 
 def require(*names: str) -> None:

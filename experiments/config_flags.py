@@ -25,7 +25,7 @@ def _value_type(annotation):
   return args[0] if args else annotation
 
 
-def define_flags(cls, names=None, flag_values=flags.FLAGS, defaults=None) -> None:
+def define_flags(cls, names=None, flag_values=flags.FLAGS, defaults=None, helps=None) -> None:
   """Defines a flag for every field of the configuration class `cls` (or those in `names`).
 
   Args:
@@ -36,24 +36,28 @@ def define_flags(cls, names=None, flag_values=flags.FLAGS, defaults=None) -> Non
       that runs the federated stage with its own number of rounds, say); a
       `fields_lib.Derived` default makes the flag's default None (unset) and its help name the
       rule, which `config_from_flags` applies given the same defaults as `preset`.
+    helps: {field: help} of this binary where the field's help does not say what the flag does
+      here (the evaluation binary's split is the split it scores, not a training split).
 
   Raises:
-    ValueError: a name in `names` or `defaults` is no field of `cls`, or `defaults` names a
-      field not in `names`.
+    ValueError: a name in `names`, `defaults` or `helps` is no field of `cls`, or `defaults` or
+      `helps` names a field not in `names`.
   """
   fields = fields_lib.config_fields(cls)
   names = list(fields) if names is None else list(names)
   defaults = dict(defaults or {})
-  unknown = [name for name in [*names, *defaults] if name not in fields]
+  helps = dict(helps or {})
+  unknown = [name for name in [*names, *defaults, *helps] if name not in fields]
   if unknown:
     raise ValueError(f'{cls.__name__} has no field {", ".join(map(repr, unknown))}.')
-  undefined = [name for name in defaults if name not in names]
+  undefined = [name for name in [*defaults, *helps] if name not in names]
   if undefined:
-    raise ValueError(f'Defaults for flags not defined: {", ".join(map(repr, undefined))}.')
+    raise ValueError(f'Defaults or help for flags not defined: '
+                     f'{", ".join(map(repr, undefined))}.')
   for name in names:
     field = fields[name]
     default = defaults.get(name, field.default)
-    help_text = field.metadata[fields_lib.HELP]
+    help_text = helps.get(name, field.metadata[fields_lib.HELP])
     if isinstance(default, fields_lib.Derived):
       default, help_text = None, f'{help_text} Default: {default.rule}.'
     choices = field.metadata[fields_lib.CHOICES]

@@ -1,7 +1,11 @@
-r"""WER/CER of a saved model on a split, with greedy decoding and a per-speaker breakdown.
+r"""WER/CER of a saved model on a split (all its speakers), with a per-speaker breakdown.
 
-  python -m experiments.evaluate --corpus_dir=/tmp/corpus/librispeech --split=dev \
+  python -m experiments.evaluate --corpus_dir=/tmp/corpus/librispeech --eval_split=dev \
       --model=/tmp/run/model.npz --model_config=tiny --per_speaker_csv=/tmp/run/dev.csv
+  python -m experiments.evaluate ... --decoder=beam --top_paths=8 --word_list=/tmp/words.txt
+
+Decoding as `experiments.transcribe` (`fedasr_tff.decoding`); scoring as federated evaluation
+(`fedasr_tff.speech.evaluation`).
 """
 
 from absl import app
@@ -9,14 +13,18 @@ from absl import flags
 
 from experiments import common
 from experiments import config_flags
+from experiments import decoding_flags
 from fedasr_tff import models
-from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
 
-config_flags.define_flags(config_lib.DataConfig, [
-    name for name in fields_lib.config_fields(config_lib.DataConfig) if name != 'eval_split'])
+# The split evaluated is --eval_split; the training split and its speaker parts are no concern.
+config_flags.define_flags(
+    config_lib.DataConfig,
+    ['corpus_dir', 'layout', 'eval_split', 'language', 'max_batch_seconds', 'feature_cache_dir'],
+    helps={'eval_split': 'The split evaluated, all its speakers (for "manifest": the TSV '
+                         'file).'})
 config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
 _MODEL = flags.DEFINE_string('model', None, 'Weights to evaluate (model.npz).')
 _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write the '
@@ -26,19 +34,25 @@ _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary(distributed_refusal='evaluation runs no federated round.')
-  common.require('corpus_dir', 'model')
+  common.start_binary(distributed_refusal='evaluation runs no federated round.',
+                      tff_computations=False)
+  common.require('corpus_dir', 'eval_split', 'model')
+  decoding_flags.check()
   with config_flags.flag_errors():
     data = config_flags.config_from_flags(config_lib.DataConfig)
     model_config = config_flags.config_from_flags(config_lib.ModelConfig).model_config
     vocab = data.vocabulary()
-    eval_data = data.load_client_data(data.split, vocab, speakers='all')
-    model = models.build_tff_model_fn(model_config, vocab.tokens)()
+    word_list = decoding_flags.word_list(vocab)
+    eval_data = data.load_eval_data(vocab)
+    model = models.build_ctc_transformer(model_config, vocab.size)
     try:
-      weights = model_io.load_weights(_MODEL.value, model.keras_model, source='--model')
+      model_io.load_into(_MODEL.value, model, source='--model')
     except ValueError as e:
       raise ValueError(f'{e} (--model_config={model_config})') from e
-  result = evaluation.evaluate(model, eval_data, weights)
+  result = evaluation.evaluate(
+      model, eval_data, decoder=decoding_flags.DECODER.value,
+      beam_width=decoding_flags.BEAM_WIDTH.value, top_paths=decoding_flags.TOP_PATHS.value,
+      word_list=word_list)
   width = max(len(s) for s in result.per_speaker)
   print(f'{"speaker":<{width}}  utts  words    WER     CER')
   for speaker, counts in list(result.per_speaker.items()) + [('ALL', result.overall)]:

@@ -12,7 +12,6 @@ from absl import app
 from absl import flags
 
 from fedasr_tff import runtime
-from fedasr_tff.runtime import execution_context
 
 ALLOW_EXPOSED_WORKER = flags.DEFINE_bool(
     'allow_exposed_worker', False, 'Where no network namespace can be made (user namespaces '
@@ -31,6 +30,7 @@ def set_context(max_concurrent_computation_calls: Optional[int] = None) -> None:
   Raises:
     app.UsageError: The worker cannot be isolated and --allow_exposed_worker is not given.
   """
+  execution_context = runtime.execution_context  # imports TFF: only for a binary that uses it
   if ALLOW_EXPOSED_WORKER.value:
     # The binary's own subprocesses (study cells, ablation cells) inherit the user's choice.
     os.environ[execution_context.ALLOW_EXPOSED_WORKER_VARIABLE] = '1'

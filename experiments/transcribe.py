@@ -7,8 +7,10 @@ r"""Transcribes audio files with a trained model, and exports the model as a TF 
   python -m experiments.transcribe --saved_model=/tmp/asr c.mp3
 
 Audio: WAV, FLAC or MP3, any sample rate (read and resampled to 16 kHz mono by
-`data.load_audio`), given as arguments, with --audio (comma-separated) and/or in --manifest (one
-path per line, optionally `<TAB>reference transcript`; paths relative to the manifest's folder).
+`data.load_audio`), given as arguments, with --audio (comma-separated) and/or in --manifest: the
+corpus's own manifest (a header line naming the columns path, transcript, speaker; the transcript
+is the reference) or a simple list (one path per line, optionally `<TAB>reference transcript`);
+paths relative to the manifest's folder (`data.read_audio_list`).
 A missing file stops the run before any file is transcribed, and an unreadable one (corrupt,
 unsupported, shorter than 25 ms) when it is reached, with an error naming the file (the
 transcripts before it are written); with --skip_unreadable either is reported on stderr and left
@@ -39,8 +41,8 @@ import tensorflow as tf
 
 from experiments import common
 from experiments import config_flags
+from experiments import decoding_flags
 from fedasr_tff import data
-from fedasr_tff import decoding
 from fedasr_tff import metrics
 from fedasr_tff import models
 from fedasr_tff.program import model_io
@@ -54,20 +56,13 @@ config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
 
 _AUDIO = flags.DEFINE_list('audio', [], 'Audio files to transcribe (also as arguments).')
 _MANIFEST = flags.DEFINE_string(
-    'manifest', None, 'File listing audio to transcribe: one path per line, optionally followed '
-    'by a tab and the reference transcript (then WER and CER are printed); paths relative to the '
-    "manifest's folder.")
+    'manifest', None, 'File listing audio to transcribe: a corpus manifest (header line path, '
+    'transcript, speaker: the transcript is the reference) or one path per line, optionally '
+    'followed by a tab and the reference transcript; with references, WER and CER are printed. '
+    "Paths relative to the manifest's folder.")
 _MODEL = flags.DEFINE_string('model', None, 'Weights (model.npz) of a --model_config model.')
 _SAVED_MODEL = flags.DEFINE_string('saved_model', None, 'A SavedModel written by '
                                    '--export_saved_model, instead of --model.')
-_DECODER = flags.DEFINE_enum('decoder', 'greedy', decoding.DECODERS, 'greedy: the best path; '
-                             'beam: CTC prefix beam search.')
-_BEAM_WIDTH = flags.DEFINE_integer('beam_width', 16, 'Prefixes kept per frame by beam search '
-                                   '(and in the SavedModel\'s transcribe_beam).', lower_bound=1)
-_TOP_PATHS = flags.DEFINE_integer('top_paths', 1, 'Beam-search candidates --word_list chooses '
-                                  'from (<= --beam_width).', lower_bound=1)
-_WORD_LIST = flags.DEFINE_string('word_list', None, 'File of allowed words, one per line '
-                                 '(see fedasr_tff/decoding.py for what the restriction does).')
 _OUTPUT = flags.DEFINE_string('output', None, 'Write the transcripts here instead of stdout.')
 _SKIP_UNREADABLE = flags.DEFINE_bool('skip_unreadable', False, 'Report unreadable or missing '
                                      'audio on stderr and go on, instead of stopping.')
@@ -85,12 +80,7 @@ def _check_flags(audio_args):
   if not (audio_args or _AUDIO.value or _MANIFEST.value or _EXPORT_SAVED_MODEL.value):
     raise app.UsageError('Nothing to do: give audio files (arguments, --audio or --manifest) '
                          'or --export_saved_model.')
-  if _TOP_PATHS.value > 1 and (_DECODER.value != 'beam' or _WORD_LIST.value is None):
-    raise app.UsageError('--top_paths > 1 needs --decoder=beam and --word_list (the candidates '
-                         'the word list chooses from); without them only the best is printed.')
-  if _TOP_PATHS.value > _BEAM_WIDTH.value:
-    raise app.UsageError(f'--top_paths ({_TOP_PATHS.value}) must be <= --beam_width '
-                         f'({_BEAM_WIDTH.value}).')
+  decoding_flags.check()
 
 
 def _entries(audio_args):
@@ -130,11 +120,11 @@ def _load(vocab):
     model_config = config_flags.config_from_flags(config_lib.ModelConfig).model_config
     keras_model = models.build_ctc_transformer(model_config, vocab.size)
     try:
-      weights = model_io.load_weights(_MODEL.value, keras_model, source='--model')
+      model_io.load_into(_MODEL.value, keras_model, source='--model')
     except ValueError as e:
       raise ValueError(f'{e} (--model_config={model_config})') from e
-    weights.assign_weights_to(keras_model)
-    transcriber = transcription.Transcriber(keras_model, vocab.tokens, _BEAM_WIDTH.value)
+    transcriber = transcription.Transcriber(keras_model, vocab.tokens,
+                                             decoding_flags.BEAM_WIDTH.value)
     if _EXPORT_SAVED_MODEL.value:
       try:
         transcription.export_saved_model(transcriber, _EXPORT_SAVED_MODEL.value)
@@ -146,16 +136,12 @@ def _load(vocab):
 
 def main(argv):
   audio_args = argv[1:]
-  common.start_binary(distributed_refusal='transcription runs no federated round.')
+  common.start_binary(distributed_refusal='transcription runs no federated round.',
+                      tff_computations=False)
   _check_flags(audio_args)
   vocab = config_flags.config_from_flags(config_lib.DataConfig).vocabulary()
   entries = _entries(audio_args)
-  word_list = None
-  if _WORD_LIST.value:
-    try:
-      word_list = decoding.WordList.from_file(_WORD_LIST.value, vocab)
-    except ValueError as e:
-      raise app.UsageError(f'--word_list: {e}') from e
+  word_list = decoding_flags.word_list(vocab)
   transcriber, tokens = _load(vocab)
   if not entries:
     return
@@ -166,8 +152,9 @@ def main(argv):
         else contextlib.nullcontext(sys.stdout)) as out:
     try:
       for result in transcription.transcribe_files(
-          transcriber.transcribe, tokens, entries, _DECODER.value, _BEAM_WIDTH.value,
-          _TOP_PATHS.value, word_list, _SKIP_UNREADABLE.value):
+          transcriber.transcribe, tokens, entries, decoding_flags.DECODER.value,
+          decoding_flags.BEAM_WIDTH.value, decoding_flags.TOP_PATHS.value, word_list,
+          _SKIP_UNREADABLE.value):
         results.append(result)
         if result.error is not None:
           print(f'Skipped {result.error}', file=sys.stderr)

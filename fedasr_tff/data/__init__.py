@@ -2,8 +2,12 @@
 
 The data setup of Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
 Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
-arXiv:2310.00098, Sec. 4 and App. F.
+arXiv:2310.00098, Sec. 4 and App. F. The federated view (`pipeline`: `SpeechClientData` and its
+helpers) loads on first use (PEP 562): it imports TensorFlow Federated, which reading audio and
+transcripts needs not.
 """
+
+import importlib
 
 from fedasr_tff.data.audio import AudioError
 from fedasr_tff.data.audio import load_audio
@@ -19,9 +23,17 @@ from fedasr_tff.data.features import SAMPLE_RATE
 from fedasr_tff.data.features import log_mel_features
 from fedasr_tff.data.features import spec_augment
 from fedasr_tff.data.features import spec_augment_batch
-from fedasr_tff.data.pipeline import SpeechClientData
-from fedasr_tff.data.pipeline import group_by_speaker
-from fedasr_tff.data.pipeline import make_iid
-from fedasr_tff.data.pipeline import split_speakers
 from fedasr_tff.data.text import Vocabulary
 from fedasr_tff.data.text import normalize_transcript
+
+_PIPELINE = ('SpeechClientData', 'group_by_speaker', 'make_iid', 'split_speakers')
+
+
+def __getattr__(name):
+  if name in _PIPELINE:
+    return getattr(importlib.import_module(f'{__name__}.pipeline'), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__():
+  return sorted([*globals(), *_PIPELINE])

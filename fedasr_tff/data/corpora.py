@@ -220,9 +220,12 @@ class AudioListEntry:
 def read_audio_list(path: str) -> List[AudioListEntry]:
   """The entries of an audio list (files to transcribe), in order.
 
-  One audio path per line, optionally followed by a tab and its reference transcript; no
-  header, blank lines skipped, paths relative to the list's folder unless absolute. Either
-  every entry has a reference or none has. Audio files are not opened here.
+  Either a corpus manifest (`read_manifest`'s format, read by the same TSV reader), told by its
+  header line naming a `path` column: the `transcript` column, if there is one, is the reference
+  and other columns (`speaker`) are ignored. Or a simple list: one audio path per line,
+  optionally followed by a tab and its reference transcript, no header. Blank lines are
+  skipped, paths relative to the list's folder unless absolute. Either every entry has a
+  reference or none has. Audio files are not opened here.
 
   Args:
     path: the list.
@@ -232,8 +235,8 @@ def read_audio_list(path: str) -> List[AudioListEntry]:
 
   Raises:
     ValueError: naming `path:line` for a line with an empty path, an empty reference, more than
-      two tab-separated fields, or a reference where earlier lines have none (or the reverse);
-      naming `path` if it cannot be read or lists no file.
+      two tab-separated fields without a header, or a reference where earlier lines have none
+      (or the reverse); naming `path` if it cannot be read or lists no file.
   """
   try:
     with open(path, encoding='utf-8') as f:
@@ -241,6 +244,9 @@ def read_audio_list(path: str) -> List[AudioListEntry]:
   except (OSError, UnicodeDecodeError) as e:
     raise ValueError(f'{path}: cannot read the audio list: {e}') from e
   folder = os.path.dirname(os.path.abspath(path))
+  header = next((line.split('\t') for line in lines if line.strip()), [])
+  if 'path' in [column.strip() for column in header]:
+    return _audio_list_from_manifest(path, folder)
   entries = []
   for number, line in enumerate(lines, start=1):
     if not line.strip():
@@ -249,7 +255,8 @@ def read_audio_list(path: str) -> List[AudioListEntry]:
     fields = line.split('\t')
     if len(fields) > 2:
       raise ValueError(f'{where}: expected "AUDIO_PATH" or "AUDIO_PATH<TAB>REFERENCE", got '
-                       f'{len(fields)} tab-separated fields.')
+                       f'{len(fields)} tab-separated fields (a manifest starts with a header '
+                       'line naming its columns: path, transcript, speaker).')
     audio = fields[0].strip()
     if not audio:
       raise ValueError(f'{where}: empty audio path.')
@@ -262,4 +269,23 @@ def read_audio_list(path: str) -> List[AudioListEntry]:
     entries.append(AudioListEntry(os.path.join(folder, audio), where, reference))
   if not entries:
     raise ValueError(f'{path}: the audio list names no file.')
+  return entries
+
+
+def _audio_list_from_manifest(path: str, folder: str) -> List[AudioListEntry]:
+  """The entries of a manifest (`read_audio_list`): its paths, its transcripts as references."""
+  entries = []
+  for line, row in _read_tsv(path, ('path',)):
+    where = f'{path}:{line}'
+    audio = (row['path'] or '').strip()
+    if not audio:
+      raise ValueError(f'{where}: empty path.')
+    reference = None
+    if 'transcript' in row:
+      reference = (row['transcript'] or '').strip()
+      if not reference:
+        raise ValueError(f'{where}: empty transcript (the reference).')
+    entries.append(AudioListEntry(os.path.join(folder, audio), where, reference))
+  if not entries:
+    raise ValueError(f'{path}: the manifest names no file.')
   return entries

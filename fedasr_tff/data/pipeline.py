@@ -168,6 +168,11 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     self.unknown_characters = collections.Counter()
 
   @property
+  def vocabulary(self) -> text_lib.Vocabulary:
+    """The vocabulary of the labels (it decodes a model's output)."""
+    return self._vocabulary
+
+  @property
   def client_ids(self) -> List[str]:
     """The speakers, sorted."""
     return list(self._by_speaker)

@@ -3,9 +3,12 @@
 The names are the Keras variable names without the model scope and the `:0` suffix (for
 example `block_00/wqkv/kernel`), so a file states what it holds and a mismatch can be reported
 by tensor. Central training exports the seed model this way and federated training loads it.
+TFF is imported only by the functions that return its `ModelWeights`, so a binary that loads a
+model without running TFF (`load_into`) starts without it.
 """
 
 import os
+from typing import TYPE_CHECKING
 from typing import List
 from typing import Mapping
 from typing import Sequence
@@ -15,7 +18,9 @@ import zlib
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
+
+if TYPE_CHECKING:
+  import tensorflow_federated as tff
 
 _NON_TRAINABLE_PREFIX = 'non_trainable:'
 
@@ -47,7 +52,7 @@ def tensor_names(model: tf.keras.Model) -> Tuple[List[str], List[str]]:
 
 
 def save_weights(path: str, model: tf.keras.Model,
-                 weights: tff.learning.models.ModelWeights) -> None:
+                 weights: 'tff.learning.models.ModelWeights') -> None:
   """Writes `weights` (laid out like `model`'s variables) to `path` atomically.
 
   Args:
@@ -62,7 +67,7 @@ def save_weights(path: str, model: tf.keras.Model,
 
 
 def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
-                       weights: tff.learning.models.ModelWeights) -> None:
+                       weights: 'tff.learning.models.ModelWeights') -> None:
   """Writes `weights` to `path` atomically, a named array per tensor.
 
   Args:
@@ -89,7 +94,7 @@ def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
 
 
 def load_weights(path: str, model: tf.keras.Model,
-                 source: str = 'weights file') -> tff.learning.models.ModelWeights:
+                 source: str = 'weights file') -> 'tff.learning.models.ModelWeights':
   """Reads a file written by `save_weights` and checks it against `model`'s tensors.
 
   Args:
@@ -99,6 +104,43 @@ def load_weights(path: str, model: tf.keras.Model,
 
   Returns:
     The weights in `model`'s variable order, the trainable ones as float32.
+
+  Raises:
+    ValueError: as `read_weights`.
+  """
+  import tensorflow_federated as tff  # here, not at the top: see the module docstring
+  trainable, non_trainable = read_weights(path, model, source)
+  return tff.learning.models.ModelWeights(trainable=trainable, non_trainable=non_trainable)
+
+
+def load_into(path: str, model: tf.keras.Model, source: str = 'weights file') -> None:
+  """Reads a file written by `save_weights`, checked as `read_weights`, into `model`.
+
+  Args:
+    path: the `.npz` file.
+    model: a built model of the configuration the weights must fit; its variables are assigned.
+    source: how to name the file in errors (for example the flag it came from).
+
+  Raises:
+    ValueError: as `read_weights` (then `model` is unchanged).
+  """
+  trainable, non_trainable = read_weights(path, model, source)
+  for variable, value in zip(model.trainable_variables + model.non_trainable_variables,
+                             trainable + non_trainable, strict=True):
+    variable.assign(value)
+
+
+def read_weights(path: str, model: tf.keras.Model, source: str = 'weights file'
+                 ) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+  """Reads a file written by `save_weights` and checks it against `model`'s tensors.
+
+  Args:
+    path: the `.npz` file.
+    model: a built model of the configuration the weights must fit.
+    source: how to name the file in errors (for example the flag it came from).
+
+  Returns:
+    (trainable, non-trainable) arrays in `model`'s variable order, the trainable ones float32.
 
   Raises:
     ValueError: naming `source` and the path when the file is missing, damaged (truncated, for
@@ -141,12 +183,11 @@ def load_weights(path: str, model: tf.keras.Model,
   if extra:
     raise ValueError(f'{source} {path!r} has tensors the model does not: {extra[:5]}; it was '
                      'saved from a model of a different configuration.')
-  return tff.learning.models.ModelWeights(
-      trainable=[arrays[n].astype(np.float32) for n in trainable_names],
-      non_trainable=[arrays[_NON_TRAINABLE_PREFIX + n] for n in non_trainable_names])
+  return ([arrays[n].astype(np.float32) for n in trainable_names],
+          [arrays[_NON_TRAINABLE_PREFIX + n] for n in non_trainable_names])
 
 
-def model_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
+def model_weights(model: tf.keras.Model) -> 'tff.learning.models.ModelWeights':
   """The model's current weights as numpy arrays.
 
   Args:
@@ -155,6 +196,7 @@ def model_weights(model: tf.keras.Model) -> tff.learning.models.ModelWeights:
   Returns:
     Its trainable and non-trainable variables' values, in variable order.
   """
+  import tensorflow_federated as tff  # here, not at the top: see the module docstring
   return tff.learning.models.ModelWeights(
       trainable=[v.numpy() for v in model.trainable_variables],
       non_trainable=[v.numpy() for v in model.non_trainable_variables])

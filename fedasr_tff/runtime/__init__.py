@@ -1,12 +1,36 @@
 """Process-level runtime: TFF's local C++ execution context, with a worker that dies with us, and
-TFF's distributed runtime over workers on other machines."""
+TFF's distributed runtime over workers on other machines.
 
-from fedasr_tff.runtime.distributed import DistributedContext
-from fedasr_tff.runtime.distributed import TLSCredentials
-from fedasr_tff.runtime.distributed import WorkerUnavailableError
-from fedasr_tff.runtime.distributed import create_distributed_execution_context
-from fedasr_tff.runtime.distributed import parse_workers
-from fedasr_tff.runtime.distributed import read_workers_file
-from fedasr_tff.runtime.distributed import set_distributed_execution_context
-from fedasr_tff.runtime.distributed import trust_statement
-from fedasr_tff.runtime.execution_context import set_local_cpp_execution_context
+The names below load their module (and so TensorFlow Federated) on first use (PEP 562), so a
+binary that runs no TFF computation can define the runtime's flags without importing TFF.
+"""
+
+import importlib
+
+# Seconds a distributed worker may stay unreachable (`distributed`); here, so flags need no TFF.
+DEFAULT_WORKER_TIMEOUT_SECONDS = 300.0
+
+_EXPORTS = {
+    'DistributedContext': 'distributed',
+    'TLSCredentials': 'distributed',
+    'WorkerUnavailableError': 'distributed',
+    'create_distributed_execution_context': 'distributed',
+    'parse_workers': 'distributed',
+    'read_workers_file': 'distributed',
+    'set_distributed_execution_context': 'distributed',
+    'trust_statement': 'distributed',
+    'WorkerDiedError': 'execution_context',
+    'set_local_cpp_execution_context': 'execution_context',
+}
+
+
+def __getattr__(name):
+  if name in _EXPORTS:
+    return getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
+  if name in ('distributed', 'execution_context', 'namespace_bridge', 'worker'):
+    return importlib.import_module(f'{__name__}.{name}')
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__():
+  return sorted([*globals(), *_EXPORTS])

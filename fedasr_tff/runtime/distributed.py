@@ -25,9 +25,8 @@ from typing import Sequence
 import grpc
 import tensorflow_federated as tff
 
+from fedasr_tff.runtime import DEFAULT_WORKER_TIMEOUT_SECONDS
 from fedasr_tff.runtime import execution_context
-
-DEFAULT_WORKER_TIMEOUT_SECONDS = 300.0
 
 
 def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False) -> str:

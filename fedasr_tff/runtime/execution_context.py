@@ -17,6 +17,7 @@ import functools
 import getpass
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,24 @@ _NAMESPACE_PORT = 8000  # any port: the namespace is new, so nothing else listen
 _SOCKET_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less the terminating NUL
 
 _worker = None  # the LocalWorker of the context set last
+
+
+class WorkerDiedError(RuntimeError):
+  """The local worker ended during the run (killed from outside, or crashed).
+
+  Attributes:
+    pid: the pid of `worker_binary` (0 if it never started).
+    returncode: its exit status (negative: the signal that ended it).
+  """
+
+  def __init__(self, message: str, pid: int, returncode: int):
+    super().__init__(message)
+    self.pid = pid
+    self.returncode = returncode
+
+  def summary(self) -> str:
+    """One line naming the worker and how it ended (the message may add its log's tail)."""
+    return f'TFF {WORKER_PROCESS_NAME} {self.pid} ended ({_exit_status(self.returncode)})'
 
 
 class WorkerIsolationError(RuntimeError):
@@ -127,7 +146,7 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[i
 
   def check_worker():
     if worker.process.poll() is not None:
-      raise RuntimeError(_failure(worker, log))
+      raise WorkerDiedError(_failure(worker, log), worker.worker_pid, worker.process.returncode)
 
   tff.framework.set_default_context(remote_context(stub, check=check_worker))
 
@@ -351,7 +370,19 @@ def _failure(worker: LocalWorker, log) -> str:
   tail = os.pread(log.fileno(), 3000, max(0, size - 3000)).decode(errors='replace')
   process = worker.process  # with isolation it ends as the worker ended (namespace_bridge.py)
   state = 'running' if process.poll() is None else f'exit status {process.returncode}'
-  return f'TFF {WORKER_PROCESS_NAME} {worker.worker_pid} is not serving ({state}):\n{tail}'
+  # A worker killed from outside writes nothing: then no colon promising a log.
+  log_text = f':\n{tail}' if tail.strip() else ', and wrote nothing.'
+  return f'TFF {WORKER_PROCESS_NAME} {worker.worker_pid} is not serving ({state}){log_text}'
+
+
+def _exit_status(returncode: int) -> str:
+  """'exit status N', with the signal of a negative one ('exit status -15, SIGTERM')."""
+  if returncode < 0:
+    try:
+      return f'exit status {returncode}, {signal.Signals(-returncode).name}'
+    except ValueError:
+      pass
+  return f'exit status {returncode}'
 
 
 def _stop_worker() -> None:

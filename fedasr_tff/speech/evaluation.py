@@ -1,17 +1,33 @@
-"""WER/CER of a model on a set of speakers, overall and per speaker, with greedy decoding."""
+"""WER/CER of a model on a set of speakers, overall and per speaker, greedy or beam-search decoded.
+
+The Keras model runs directly (no TFF computation); the loss and the `tf.edit_distance` counts
+are those of the TFF model's federated evaluation (`models.CTCSpeechModel`).
+"""
 
 import csv
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 from typing import Dict
 from typing import Optional
 from typing import Sequence
+from typing import Union
+import weakref
 
-import tensorflow_federated as tff
+import numpy as np
+import tensorflow as tf
 
+from fedasr_tff import decoding
+from fedasr_tff import metrics
 from fedasr_tff import private_files
-from fedasr_tff.data import pipeline
-from fedasr_tff.models import tff_model
+from fedasr_tff.models import ctc
+from fedasr_tff.models import transformer
+
+if TYPE_CHECKING:
+  import tensorflow_federated as tff
+
+  from fedasr_tff.data import pipeline
+  from fedasr_tff.models import tff_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,54 +85,114 @@ class EvaluationResult:
     return {'loss': self.overall.loss, 'wer': self.overall.wer, 'cer': self.overall.cer}
 
 
-def evaluate(model: tff_model.CTCSpeechModel,
-             client_data: pipeline.SpeechClientData,
-             weights: Optional[tff.learning.models.ModelWeights] = None,
-             speakers: Optional[Sequence[str]] = None) -> EvaluationResult:
+def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer],
+             client_data: 'pipeline.SpeechClientData',
+             weights: Optional['tff.learning.models.ModelWeights'] = None,
+             speakers: Optional[Sequence[str]] = None,
+             *,
+             decoder: str = 'greedy',
+             beam_width: int = 16,
+             top_paths: int = 1,
+             word_list: Optional[decoding.WordList] = None) -> EvaluationResult:
   """Scores a model on every speaker's batches.
 
-  Runs the TFF model's own `forward_pass(training=False)` (so the same loss and
-  `tf.edit_distance` scoring as federated evaluation) speaker by speaker in this process, which
-  is what a server does with held-out data and what gives the per-speaker breakdown.
+  Runs the Keras model (in evaluation mode) speaker by speaker in this process, which is what a
+  server does with held-out data and what gives the per-speaker breakdown. The loss and the
+  greedy scoring are those of the TFF model's `forward_pass(training=False)`, in the same
+  float32 sums, so greedy decoding without a word list gives federated evaluation's numbers.
+  Other decoders and the word list decode with `fedasr_tff.decoding`, as the transcription
+  binary does, and are scored with the same `metrics.error_counts`.
 
   Args:
-    model: the model.
-    client_data: the speakers' data.
+    model: the `CTCTransformer`, or the TFF model wrapping it.
+    client_data: the speakers' data; its vocabulary decodes the model's output.
     weights: assigned to `model` first, if given.
     speakers: the speakers to score; default all of `client_data`.
+    decoder: one of `decoding.DECODERS`.
+    beam_width: prefixes kept per frame by beam search.
+    top_paths: beam-search candidates per utterance `word_list` chooses from (1 for greedy).
+    word_list: if given, each transcript is `word_list.restrict` of the candidates.
 
   Returns:
     The `EvaluationResult`; rates are corpus-level, total edits over total reference words
     (characters), summed over speakers.
 
   Raises:
-    ValueError: for no speakers, or none with a usable utterance.
+    ValueError: for no speakers, none with a usable utterance, or decoding arguments
+      `decoding.decode` refuses.
   """
+  keras_model = getattr(model, 'keras_model', model)
   if weights is not None:
-    weights.assign_weights_to(model)
+    weights.assign_weights_to(keras_model)
   speakers = client_data.client_ids if speakers is None else list(speakers)
   if not speakers:
     raise ValueError('No speakers to evaluate on.')
+  # The decoding arguments, checked before any audio is read.
+  decoding.decode(tf.zeros([1, 1, 2]), tf.ones([1], tf.int32), ['a'], decoder, beam_width,
+                  top_paths)
+  custom = decoder != 'greedy' or word_list is not None
+  tokens = client_data.vocabulary.tokens
+  scorer = _scorer(keras_model, tokens)
   per_speaker = {}
   for speaker in speakers:
-    model.reset_metrics()
+    # float32 sums, as the TFF model's metric variables, so the numbers are the same.
+    sums = np.zeros(6, np.float32)
     # A fixed seed: the model draws nothing at random in evaluation, and SpecAugment, should the
     # data have it on, then masks alike in every evaluation.
     for batch in client_data.create_tf_dataset_for_client(speaker, seed=0):
-      model.forward_pass(batch, training=False)
-    sums = model.report_local_unfinalized_metrics()
-    per_speaker[speaker] = ErrorCounts(
-        utterances=float(sums['loss'][1]),
-        loss_sum=float(sums['loss'][0]),
-        word_edits=float(sums['wer'][0]),
-        words=float(sums['wer'][1]),
-        char_edits=float(sums['cer'][0]),
-        chars=float(sums['cer'][1]))
+      out = scorer(batch)
+      counts = [out['loss_sum'], out['utterances']]
+      if custom:
+        candidates = decoding.decode(out['logits'], out['logit_lengths'], tokens, decoder,
+                                     beam_width, top_paths)
+        texts = [[c.text for c in found] or [''] for found in candidates]
+        hypotheses = tf.constant([word_list.restrict(t) if word_list else t[0] for t in texts])
+        for unit in metrics.UNITS:
+          counts += metrics.error_counts(out['references'], hypotheses, unit)
+      else:
+        counts += [out['word_edits'], out['words'], out['char_edits'], out['chars']]
+      for i, value in enumerate(counts):
+        sums[i] = np.float32(sums[i] + np.float32(value))
+    per_speaker[speaker] = ErrorCounts(*(float(v) for v in (
+        sums[1], sums[0], sums[2], sums[3], sums[4], sums[5])))
   overall = sum(per_speaker.values(), ErrorCounts())
   if not overall.utterances:
     raise ValueError(f'None of the {len(speakers)} speakers has a usable utterance (see the '
                      'data report).')
   return EvaluationResult(overall, per_speaker)
+
+
+# Keras model -> {tokens: its scorer}: traced once per model, not once per evaluation (each new
+# tf.function traces again, and TF warns of retracing when evaluation runs in a loop).
+_SCORERS = weakref.WeakKeyDictionary()
+
+
+def _scorer(keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
+  """A batch's loss, logits, references and greedy counts, as `CTCSpeechModel.forward_pass`."""
+  scorers = _SCORERS.setdefault(keras_model, {})
+  if tuple(tokens) in scorers:
+    return scorers[tuple(tokens)]
+  model_ref = weakref.ref(keras_model)  # the cache must not keep the model alive
+
+  # reduce_retracing: dynamic batches differ in shape, so trace once with relaxed shapes.
+  @tf.function(reduce_retracing=True)
+  def score(batch):
+    keras_model = model_ref()
+    logits = keras_model((batch['features'], batch['feature_lengths']), training=False)
+    logit_lengths = transformer.output_lengths(batch['feature_lengths'], keras_model.config)
+    loss = ctc.ctc_loss(batch['labels'], batch['label_lengths'], logits, logit_lengths)
+    utterances = tf.cast(tf.shape(logits)[0], tf.float32)
+    references = ctc.ids_to_texts(
+        tf.RaggedTensor.from_tensor(batch['labels'], lengths=batch['label_lengths']), tokens)
+    hypotheses = ctc.ids_to_texts(ctc.greedy_decode(logits, logit_lengths), tokens)
+    word_edits, words = metrics.error_counts(references, hypotheses, 'word')
+    char_edits, chars = metrics.error_counts(references, hypotheses, 'char')
+    return dict(loss_sum=loss * utterances, utterances=utterances, logits=logits,
+                logit_lengths=logit_lengths, references=references, word_edits=word_edits,
+                words=words, char_edits=char_edits, chars=chars)
+
+  scorers[tuple(tokens)] = score
+  return score
 
 
 def write_per_speaker_csv(result: EvaluationResult, path: str) -> None:

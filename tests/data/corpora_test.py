@@ -137,6 +137,27 @@ class CorporaTest(absltest.TestCase):
                       ('/abs/b.flac', f'{path}:3', 'one')])
     self.assertIsNone(data.read_audio_list(self._audio_list('a.wav\n'))[0].reference)
 
+  def test_audio_list_takes_a_corpus_manifest_by_its_header(self):
+    path = self._audio_list('speaker\tpath\ttranscript\n7\ta.wav\tHello there\n\n'
+                            '8\t/abs/b.flac\tone\n')
+    folder = os.path.dirname(path)
+    self.assertEqual([(e.path, e.where, e.reference) for e in data.read_audio_list(path)],
+                     [(os.path.join(folder, 'a.wav'), f'{path}:2', 'Hello there'),
+                      ('/abs/b.flac', f'{path}:4', 'one')])
+    # Without a transcript column: no references.
+    path = self._audio_list('path\tspeaker\na.wav\t7\n')
+    self.assertEqual([(e.path, e.reference) for e in data.read_audio_list(path)],
+                     [(os.path.join(os.path.dirname(path), 'a.wav'), None)])
+    for text, line, message in [('path\ttranscript\na.wav\tone\n\tno\n', ':3', 'empty path'),
+                                ('path\ttranscript\na.wav\t \n', ':2', 'empty transcript')]:
+      path = self._audio_list(text)
+      with self.assertRaisesRegex(ValueError, f'{path}{line}: {message}', msg=text):
+        data.read_audio_list(path)
+    # Three columns and no header: the error says what a manifest needs.
+    path = self._audio_list('a.wav\tone\t7\n')
+    with self.assertRaisesRegex(ValueError, f'{path}:1: .*3 tab-separated fields.*header line'):
+      data.read_audio_list(path)
+
   def test_audio_list_errors_name_file_and_line(self):
     cases = [('a.wav\tone\nb.wav\tx\ty\n', ':2', 'tab-separated'),
              ('a.wav\n\tone\n', ':2', 'empty audio path'),

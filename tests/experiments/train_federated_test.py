@@ -67,6 +67,10 @@ class TrainFederatedTest(absltest.TestCase):
                  'server_optimizer', 'server_lr', 'clipping', 'clip', 'noise_multiplier',
                  'sigma_dp', 'target_epsilon', 'delta', 'population', 'seed'):
       self.assertRegex(result.stdout, rf'--{name}: \S', msg=name)
+    # Nor a stray traceback at exit from the context TFF sets when imported.
+    for ended in (result, _run('--only_check_args', timeout=240)):
+      self.assertNotIn('Exception ignored', ended.stderr)
+      self.assertNotIn('Traceback', ended.stderr)
 
   def test_bad_flags_fail_at_start_up_naming_the_flag(self):
     out = os.path.join(self.tmp, 'bad')

@@ -112,6 +112,13 @@ class SetLocalCppExecutionContextTest(parameterized.TestCase):
     self.assertTrue(_wait_until_gone([worker], 30))  # not reaped: that is the context's job
     with self.assertRaisesRegex(RuntimeError, f'{worker.pid} is not serving \\(exit status -9\\)'):
       _sum_at_clients([1])
+    # Killed from outside, it wrote nothing: no colon promising its output.
+    with self.assertRaises(execution_context.WorkerDiedError) as raised:
+      _sum_at_clients([1])
+    self.assertEqual((raised.exception.pid, raised.exception.returncode), (worker.pid, -9))
+    self.assertEndsWith(str(raised.exception), '(exit status -9), and wrote nothing.')
+    self.assertEqual(raised.exception.summary(),
+                     f'TFF worker_binary {worker.pid} ended (exit status -9, SIGKILL)')
 
   def test_a_worker_that_does_not_start_is_reported_with_its_output(self):
     with tempfile.NamedTemporaryFile('w', suffix='.sh', delete=False) as script:

@@ -1,0 +1,96 @@
+"""Scoring a model (`fedasr_tff.speech.evaluation`): greedy as federated evaluation counts, beam
+search and a word list, and one trace however often it runs."""
+
+import os
+import tempfile
+
+from absl.testing import absltest
+import numpy as np
+
+from fedasr_tff import data
+from fedasr_tff import decoding
+from fedasr_tff import models
+from fedasr_tff.data import synthetic
+from fedasr_tff.program import model_io
+from fedasr_tff.speech import evaluation
+
+
+class _RecordingWordList(decoding.WordList):
+  """A word list that keeps every transcript it returns."""
+
+  def __init__(self, words):
+    super().__init__(words)
+    self.transcripts = []
+
+  def restrict(self, candidates):
+    self.transcripts.append(super().restrict(candidates))
+    return self.transcripts[-1]
+
+
+class EvaluateTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    root = tempfile.mkdtemp()
+    synthetic.make_corpus(root, num_speakers=2, mean_utterances=3, seed=3, skew=0.0,
+                          words_per_utterance=(1, 2))
+    cls.vocab = data.Vocabulary('en')
+    utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
+    # Short batches: each speaker's batches differ in shape.
+    cls.data = data.SpeechClientData(utterances, cls.vocab, max_batch_seconds=2.0, strict=True)
+    cls.model = models.build_tff_model_fn('tiny', cls.vocab.tokens)()
+    # A model that emits letters: random weights, with a bias away from the blank.
+    weights = model_io.model_weights(cls.model.keras_model)
+    rng = np.random.default_rng(0)
+    cls.weights = type(weights)(
+        trainable=[w + rng.normal(0, 0.2, w.shape).astype(w.dtype) for w in weights.trainable],
+        non_trainable=weights.non_trainable)
+
+  def _federated_counts(self):
+    """The old scoring: the TFF model's own forward_pass and metric sums, per speaker."""
+    self.weights.assign_weights_to(self.model)
+    counts = {}
+    for speaker in self.data.client_ids:
+      self.model.reset_metrics()
+      for batch in self.data.create_tf_dataset_for_client(speaker, seed=0):
+        self.model.forward_pass(batch, training=False)
+      sums = self.model.report_local_unfinalized_metrics()
+      counts[speaker] = evaluation.ErrorCounts(
+          float(sums['loss'][1]), float(sums['loss'][0]), float(sums['wer'][0]),
+          float(sums['wer'][1]), float(sums['cer'][0]), float(sums['cer'][1]))
+    return counts
+
+  def test_greedy_gives_federated_evaluations_numbers_from_either_model(self):
+    want = self._federated_counts()
+    self.assertGreater(sum(c.word_edits for c in want.values()), 0)
+    for model in (self.model, self.model.keras_model):
+      result = evaluation.evaluate(model, self.data, self.weights)
+      self.assertEqual(result.per_speaker, want)
+      self.assertEqual(result.overall, sum(want.values(), evaluation.ErrorCounts()))
+
+  def test_beam_search_and_a_word_list(self):
+    greedy = evaluation.evaluate(self.model, self.data, self.weights)
+    beam = evaluation.evaluate(self.model, self.data, self.weights, decoder='beam', beam_width=4)
+    self.assertTrue(np.isfinite([beam.overall.wer, beam.overall.cer]).all())
+    self.assertEqual(beam.overall.words, greedy.overall.words)
+    self.assertEqual(beam.overall.loss_sum, greedy.overall.loss_sum)
+    words = _RecordingWordList(['yes', 'no'])
+    listed = evaluation.evaluate(self.model, self.data, self.weights, decoder='beam',
+                                 beam_width=4, top_paths=2, word_list=words)
+    self.assertLen(words.transcripts, int(listed.overall.utterances))
+    self.assertTrue(any(words.transcripts))
+    for transcript in words.transcripts:
+      self.assertContainsSubset(transcript.split(), {'yes', 'no'})
+    with self.assertRaisesRegex(ValueError, '`top_paths`'):
+      evaluation.evaluate(self.model, self.data, decoder='greedy', top_paths=2)
+
+  def test_evaluating_in_a_loop_traces_the_model_once(self):
+    for _ in range(4):
+      evaluation.evaluate(self.model, self.data)
+    (scorer,) = evaluation._SCORERS[self.model.keras_model].values()  # pylint: disable=protected-access
+    self.assertLessEqual(scorer.experimental_get_tracing_count(), 2)
+
+
+if __name__ == '__main__':
+  absltest.main()
