@@ -25,8 +25,9 @@ the federated runs resume from their checkpoints):
    (`experiments.train_federated`) at the demo's values; the clip C = client_lr x local clip x
    local steps, the largest delta local training makes. On a corpus with fewer clients than
    --cohort_size, every client takes part in every round (q = 1, stated in the privacy report).
-4. Every model scored on the held-out speakers (greedy CTC decoding), and `report.md`: WER
-   first, the plots (per-layer norms are those the DP run releases) and the privacy statement
+4. Every model scored on the held-out speakers (greedy CTC decoding, or --decoder=beam with
+   --beam_width, and a --word_list the transcripts' words are restricted to), and `report.md`:
+   WER first, the plots (per-layer norms are those the DP run releases) and the privacy statement
    for the run and the declared population (the paper's extrapolation, Sec. 4.3, Table 1).
 
 SpecAugment is off (--spec_augment turns it on in seed and federated training): in a few
@@ -48,11 +49,14 @@ from absl import flags
 
 from experiments import common
 from experiments import config_flags
+from experiments import decoding_flags
 from experiments import report
 from experiments import speech_stages
+from fedasr_tff import models
 from fedasr_tff import private_files
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import corpus
+from fedasr_tff.speech import evaluation
 
 FLAGS = flags.FLAGS
 
@@ -172,6 +176,29 @@ def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
       feature_cache_dir=data.feature_cache())
 
 
+def _decoding() -> str:
+  """The decoding of the --decoder flags, in words."""
+  words = ('greedy decoding' if decoding_flags.DECODER.value == 'greedy' else
+           f'beam search of width {decoding_flags.BEAM_WIDTH.value}')
+  if decoding_flags.WORD_LIST.value:
+    words += f', words of {decoding_flags.WORD_LIST.value}'
+  return words
+
+
+def _scored(model_config, vocab, eval_data, evaluations):
+  """{model: EvaluationResult} of `evaluations` ({model: (weights, greedy evaluation)}) under the
+  --decoder flags: the runs' own greedy evaluations, or each model scored again."""
+  word_list = decoding_flags.word_list(vocab)
+  if decoding_flags.DECODER.value == 'greedy' and word_list is None:
+    return {name: greedy for name, (_, greedy) in evaluations.items()}
+  model = models.build_ctc_transformer(model_config, vocab.size)
+  return {name: evaluation.evaluate(model, eval_data, weights,
+                                    decoder=decoding_flags.DECODER.value,
+                                    beam_width=decoding_flags.BEAM_WIDTH.value,
+                                    top_paths=decoding_flags.TOP_PATHS.value, word_list=word_list)
+          for name, (weights, _) in evaluations.items()}
+
+
 def _count(number: int, noun: str) -> str:
   return f'{number} {noun}' + ('' if number == 1 else 's')
 
@@ -182,6 +209,7 @@ def main(argv):
   common.start_binary(distributed_refusal=(
       'the recipe runs on one machine; use experiments.train_federated for distributed runs.'))
   common.require('output_dir')
+  decoding_flags.check()
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
   stages = {}  # stage -> wall seconds (of this invocation: a reused stage costs little)
@@ -219,6 +247,12 @@ def main(argv):
                                                 seed_weights, eval_data=eval_data)
     stages[stage] = time.monotonic() - mark
   no_noise, dp = results['fl_no_noise'], results['fl_dp']
+  mark = time.monotonic()
+  scores = _scored(FLAGS.model_config, vocab, eval_data, {
+      'seed': (seed_weights, seed_eval), 'fl_no_noise': (no_noise.weights, no_noise.evaluation),
+      'fl_dp': (dp.weights, dp.evaluation)})
+  stages['evaluation'] = time.monotonic() - mark
+  decoded = _decoding()
 
   rounds, ledger = FLAGS.rounds, dp.ledger
   epsilons = {
@@ -228,14 +262,14 @@ def main(argv):
   epsilon_declared_pld = ledger.epsilon(rounds, declared=True, accountant='pld')
   seed_share = f'{len(seed_data.client_ids)} of {len(seed_data.client_ids) + clients} speakers'
   results = [
-      {'model': f'seed (central, {seed_share})', 'wer': seed_eval.overall.wer,
-       'cer': seed_eval.overall.cer, 'rounds': 0, 'epsilon_run': None,
+      {'model': f'seed (central, {seed_share})', 'wer': scores['seed'].overall.wer,
+       'cer': scores['seed'].overall.cer, 'rounds': 0, 'epsilon_run': None,
        'epsilon_declared': None},
-      {'model': 'FL, no noise', 'wer': no_noise.evaluation.overall.wer,
-       'cer': no_noise.evaluation.overall.cer, 'rounds': rounds, 'epsilon_run': math.inf,
+      {'model': 'FL, no noise', 'wer': scores['fl_no_noise'].overall.wer,
+       'cer': scores['fl_no_noise'].overall.cer, 'rounds': rounds, 'epsilon_run': math.inf,
        'epsilon_declared': math.inf},
-      {'model': f'FL + DP (σ_DP = {FLAGS.sigma_dp:g})', 'wer': dp.evaluation.overall.wer,
-       'cer': dp.evaluation.overall.cer, 'rounds': rounds, **epsilons},
+      {'model': f'FL + DP (σ_DP = {FLAGS.sigma_dp:g})', 'wer': scores['fl_dp'].overall.wer,
+       'cer': scores['fl_dp'].overall.cer, 'rounds': rounds, **epsilons},
   ]
   wers = [100 * row['wer'] for row in results]
   layer_norm_run = os.path.join(output_dir, 'fl_dp', 'metrics.csv')
@@ -255,7 +289,7 @@ def main(argv):
       f'{_count(len(eval_data.client_ids), "held-out speaker")} (never trained on) of '
       f'{corpus_name}' + (f', held-out split {data_config.eval_split!r}'
                           if data_config.eval_split else '') + '.',
-      f'WER (greedy decoding): seed {wers[0]:.1f}% → FL {wers[1]:.1f}% → FL + DP '
+      f'WER ({decoded}): seed {wers[0]:.1f}% → FL {wers[1]:.1f}% → FL + DP '
       f'{wers[2]:.1f}%: federated training ' + ('improves on' if wers[2] < wers[0] else
                                                'does NOT improve on') + ' the seed model with '
       f'DP; the cost of the noise (DP run minus run without noise) is {wers[2] - wers[1]:+.1f} WER '
@@ -276,8 +310,8 @@ def main(argv):
       runs={'FL, no noise': os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'),
             'FL + DP': os.path.join(output_dir, 'fl_dp', 'metrics.csv')},
       references={'seed model': (seed_eval.overall.wer, seed_eval.overall.cer)},
-      layer_norm_run=layer_norm_run, notes=notes)
-  print('\n== held-out speakers (greedy decoding)')
+      layer_norm_run=layer_norm_run, notes=notes, decoding=decoded)
+  print(f'\n== held-out speakers ({decoded})')
   for row in results:
     eps = ''
     if row['epsilon_run'] is not None and math.isfinite(row['epsilon_run']):

@@ -120,6 +120,24 @@ def assign_speakers(speakers: Sequence[str], *, seed_fraction: float, split_seed
 
 
 
+def describe_speakers(speakers: Sequence[str], shown: int = 10) -> str:
+  """'N speaker(s) (a, b, ...)', naming the first `shown` and counting the rest, for messages.
+
+  Args:
+    speakers: the speakers, in the order to name them.
+    shown: how many to name at most.
+
+  Returns:
+    For example '1 speaker (s3)', '2 speakers (s1, s4)'; beyond `shown`, the first `shown`
+    then 'and N more'.
+  """
+  speakers = list(speakers)
+  named = ', '.join(speakers[:shown])
+  if len(speakers) > shown:
+    named += f' and {len(speakers) - shown} more'
+  return f'{len(speakers)} speaker{"" if len(speakers) == 1 else "s"} ({named})'
+
+
 def load_client_data(corpus_dir: str,
                      layout: str,
                      split: str,

@@ -76,7 +76,13 @@ class RecipeTest(absltest.TestCase):
     self.assertNotEqual(refused.returncode, 0)
     self.assertIn('--split_seed', refused.stderr)
 
-    result = _run(*flags)
+    # The decoding is no part of the training: the run resumes, and scores with beam search and
+    # the corpus's word list.
+    words = os.path.join(self.corpus, 'words.txt')
+    with open(words, 'w') as f:
+      f.write('\n'.join(synthetic.DEFAULT_WORDS['en']))
+    result = _run(*flags, '--decoder=beam', '--beam_width=4', '--top_paths=2',
+                  f'--word_list={words}')
     self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
     out = result.stdout
     self.assertIn('== speakers: 1 seed speaker, 4 clients, 1 held-out speaker (of --split', out)
@@ -90,7 +96,8 @@ class RecipeTest(absltest.TestCase):
       text = f.read()
     self.assertIn("of split 'all.tsv' of", text)
     # WER leads, and the per-layer figure shows only what the DP run releases.
-    self.assertIn('## Results\n\n**WER (greedy decoding): seed (central', text)
+    self.assertIn(f'## Results\n\n**WER (beam search of width 4, words of {words}): seed '
+                  '(central', text)
     self.assertIn('| Model | WER (%) | CER (%) |', text)
     self.assertIn('figure shows what the DP run releases', text)
     self.assertIn('averaged over rounds, from `' + os.path.join(output_dir, 'fl_dp', 'metrics.csv'),
@@ -111,6 +118,7 @@ class RecipeTest(absltest.TestCase):
         ([*corpus, '--held_out=nobody'], 'nobody'),
         ([*corpus, '--held_out_speakers=5'], '--held_out_speakers'),
         (['--layout=manifest', '--split=all.tsv'], 'corpus_dir'),
+        ([*corpus, '--top_paths=2'], '--top_paths'),
     ]
     # All at once: each fails during start-up, so the cost is one interpreter start each.
     procs = [subprocess.Popen(_command(f'--output_dir={out}', *extra), stdout=subprocess.PIPE,

@@ -55,6 +55,15 @@ class AssignSpeakersTest(absltest.TestCase):
         corpus.assign_speakers(_SPEAKERS, seed_fraction=0.1, split_seed=0, **kwargs)
 
 
+class DescribeSpeakersTest(absltest.TestCase):
+
+  def test_names_a_few_and_counts_the_rest(self):
+    self.assertEqual(corpus.describe_speakers(['s3']), '1 speaker (s3)')
+    self.assertEqual(corpus.describe_speakers(['s1', 's4']), '2 speakers (s1, s4)')
+    self.assertEqual(corpus.describe_speakers(_SPEAKERS, shown=3),
+                     '10 speakers (s0, s1, s2 and 7 more)')
+
+
 class LoadSpeakersTest(absltest.TestCase):
 
   @classmethod
