@@ -4,6 +4,7 @@ Each binary is imported in a subprocess of its own (as `python -m` runs it): abs
 global, and binaries with their own defaults for the same flag cannot share a process.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -24,8 +25,9 @@ _PRINT_FLAGS = ('import importlib, json, sys\n'
                 'print(json.dumps({name: flags.FLAGS[name].default for name in flags.FLAGS}))\n')
 
 
+@functools.lru_cache(maxsize=None)  # an import of a binary costs about 10 s of CPU
 def _flags(module):
-  """{flag: default} of every flag defined once `module` is imported."""
+  """{flag: default} of every flag defined once `module` is imported (read-only)."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3',
              PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
   result = subprocess.run([sys.executable, '-c', _PRINT_FLAGS, module], capture_output=True,
