@@ -57,6 +57,7 @@ from fedasr_tff import private_files
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import corpus
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import presets
 
 FLAGS = flags.FLAGS
 
@@ -72,17 +73,19 @@ _HELD_OUT = flags.DEFINE_list(
     '--held_out_speakers or --eval_split).')
 config_flags.define_flags(speech_stages.CorpusConfig)
 config_flags.define_flags(speech_stages.SeedConfig)
-# SpecAugment off by default: see the module docstring.
-config_flags.define_flags(config_lib.DataConfig, ['spec_augment'],
-                          defaults={'spec_augment': False})
-# The federated stage: the runner's flags (`experiments.train_federated`) at the demo's values.
-# The clip C = 0.2 is client_lr x local clip (1) x local steps, the largest delta one local step
-# can make, so the noise (sigma_dp x C) is no larger than it needs to be (at C = 1 it cost 6 WER
-# points; docs/results.md, "The demo, measured"). The population is the declared one, K' and S'.
-FEDERATED_DEFAULTS = dict(rounds=30, cohort_size=16, local_steps=1, client_lr=0.2,
-                          server_lr=0.003, clip=0.2, sigma_dp=3e-4, population=10_000_000,
-                          population_cohort_size=2_000, eval_every=10)
-config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_DEFAULTS,
+# The federated stage: the runner's flags (`experiments.train_federated`) at the cpu preset
+# (`speech.presets.CPU`: SpecAugment off, see the module docstring; the clip C derived as
+# client_lr x local clip x local steps, 0.2 here, the largest delta one local step can make, so
+# the noise sigma_dp x C is no larger than it needs to be: at C = 1 it cost 6 WER points,
+# docs/results.md, "The demo, measured"), one local step, and the demo's noise and declared
+# population K', S'.
+FEDERATED_FLAGS = ('rounds', 'cohort_size', 'local_steps', 'client_lr', 'server_lr', 'clip',
+                   'sigma_dp', 'population', 'population_cohort_size', 'eval_every',
+                   'spec_augment')
+FEDERATED_DEFAULTS = {**presets.for_config(presets.CPU, config_lib.FederatedConfig),
+                      'local_steps': 1, 'sigma_dp': 3e-4, 'population': 10_000_000,
+                      'population_cohort_size': 2_000}
+config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_FLAGS,
                           defaults=FEDERATED_DEFAULTS)
 _EXACT_LAYER_NORMS = flags.DEFINE_bool(
     'layer_norms_from_no_noise_run', False, 'Draw the per-layer norms figure from the run '
@@ -100,7 +103,7 @@ def federated_config(data_config, sigma_dp, **fields) -> config_lib.FederatedCon
   """The recipe's federated run with noise `sigma_dp`: the runner's flags at the recipe's values
   (`FEDERATED_DEFAULTS`), LAMB, "dim" clipping, a checkpoint at every evaluation; `fields` are
   what the ablation (`experiments.ablation`) varies."""
-  return speech_stages.federated_config(data_config, **{
+  return speech_stages.federated_config(data_config, preset=FEDERATED_DEFAULTS, **{
       'server_optimizer': 'lamb', 'clipping': 'dim', 'sigma_dp': sigma_dp,
       'checkpoint_every': FLAGS.eval_every, **fields})
 

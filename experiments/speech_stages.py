@@ -29,6 +29,7 @@ from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech import presets
 
 FLAGS = flags.FLAGS
 
@@ -65,13 +66,17 @@ class SeedConfig:
   seed_lr: float = fields_lib.field(2e-3, 'Adam learning rate of the seed model.')
 
   def central_config(self) -> central_training.CentralConfig:
-    """The central training of --model_config at --seed."""
-    decay = max(1, self.seed_steps // 3)
-    return central_training.CentralConfig(
-        steps=self.seed_steps, model_config=FLAGS.model_config, optimizer='adam',
-        learning_rate=self.seed_lr, schedule='step', decay_rate=0.5, decay_every=decay,
-        decay_start=decay, seed=seed_or_zero(),
-        eval_every_steps=max(1, self.seed_steps // SEED_EVALUATIONS))
+    """The central training of --model_config at --seed: the cpu preset's (`speech.presets.CPU`,
+    as `train_central`'s defaults) at --seed_steps and --seed_lr."""
+    preset = presets.for_config(presets.CPU, central_training.CentralConfig)
+    given = dict(steps=self.seed_steps, model_config=FLAGS.model_config,
+                 learning_rate=self.seed_lr, seed=seed_or_zero(),
+                 eval_every_steps=max(1, self.seed_steps // SEED_EVALUATIONS))
+    values = {**{name: value for name, value in preset.items()
+                 if not isinstance(value, fields_lib.Derived)}, **given}
+    return fields_lib.from_flat(central_training.CentralConfig,
+                                fields_lib.with_derived(central_training.CentralConfig, values,
+                                                        preset))
 
 
 def seed_or_zero() -> int:
@@ -138,16 +143,20 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
 
 
 def federated_config(data: config_lib.DataConfig, *, unused_flags: Sequence[str] = (),
+                     preset: Optional[Mapping[str, object]] = None,
                      **fields) -> config_lib.FederatedConfig:
   """A federated run of a study: the runner's flags its binary defines (but `unused_flags`, which
   configure other runs of the study), on `data`, with `fields` (by name: `FederatedConfig`'s
-  flattened) that the study fixes or varies."""
+  flattened) that the study fixes or varies; the `fields_lib.Derived` defaults of `preset` (the
+  binary's flag defaults, `speech.presets`) computed for the fields still unset."""
   flagged = config_flags.values_from_flags(config_lib.FederatedConfig)
   for name in unused_flags:
     flagged.pop(name, None)
   # The data is the study's (its --corpus_dir is where the synthetic corpus is written).
+  values = {**flagged, **fields_lib.to_flat(data), **fields}
   return fields_lib.from_flat(config_lib.FederatedConfig,
-                              {**flagged, **fields_lib.to_flat(data), **fields})
+                              fields_lib.with_derived(config_lib.FederatedConfig, values,
+                                                      preset or {}))
 
 
 def federated_run(name: str, config: config_lib.FederatedConfig, train_data, vocab,

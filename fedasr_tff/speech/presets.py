@@ -6,7 +6,7 @@ and of `central_training.CentralConfig` (their names do not collide); a value ma
 defaults, so a flag given explicitly wins, and the fields themselves are saved in `config.json`:
 a preset only changes defaults. The configuration classes' own defaults are the `PAPER` preset.
 
-- `CPU` is the demo's recipe (`experiments/demo.py`), tuned on its synthetic corpus
+- `CPU` is the demo's recipe (`experiments/recipe.py`, `make demo`), tuned on its synthetic corpus
   (docs/results.md, "The demo, measured"): a seed model by Adam at 2e-3 for 1,000 steps, the
   rate halved every third of the steps; federated fine-tuning in 30 rounds of 16 clients with one
   local step each, LAMB at 0.003 on the server, the clip C = client_lr x local_clip x
