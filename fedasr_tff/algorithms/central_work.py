@@ -43,13 +43,13 @@ class CentralWork:
     initialize: () -> the central optimizer's initial state.
     steps: (optimizer_state, model_weights, batches[, augmenting_gradient]) ->
       (optimizer_state, delta, mean_gradient, mean_loss).
-    gradient: (model_weights, batches) -> (mean_gradient, mean_loss).
+    gradient: (model_weights, batches) -> (mean_gradient, mean_loss); None when not asked for.
     data_type: the `tff.SequenceType` of the batches, None for a data-free loss (the
       computations then take no batches).
   """
   initialize: tff.Computation
   steps: tff.Computation
-  gradient: tff.Computation
+  gradient: Optional[tff.Computation]
   data_type: Optional[tff.SequenceType]
 
 
@@ -129,6 +129,7 @@ def build_central_work(
     data_free: bool = False,
     augmented: bool = False,
     clip_norm: Optional[float] = None,
+    gradient: bool = True,
 ) -> CentralWork:
   """Builds the central component.
 
@@ -147,6 +148,8 @@ def build_central_work(
     data_free: the loss needs no server data.
     augmented: `steps` takes an augmenting gradient added to every step's gradient.
     clip_norm: C > 0 of the global-norm clip of every data gradient, or None.
+    gradient: also build `gradient` (tracing it costs as much as `steps`: a process that never
+      calls it should not ask for it). Needed when `optimizer` is None.
 
   Returns:
     A `CentralWork` whose computations are:
@@ -157,9 +160,9 @@ def build_central_work(
       minus new, the sign of client deltas), the mean of the K (clipped) stochastic gradients
       (g_aug excluded: the 2-way transfer's g̃_c, exact for any CentralOpt) and the mean
       unweighted loss f_c(x_k; B_k). Zero batches take zero steps.
-    * `gradient(x, batches)`: the mean over the batches of clip(∇ w·f_c(x; B)) at x (the 1-way
-      transfer's central gradient, one gradient on a batch of their union) and the mean
-      unweighted loss.
+    * `gradient(x, batches)` (None unless `gradient`): the mean over the batches of
+      clip(∇ w·f_c(x; B)) at x (the 1-way transfer's central gradient, one gradient on a batch
+      of their union) and the mean unweighted loss.
 
   Raises:
     ValueError: for an argument out of range or an optimizer that is not a
@@ -172,6 +175,8 @@ def build_central_work(
   if optimizer is not None and not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise ValueError('`central_optimizer` must be a tff.learning.optimizers.Optimizer, got '
                      f'{optimizer!r}.')
+  if optimizer is None and not gradient:
+    raise ValueError('`gradient` must be True when `optimizer` is None: nothing would be built.')
   with tf.Graph().as_default():
     model = model_fn()
     weights_type = tff.learning.models.weights_type_from_model(model)
@@ -226,14 +231,15 @@ def build_central_work(
 
     return run(batches)
 
-  if data_type is None:
-    gradient = tff.tensorflow.computation(lambda weights: gradient_fn(weights, None),
-                                          weights_type)
-  else:
-    gradient = tff.tensorflow.computation(gradient_fn, weights_type, data_type)
+  gradient_computation = None
+  if gradient and data_type is None:
+    gradient_computation = tff.tensorflow.computation(
+        lambda weights: gradient_fn(weights, None), weights_type)
+  elif gradient:
+    gradient_computation = tff.tensorflow.computation(gradient_fn, weights_type, data_type)
 
   if optimizer is None:
-    return CentralWork(None, None, gradient, data_type)
+    return CentralWork(None, None, gradient_computation, data_type)
 
   specs = [tf.TensorSpec(t.shape, t.dtype) for t in tff.structure.flatten(trainable_type)]
   initialize = tff.tensorflow.computation(lambda: optimizer.initialize(specs))
@@ -290,7 +296,7 @@ def build_central_work(
     steps_computation = tff.tensorflow.computation(
         steps_fn, optimizer_state_type, weights_type, data_type, trainable_type)
 
-  return CentralWork(initialize, steps_computation, gradient, data_type)
+  return CentralWork(initialize, steps_computation, gradient_computation, data_type)
 
 
 def _batches_or_none(batches: Optional[tf.data.Dataset], steps: int, cycle: bool = False):

@@ -328,7 +328,7 @@ def build_dga_process(
         model_fn, optimizer=tff.learning.optimizers.build_sgdm(
             learning_rate=rehearsal_learning_rate),
         steps=rehearsal_steps, loss_fn=rehearsal_loss_fn, data_free=rehearsal_data_free,
-        clip_norm=local_clip_norm)
+        clip_norm=local_clip_norm, gradient=False)
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():

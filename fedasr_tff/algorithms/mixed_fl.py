@@ -255,7 +255,8 @@ def build_mixed_fl_process(
   central = central_work_lib.build_central_work(
       model_fn, optimizer=central_optimizer if central_steps_run else None,
       steps=central_steps or 1, augmented=algorithm == TWO_WAY, clip_norm=local_clip_norm,
-      **central_kwargs)
+      # Only the 1-way transfer calls `gradient`.
+      gradient=not central_steps_run or algorithm == ONE_WAY, **central_kwargs)
   raw_central_gradient = None
   if gradient_dissimilarity:
     # G̃² and B̃² compare raw gradients: the clients' is unclipped, so the server's is too.

@@ -105,16 +105,34 @@ def check_or_write(output_dir: str, record: RunRecord) -> None:
     record: the run being started.
 
   Raises:
+    ValueError: as `check`.
+  """
+  if check(output_dir, record):
+    return
+  os.makedirs(output_dir, exist_ok=True)
+  # The clients' fingerprint first: a config.json always has its fingerprint beside it.
+  write_clients_fingerprint(output_dir, record.clients_digest)
+  _write_config(output_dir, record.saved_form())
+
+
+def check(output_dir: str, record: RunRecord) -> bool:
+  """Refuses an `output_dir` holding a different run, writing nothing (but moving an old run's
+  clients' fingerprint, `clients_differ`): a run checks this before it spends time building.
+
+  Args:
+    output_dir: the run's output directory.
+    record: the run being started.
+
+  Returns:
+    Whether `output_dir` holds the record of this run (False: of no run).
+
+  Raises:
     ValueError: naming every flag (and extra check) that differs from the saved run, or saying
       that the directory was written by a version whose `config.json` cannot be compared.
   """
   path = os.path.join(output_dir, CONFIG_FILE)
   if not os.path.exists(path):
-    os.makedirs(output_dir, exist_ok=True)
-    # The clients' fingerprint first: a config.json always has its fingerprint beside it.
-    write_clients_fingerprint(output_dir, record.clients_digest)
-    _write_config(output_dir, record.saved_form())
-    return
+    return False
   with open(path) as f:
     saved = json.load(f)
   if saved.get('format') != record.format:
@@ -136,6 +154,7 @@ def check_or_write(output_dir: str, record: RunRecord) -> None:
     raise ValueError(f'{output_dir!r} holds a run with a different configuration ('
                      f'{", ".join(changed)} differ). Use a new output directory, or the same '
                      'settings to resume.')
+  return True
 
 
 def _resumed_fields(cls, saved: Mapping[str, Any]) -> Dict[str, Optional[Any]]:

@@ -423,15 +423,18 @@ def build_run(config: config_lib.FederatedConfig,
   # Checks the cohorts against the population now; the run's z is read back from the
   # aggregator once the process exists.
   ledger = config.ledger(noise, len(client_ids))
+  record = _run_record(config, client_ids, initial_weights,
+                       central_data.client_ids if central_data is not None else None)
+  # Another run's directory is refused before the process is built (tens of seconds); a new
+  # one is written only after, so that a configuration the builders refuse leaves no record.
+  run_record.check(output_dir, record)
   model_fn = models.build_tff_model_fn(config.model.model_config, vocabulary.tokens)
   tensor_names, _ = model_io.tensor_names(model_fn().keras_model)
   process = config.process(model_fn, noise.noise_multiplier, tensor_names)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))
-  run_record.check_or_write(output_dir, _run_record(
-      config, client_ids, initial_weights,
-      central_data.client_ids if central_data is not None else None))
+  run_record.check_or_write(output_dir, record)
   if initial_weights is None:
     initial_weights = _initial_weights(model_fn, config.run.seed_or_zero)
   state = process.set_model_weights(state, initial_weights)

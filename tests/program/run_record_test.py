@@ -56,6 +56,19 @@ class RunRecordTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, f'{named} differ'):
         run_record.check_or_write(self.dir, record)
 
+  def test_check_refuses_another_run_and_writes_nothing(self):
+    # What a run calls before it spends time building its process.
+    self.assertFalse(run_record.check(self.dir, _record()))
+    self.assertFalse(os.path.exists(self.dir))
+    run_record.check_or_write(self.dir, _record())
+    before = {name: os.stat(os.path.join(root, name)).st_mtime_ns
+              for root, _, names in os.walk(self.dir) for name in names}
+    self.assertTrue(run_record.check(self.dir, _record(_Config(_Group(rounds=10)))))
+    with self.assertRaisesRegex(ValueError, '--lr differ'):
+      run_record.check(self.dir, _record(_Config(_Group(lr=0.2))))
+    self.assertEqual({name: os.stat(os.path.join(root, name)).st_mtime_ns
+                      for root, _, names in os.walk(self.dir) for name in names}, before)
+
   def test_a_field_added_later_compares_at_its_default(self):
     os.makedirs(self.dir)
     run_record.write_clients_fingerprint(self.dir, 'clients-a')

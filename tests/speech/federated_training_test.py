@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import stat
 import tempfile
 from unittest import mock
@@ -15,6 +16,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import data
+from fedasr_tff import models
 from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
@@ -59,12 +61,46 @@ class FederatedTrainingTest(absltest.TestCase):
         strict=True)
     cls.eval_data = data.SpeechClientData(
         [u for u in utterances if u.speaker in held_out], cls.vocab, strict=True)
+    cls.default_run = None
 
   def _config(self, **overrides):
     return fields_lib.from_flat(config_lib.FederatedConfig, {
         'rounds': 3, 'cohort_size': 2, 'local_steps': 1, 'clip': 1.0, 'sigma_dp': 0.05,
         'eval_every': 2, 'checkpoint_every': 2, 'population': 10**6,
         'population_cohort_size': 1000, **overrides})
+
+  def _default_config(self):
+    # Adaptive per-layer clipping with the aggregator's diagnostics off, 3 rounds, checkpoints
+    # at rounds 0, 2 and 3.
+    return self._config(adaptive_clipping=True, clipping='uniform', sigma_dp=0.005)
+
+  def _default_run(self):
+    """(result, output_dir, log lines, checkpoint saves and releases in order) of the run of
+    `_default_config`, trained once by the first test that reads it (building a process takes
+    tens of seconds); a test that changes its folder changes a copy."""
+    cls = type(self)
+    if cls.default_run is None:
+      events = []
+      save = tff.program.FileProgramStateManager.save
+      release = tff.program.CSVFileReleaseManager.release
+
+      async def recording_save(manager, state, version):
+        await save(manager, state, version)
+        events.append(('save', version))
+
+      async def recording_release(manager, value, key):
+        events.append(('release', key))
+        await release(manager, value, key)
+
+      with mock.patch.object(tff.program.FileProgramStateManager, 'save', recording_save), \
+           mock.patch.object(tff.program.CSVFileReleaseManager, 'release', recording_release):
+        cls.default_run = self._train('default', self._default_config()) + (events,)
+    return cls.default_run
+
+  def _copy_of_default_run(self, name):
+    output_dir = os.path.join(self.root, name)
+    shutil.copytree(self._default_run()[1], output_dir)
+    return output_dir
 
   def _train(self, name, config, **kwargs):
     output_dir = os.path.join(self.root, name)
@@ -111,8 +147,7 @@ class FederatedTrainingTest(absltest.TestCase):
   def test_dp_run_releases_no_client_statistic_by_default(self):
     # Also runs the aggregator with diagnostics off end to end, and adaptive clipping, whose
     # per-layer clips are the noised state and are released.
-    result, output_dir, lines = self._train(
-        'default', self._config(adaptive_clipping=True, clipping='uniform', sigma_dp=0.005))
+    result, output_dir, lines, _ = self._default_run()
     rows = _csv(os.path.join(output_dir, 'metrics.csv'))
     self.assertEqual([r['key'] for r in rows], ['0', '1', '2', '3'])
     columns = set(rows[0])
@@ -163,21 +198,7 @@ class FederatedTrainingTest(absltest.TestCase):
     self.assertTrue([line for line in lines if 'OUTSIDE the DP guarantee' in line])
 
   def test_no_round_is_released_before_a_checkpoint_covers_it(self):
-    events = []
-    save = tff.program.FileProgramStateManager.save
-    release = tff.program.CSVFileReleaseManager.release
-
-    async def recording_save(manager, state, version):
-      await save(manager, state, version)
-      events.append(('save', version))
-
-    async def recording_release(manager, value, key):
-      events.append(('release', key))
-      await release(manager, value, key)
-
-    with mock.patch.object(tff.program.FileProgramStateManager, 'save', recording_save), \
-         mock.patch.object(tff.program.CSVFileReleaseManager, 'release', recording_release):
-      self._train('order', self._config(rounds=3, checkpoint_every=2))
+    *_, events = self._default_run()
     saved = -1
     for kind, key in events:
       if kind == 'save':
@@ -211,21 +232,21 @@ class FederatedTrainingTest(absltest.TestCase):
                                                  'held_releases.json')))
 
   def test_a_damaged_latest_checkpoint_is_refused_and_the_output_kept(self):
-    config = self._config(rounds=1, checkpoint_every=1, seed=3)
-    _, output_dir, _ = self._train('damaged', config)
+    output_dir = self._copy_of_default_run('damaged')
     released = _csv(os.path.join(output_dir, 'metrics.csv'))
     folder = damage.damage_latest_checkpoint(
         os.path.join(output_dir, 'checkpoints'))
     before = damage.files(output_dir)
-    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 1\\) cannot be read'):
-      self._train('damaged', config)
+    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 3\\) cannot be read'):
+      self._train('damaged', self._default_config())
     self.assertEqual(damage.files(output_dir), before)
-    # What the error says to do: move it aside to resume from round 0, here on the machine that
-    # ran round 1, which recomputes it bit-identically (but for its timing).
-    os.rename(folder, os.path.join(self.root, 'damaged_program_state_1'))
-    self._train('damaged', config)
+    # What the error says to do: move it aside to resume from round 2, here on the machine that
+    # ran round 3, which recomputes it bit-identically (but for its timing): its secret, drawn
+    # from OS entropy, and the noise seed come back from round 2's checkpoint.
+    os.rename(folder, os.path.join(self.root, 'damaged_program_state_3'))
+    self._train('damaged', self._default_config())
     again = _csv(os.path.join(output_dir, 'metrics.csv'))
-    self.assertEqual([r['key'] for r in again], ['0', '1'])
+    self.assertEqual([r['key'] for r in again], ['0', '1', '2', '3'])
     for old, new in zip(released, again, strict=True):
       self.assertEqual({k: v for k, v in old.items() if not k.startswith('time/')},
                        {k: v for k, v in new.items() if not k.startswith('time/')})
@@ -259,7 +280,7 @@ class FederatedTrainingTest(absltest.TestCase):
     # Issue 31, item 2: a hash of the client IDs in config.json tells, by hashing each
     # leave-one-out subset of the corpus, who was left out; and a copy or an archive of the
     # folder keeps each file's own mode.
-    _, output_dir, _ = self._train('fingerprint', self._config(rounds=1))
+    _, output_dir, _, _ = self._default_run()
     with open(os.path.join(output_dir, 'config.json')) as f:
       saved = json.load(f)
     self.assertNotIn('clients_sha256', saved)
@@ -276,10 +297,15 @@ class FederatedTrainingTest(absltest.TestCase):
     other = data.SpeechClientData(
         [u for s in self.train_data.client_ids[1:] for u in self.train_data.utterances(s)],
         self.vocab, strict=True)
-    with self.assertRaisesRegex(ValueError, 'the training clients'):
-      federated_training.build_run(self._config(rounds=1), other, self.vocab, output_dir)
+    # Only the clients differ; refused before the process is built.
+    only_clients = r'configuration \(the training clients \([^)]*\) differ\)'
+    with self.assertRaisesRegex(ValueError, only_clients), \
+         mock.patch.object(models, 'build_tff_model_fn', side_effect=AssertionError('built')):
+      federated_training.build_run(self._default_config(), other, self.vocab, output_dir)
     # A run written with the hash in config.json resumes (the check a resume makes), and the
-    # hash moves.
+    # hash moves (in a copy of the run).
+    output_dir = self._copy_of_default_run('fingerprint')
+    path = os.path.join(output_dir, 'checkpoints', 'clients.json')
     with open(path) as f:
       digest = json.load(f)['clients_sha256']
     os.remove(path)
@@ -304,9 +330,8 @@ class FederatedTrainingTest(absltest.TestCase):
 
   def test_a_run_saved_before_spec_augment_was_recorded_is_refused_naming_it(self):
     # Issue 33: train_federated always applied SpecAugment before --spec_augment existed, and
-    # config.json (format 2) did not say so: no resume of it, on or off, by a guess.
-    # The record the run checks before it starts (`train` refuses in the same call, after
-    # building its process: too slow to repeat here; the flat-configuration test does it once).
+    # config.json (format 2) did not say so: no resume of it, on or off, by a guess. Refused
+    # before the process is built.
     output_dir = os.path.join(self.root, 'format2')
     os.makedirs(output_dir)
     for spec_augment in (False, True):
@@ -315,10 +340,9 @@ class FederatedTrainingTest(absltest.TestCase):
       del saved['data']['spec_augment']
       with open(os.path.join(output_dir, 'config.json'), 'w') as f:
         json.dump({'format': 2, 'config': saved, 'seed_model_sha256': None}, f)
-      record = federated_training._run_record(  # pylint: disable=protected-access
-          config, list(self.train_data.client_ids), None)
-      with self.assertRaisesRegex(ValueError, r'format 2.*--spec_augment.*new output directory'):
-        run_record.check_or_write(output_dir, record)
+      with self.assertRaisesRegex(ValueError, r'format 2.*--spec_augment.*new output directory'), \
+           mock.patch.object(models, 'build_tff_model_fn', side_effect=AssertionError('built')):
+        self._train('format2', config)
       self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
 
   def test_client_noise_placement_is_refused_where_it_would_not_hold(self):
