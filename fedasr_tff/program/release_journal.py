@@ -136,8 +136,10 @@ def load_latest(manager: tff.program.FileProgramStateManager, structure: Any,
   latest = versions[-1]
   try:
     return asyncio.run(manager.load(latest, structure)), latest
-  # A damaged SavedModel: IndexError (truncated variables.data), tf.errors.DataLossError (bad
-  # checksum), OSError (missing or truncated saved_model.pb or variables.index), ValueError.
+  # A damaged state.npz: ValueError naming it (`npz_state`). A damaged SavedModel (a run
+  # checkpointed by TFF's manager): IndexError (truncated variables.data),
+  # tf.errors.DataLossError (bad checksum), OSError (missing or truncated saved_model.pb or
+  # variables.index), ValueError.
   except (IndexError, OSError, ValueError, tf.errors.OpError) as e:
     path = os.path.join(checkpoint_dir, f'program_state_{latest}')
     # Not skipped for the previous checkpoint automatically: once saved, this one covered the

@@ -28,6 +28,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff import private_files
 from fedasr_tff.program import model_io
+from fedasr_tff.program import npz_state
 from fedasr_tff.program import progress as progress_lib
 from fedasr_tff.program import release_journal
 
@@ -119,8 +120,9 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
   checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
       os.path.join(output_dir, 'checkpoints')))
   # The first checkpoint kept too: the start of the run, for a user who wants to look back.
-  state_manager = tff.program.FileProgramStateManager(checkpoint_dir, keep_total=3,
-                                                      keep_first=True)
+  # TFF's manager with `.npz` files for its SavedModels (milliseconds against ~1.6 s a save).
+  state_manager = npz_state.NpzProgramStateManager(checkpoint_dir, keep_total=3,
+                                                   keep_first=True)
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
   restored, start_round = release_journal.load_latest(state_manager, task.program_state(),
                                                       checkpoint_dir)

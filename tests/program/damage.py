@@ -17,22 +17,29 @@ def damage_latest_checkpoint(checkpoint_dir, how='truncate'):
   """Damages the latest `program_state_N` folder of `checkpoint_dir` and returns its path.
 
   Args:
-    checkpoint_dir: a `tff.program.FileProgramStateManager` folder.
-    how: 'truncate' (half of `variables.data`), 'flip' (its last byte) or anything else (no
-      `saved_model.pb`).
+    checkpoint_dir: a program state manager's folder: `state.npz` files
+      (`fedasr_tff.program.npz_state`) or TFF's SavedModels.
+    how: 'truncate' (the first half of the file kept), 'flip' (a byte in the middle of the
+      file inverted) or anything else (the file removed). The file is `state.npz`, or a
+      SavedModel's `variables.data` (`saved_model.pb` when removed).
   """
   latest = max(int(n.rsplit('_', 1)[1]) for n in os.listdir(checkpoint_dir)
                if n.startswith('program_state_'))
   folder = os.path.join(checkpoint_dir, f'program_state_{latest}')
-  data = os.path.join(folder, 'variables', 'variables.data-00000-of-00001')
+  data = os.path.join(folder, 'state.npz')
+  if not os.path.exists(data):
+    data = os.path.join(folder, 'variables', 'variables.data-00000-of-00001')
   with open(data, 'rb') as f:
     whole = f.read()
+  middle = len(whole) // 2
   if how == 'truncate':
     with open(data, 'wb') as f:
-      f.write(whole[:len(whole) // 2])
+      f.write(whole[:middle])
   elif how == 'flip':
     with open(data, 'wb') as f:
-      f.write(whole[:-1] + bytes([whole[-1] ^ 0xff]))
+      f.write(whole[:middle] + bytes([whole[middle] ^ 0xff]) + whole[middle + 1:])
+  elif data.endswith('state.npz'):
+    os.remove(data)
   else:
     os.remove(os.path.join(folder, 'saved_model.pb'))
   return folder

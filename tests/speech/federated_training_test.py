@@ -21,6 +21,7 @@ from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.program import npz_state
 from fedasr_tff.program import run_record
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import federated_training
@@ -81,7 +82,7 @@ class FederatedTrainingTest(absltest.TestCase):
     cls = type(self)
     if cls.default_run is None:
       events = []
-      save = tff.program.FileProgramStateManager.save
+      save = npz_state.NpzProgramStateManager.save
       release = tff.program.CSVFileReleaseManager.release
 
       async def recording_save(manager, state, version):
@@ -92,7 +93,7 @@ class FederatedTrainingTest(absltest.TestCase):
         events.append(('release', key))
         await release(manager, value, key)
 
-      with mock.patch.object(tff.program.FileProgramStateManager, 'save', recording_save), \
+      with mock.patch.object(npz_state.NpzProgramStateManager, 'save', recording_save), \
            mock.patch.object(tff.program.CSVFileReleaseManager, 'release', recording_release):
         cls.default_run = self._train('default', self._default_config()) + (events,)
     return cls.default_run
