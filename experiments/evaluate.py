@@ -16,16 +16,16 @@ from experiments import config_flags
 from experiments import decoding_flags
 from fedasr_tff import models
 from fedasr_tff.program import model_io
-from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
 
 # The split evaluated is --eval_split; the training split and its speaker parts are no concern.
 config_flags.define_flags(
-    config_lib.DataConfig,
+    data_config.DataConfig,
     ['corpus_dir', 'layout', 'eval_split', 'language', 'max_batch_seconds', 'feature_cache_dir'],
     helps={'eval_split': 'The split evaluated, all its speakers (for "manifest": the TSV '
                          'file).'})
-config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
+config_flags.define_flags(data_config.ModelConfig, ['model_config'])
 _MODEL = flags.DEFINE_string('model', None, 'Weights to evaluate (model.npz).')
 _PER_SPEAKER_CSV = flags.DEFINE_string('per_speaker_csv', None, 'Where to write the '
                                        'per-speaker breakdown (optional).')
@@ -39,8 +39,8 @@ def main(argv):
   common.require('corpus_dir', 'eval_split', 'model')
   decoding_flags.check()
   with config_flags.flag_errors():
-    data = config_flags.config_from_flags(config_lib.DataConfig)
-    model_config = config_flags.config_from_flags(config_lib.ModelConfig).model_config
+    data = config_flags.config_from_flags(data_config.DataConfig)
+    model_config = config_flags.config_from_flags(data_config.ModelConfig).model_config
     vocab = data.vocabulary()
     word_list = decoding_flags.word_list(vocab)
     eval_data = data.load_eval_data(vocab)

@@ -46,13 +46,13 @@ from fedasr_tff import data
 from fedasr_tff import metrics
 from fedasr_tff import models
 from fedasr_tff.program import model_io
-from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import transcription
 
 FLAGS = flags.FLAGS
 
-config_flags.define_flags(config_lib.DataConfig, ['language'])
-config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
+config_flags.define_flags(data_config.DataConfig, ['language'])
+config_flags.define_flags(data_config.ModelConfig, ['model_config'])
 
 _AUDIO = flags.DEFINE_list('audio', [], 'Audio files to transcribe (also as arguments).')
 _MANIFEST = flags.DEFINE_string(
@@ -117,7 +117,7 @@ def _load(vocab):
                            f'{vocab.language} has {"".join(vocab.tokens)!r}.')
     return loaded, tokens
   with config_flags.flag_errors():
-    model_config = config_flags.config_from_flags(config_lib.ModelConfig).model_config
+    model_config = config_flags.config_from_flags(data_config.ModelConfig).model_config
     keras_model = models.build_ctc_transformer(model_config, vocab.size)
     try:
       model_io.load_into(_MODEL.value, keras_model, source='--model')
@@ -139,7 +139,7 @@ def main(argv):
   common.start_binary(distributed_refusal='transcription runs no federated round.',
                       tff_computations=False)
   _check_flags(audio_args)
-  vocab = config_flags.config_from_flags(config_lib.DataConfig).vocabulary()
+  vocab = config_flags.config_from_flags(data_config.DataConfig).vocabulary()
   entries = _entries(audio_args)
   word_list = decoding_flags.word_list(vocab)
   transcriber, tokens = _load(vocab)

@@ -4,7 +4,6 @@ import ast
 import pathlib
 import subprocess
 import sys
-import unittest
 
 from absl.testing import absltest
 
@@ -46,9 +45,6 @@ class ArchitectureTest(absltest.TestCase):
     self.assertEqual(result.stdout.strip().splitlines()[-1], '[]')
 
 
-  # Not yet: experiments/transcribe.py defines its --language and --model_config flags from
-  # fedasr_tff/speech/config.py, which imports algorithms, aggregators and optimizers (TFF).
-  @unittest.expectedFailure
   def test_the_transcription_binary_imports_no_tff(self):
     # It runs no TFF computation, and importing TFF costs ~7 s of start-up.
     code = ('import sys, experiments.transcribe\n'

@@ -16,20 +16,17 @@ arXiv:2310.00098.
 """
 
 import dataclasses
-import os
 from typing import Optional
 from typing import Sequence
 from typing import Tuple
 
 from fedasr_tff import algorithms
 from fedasr_tff import data
-from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff import validation
 from fedasr_tff.aggregators import bounded_weight_dp
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import mixed_fl
-from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import privacy_ledger
@@ -37,123 +34,13 @@ from fedasr_tff.program.fields import check_choice
 from fedasr_tff.program.fields import field
 from fedasr_tff.program.fields import naming_fields
 from fedasr_tff.speech import corpus
+from fedasr_tff.speech import data_config
 
-# The feature cache of a run that names none, under its output directory; or no cache at all.
-FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-  """Which corpus, which speakers, and how their audio becomes batches.
-
-  Each field is the flag of the same name, documented by its help.
-  """
-  corpus_dir: Optional[str] = field(
-      None, 'Root of the corpus: the folder holding the split folders (LibriSpeech), SPLIT.tsv '
-      'and clips/ (Common Voice), or the manifest TSVs (manifest).', fingerprint=False)
-  layout: str = field('librispeech', 'Corpus layout.', corpus.LAYOUTS)
-  split: str = field('train', 'Training split (for "manifest": the TSV file).')
-  speakers: Optional[str] = field(
-      None, 'Speakers of --split to train on: the "seed" part of the seeded speaker split '
-      '(--seed_fraction of them), the "federated" rest, or "all". Default: seed for central '
-      'training, federated for federated training.', corpus.SPEAKER_PARTS)
-  seed_fraction: float = field(
-      0.1, 'Fraction of speakers in the seed part (Pelikan et al. 2025, Sec. 4 "Data": a '
-      'random 10% of the users for the seed model).')
-  split_seed: int = field(0, 'Seed of the speaker split.')
-  iid: bool = field(False, 'IID control: give every utterance a speaker drawn uniformly from '
-                     'the speakers.')
-  language: str = field('en', 'Token set and text normalisation.', text_lib.LANGUAGES)
-  max_batch_seconds: float = field(120.0, 'Audio per dynamic batch, in seconds.')
-  feature_cache_dir: Optional[str] = field(
-      None, 'Folder of the log-mel feature cache: each utterance is featurised once and read '
-      'back after (owner-only, as it holds features of client audio; runs on the same corpus may '
-      f'share one). Default: OUTPUT_DIR/{FEATURE_CACHE_SUBDIR}; "{NO_FEATURE_CACHE}": none.',
-      fingerprint=False)
-  eval_split: Optional[str] = field(None, 'Held-out split to evaluate on (its speakers are all '
-                                     'used); empty: no evaluation.')
-  spec_augment: bool = field(
-      True, 'SpecAugment on the training batches, the clients\' and the server\'s (Pelikan et al. '
-      '2025, App. F: on). At small scale it slows a small model more than it regularises it '
-      '(docs/results.md, "The demo, measured"), hence off in the cpu preset.')
-
-  def vocabulary(self) -> data.Vocabulary:
-    """The token set of `language`."""
-    return data.Vocabulary(self.language)
-
-  def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
-    """This configuration, its feature cache under `output_dir` if it names none.
-
-    Args:
-      output_dir: the run's output directory; None or empty leaves the configuration as it is.
-
-    Returns:
-      This configuration, or a copy whose `feature_cache_dir` is `output_dir`/feature_cache.
-    """
-    if self.feature_cache_dir is not None or not output_dir:
-      return self
-    return dataclasses.replace(self,
-                               feature_cache_dir=os.path.join(output_dir, FEATURE_CACHE_SUBDIR))
-
-  def feature_cache(self) -> Optional[str]:
-    """The feature cache folder, or None for no cache."""
-    if self.feature_cache_dir in (None, '', NO_FEATURE_CACHE):
-      return None
-    return self.feature_cache_dir
-
-  def load_client_data(self, split: str, vocabulary: data.Vocabulary, *, speakers: str = 'all',
-                       training: bool = False, iid_seed: int = 0) -> data.SpeechClientData:
-    """The speakers of `split` (part `speakers` unless --speakers is given) as clients.
-
-    Args:
-      split: the split to read (for the "manifest" layout, its TSV file).
-      vocabulary: the token set of the transcripts.
-      speakers: the part of the seeded speaker split ("all", "seed" or "federated") read when
-        --speakers is not given.
-      training: the batches are training data: SpecAugment if `spec_augment` (never on other
-        data).
-      iid_seed: the seed of the speakers drawn for the --iid control.
-
-    Returns:
-      The clients, one per speaker.
-
-    Raises:
-      ValueError: if the speaker part is not one of `corpus.SPEAKER_PARTS`.
-    """
-    return corpus.load_client_data(
-        self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
-        seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
-        iid_seed=iid_seed, spec_augment=training and self.spec_augment,
-        max_batch_seconds=self.max_batch_seconds,
-        feature_cache_dir=self.feature_cache())
-
-  def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional[data.SpeechClientData]:
-    """All speakers of --eval_split as clients, or None without one.
-
-    Args:
-      vocabulary: the token set of the transcripts.
-
-    Returns:
-      The evaluation speakers as clients (no SpecAugment), or None without --eval_split.
-    """
-    if not self.eval_split:
-      return None
-    return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
-                                   max_batch_seconds=self.max_batch_seconds,
-                                   feature_cache_dir=self.feature_cache())
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  """The transformer and the weights it starts from.
-
-  Each field is the flag of the same name, documented by its help.
-  """
-  model_config: str = field(
-      'tiny', 'Transformer size (Pelikan et al. 2025, App. F and App. H.7, Table 21; tiny, '
-      'tiny_deep and small are ours, for CPUs).', tuple(models.CONFIGS))
-  seed_model: Optional[str] = field(
-      None, 'Weights to start from (model.npz of train_central or train_federated); default '
-      'random init.', fingerprint=False)
+# The data and model parts, which need no TFF (`data_config`), under their usual names here.
+FEATURE_CACHE_SUBDIR = data_config.FEATURE_CACHE_SUBDIR
+NO_FEATURE_CACHE = data_config.NO_FEATURE_CACHE
+DataConfig = data_config.DataConfig
+ModelConfig = data_config.ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)

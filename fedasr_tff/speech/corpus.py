@@ -1,5 +1,8 @@
 """A corpus on disk as federated client data, with the paper's seed/federated speaker split
 (`load_client_data`), and the speakers' roles in a run on one corpus (`assign_speakers`).
+
+The federated view (`data.SpeechClientData`, which imports TensorFlow Federated) loads when
+client data is first made, so reading a corpus's speakers and the layouts' names needs no TFF.
 """
 
 import dataclasses
@@ -11,14 +14,14 @@ from typing import Tuple
 
 import numpy as np
 
+from fedasr_tff import data
 from fedasr_tff import validation
 from fedasr_tff.data import corpora
-from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 
 LAYOUTS = ('librispeech', 'common_voice', 'manifest')
 SPEAKER_PARTS = ('all', 'seed', 'federated')
-# Stream of `assign_speakers`' held-out draw, apart from `pipeline.split_speakers`' draw of the
+# Stream of `assign_speakers`' held-out draw, apart from `data.split_speakers`' draw of the
 # same seed.
 _HELD_OUT_STREAM = 0x4E1D
 
@@ -80,7 +83,7 @@ def assign_speakers(speakers: Sequence[str], *, seed_fraction: float, split_seed
 
   The held-out speakers are `held_out` if given, else `held_out_count` drawn with `split_seed`
   (none when 0: the run evaluates on another split); the rest are split as
-  `pipeline.split_speakers` does for the seed part (Pelikan et al. 2025, Sec. 4 "Data"), on a
+  `data.split_speakers` does for the seed part (Pelikan et al. 2025, Sec. 4 "Data"), on a
   stream of the same seed apart from the held-out draw.
 
   Args:
@@ -115,7 +118,7 @@ def assign_speakers(speakers: Sequence[str], *, seed_fraction: float, split_seed
   if len(rest) < 2:
     raise ValueError(f'{len(rest)} speaker(s) left to train on after the held-out ones: a run '
                      'needs a seed speaker and at least one client.')
-  seed, federated = pipeline.split_speakers(rest, seed_fraction, split_seed)
+  seed, federated = data.split_speakers(rest, seed_fraction, split_seed)
   return SpeakerRoles(tuple(seed), tuple(federated), tuple(sorted(held_out)))
 
 
@@ -152,7 +155,7 @@ def load_client_data(corpus_dir: str,
                      max_batch_seconds: float = 120.0,
                      feature_cache_dir: Optional[str] = None,
                      strict: bool = False,
-                     speaker_ids: Optional[Collection[str]] = None) -> pipeline.SpeechClientData:
+                     speaker_ids: Optional[Collection[str]] = None) -> 'data.SpeechClientData':
   """The speakers of one split, or of one part of it, as clients.
 
   The parts are those of Pelikan et al., "Enabling Differentially Private Federated Learning for
@@ -199,12 +202,12 @@ def load_client_data(corpus_dir: str,
                        f'{", ".join(missing)}.')
     utterances = [u for u in utterances if u.speaker in set(speaker_ids)]
   if speakers != 'all':
-    seed_part, federated_part = pipeline.split_speakers(
+    seed_part, federated_part = data.split_speakers(
         [u.speaker for u in utterances], seed_fraction, split_seed)
     keep = set(seed_part if speakers == 'seed' else federated_part)
     utterances = [u for u in utterances if u.speaker in keep]
   if iid:
-    utterances = pipeline.make_iid(utterances, iid_seed)
-  return pipeline.SpeechClientData(utterances, vocabulary, max_batch_seconds=max_batch_seconds,
-                                   spec_augment=spec_augment, strict=strict,
-                                   feature_cache_dir=feature_cache_dir, report=report)
+    utterances = data.make_iid(utterances, iid_seed)
+  return data.SpeechClientData(utterances, vocabulary, max_batch_seconds=max_batch_seconds,
+                               spec_augment=spec_augment, strict=strict,
+                               feature_cache_dir=feature_cache_dir, report=report)

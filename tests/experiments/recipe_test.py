@@ -1,6 +1,6 @@
-"""The recipe binary end to end on a corpus of the user's own (a manifest), killed between stages
-and run again; its start-up refusals. (Its synthetic corpus, `make demo`'s, is written and read
-by the ablation's test, `ablation_test.py`.)"""
+"""The recipe binary end to end on a corpus of the user's own (a manifest), its TFF worker killed
+after the seed stage and the recipe run again; its start-up refusals. (Its synthetic corpus,
+`make demo`'s, is written and read by the ablation's test, `ablation_test.py`.)"""
 
 import os
 import re
@@ -12,6 +12,7 @@ import tempfile
 import time
 
 from absl.testing import absltest
+import psutil
 
 from fedasr_tff.data import corpora
 from fedasr_tff.data import synthetic
@@ -55,17 +56,28 @@ class RecipeTest(absltest.TestCase):
     output_dir = tempfile.mkdtemp()
     flags = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv',
              f'--output_dir={output_dir}', *_SHORT)
-    # SIGKILL once the seed model is saved: the next run reads it back.
+    # The run's TFF worker killed from outside once the seed model is saved and the first
+    # federated stage has checkpointed round 0: the run ends with one line naming the worker and
+    # saying that rerunning resumes (issue 33), and the next run reads the seed model back.
     proc = subprocess.Popen(_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_env(), cwd=_ROOT)
     seed_model = os.path.join(output_dir, 'seed', 'model.npz')
+    first_checkpoint = os.path.join(output_dir, 'fl_no_noise', 'checkpoints', 'program_state_0')
     deadline = time.monotonic() + 600
-    while not os.path.isfile(seed_model) and proc.poll() is None:
-      self.assertLess(time.monotonic(), deadline, 'no seed model appeared')
+    while not os.path.isdir(first_checkpoint) and proc.poll() is None:
+      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 0 appeared')
       time.sleep(0.1)
-    self.assertIsNone(proc.poll(), 'the run ended before it could be killed')
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=120)
+    self.assertIsNone(proc.poll(), 'the run ended before its worker could be killed')
+    self.assertTrue(os.path.isfile(seed_model))
+    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+               if c.name() == 'worker_binary']
+    self.assertLen(workers, 1)
+    workers[0].send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertNotIn('Traceback', err)
+    self.assertIn(f'recipe.py: TFF worker_binary {workers[0].pid} ended (exit status -15, '
+                  'SIGTERM); rerun the same command to resume from the latest checkpoint.', err)
     self.assertFalse(os.path.exists(os.path.join(output_dir, 'report.md')))
     # 10% of 6 speakers held out (at least 1), 10% of the rest the seed: 1, 1 and 4 clients.
     speakers = os.path.join(output_dir, 'speakers.json')
