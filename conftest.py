@@ -14,7 +14,8 @@ import pytest
 
 _ROOT = pathlib.Path(__file__).resolve().parent
 _PY_TEST = re.compile(r'^py_test\((.*?)^\)', re.MULTILINE | re.DOTALL)
-_SRCS = re.compile(r'srcs\s*=\s*\["([^"]+)"\]')
+_SRCS = re.compile(r'srcs\s*=\s*\[([^\]]*)\]')
+_TEST_FILE = re.compile(r'"([^"/:]+_test\.py)"')
 _E2E = re.compile(r'tags\s*=\s*\[[^\]]*"e2e"')
 
 
@@ -24,14 +25,20 @@ def pytest_addoption(parser):
 
 
 def bazel_test_modules(root: pathlib.Path = _ROOT) -> dict:
-  """{test module path: whether its py_test is tagged e2e}, from every tests/**/BUILD."""
+  """{test module path: whether its py_test is tagged e2e}, from every tests/**/BUILD.
+
+  A module of a package's `unit_tests` target (tests/run_modules.py) is run by Bazel there; its
+  own target is tagged "manual" and is not tagged e2e.
+  """
   modules = {}
   for build in sorted((root / 'tests').rglob('BUILD')):
     for target in _PY_TEST.finditer(build.read_text()):
       srcs = _SRCS.search(target.group(1))
-      if srcs is None:
-        raise pytest.UsageError(f'{build}: a py_test without a single `srcs` file.')
-      modules[(build.parent / srcs.group(1)).resolve()] = bool(_E2E.search(target.group(1)))
+      files = _TEST_FILE.findall(srcs.group(1)) if srcs else []
+      if not files:
+        raise pytest.UsageError(f'{build}: a py_test without a `*_test.py` file in `srcs`.')
+      for name in files:
+        modules[(build.parent / name).resolve()] = bool(_E2E.search(target.group(1)))
   return modules
 
 

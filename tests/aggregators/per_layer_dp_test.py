@@ -209,7 +209,11 @@ class AggregationTest(parameterized.TestCase):
         results.append(np.concatenate([x.ravel() for x in output.result]))
       return results, state
 
-    first, _ = rounds(build(7), build(7).initialize(), 3)
+    def from_start(noise_seed, count):
+      process = build(noise_seed)
+      return rounds(process, process.initialize(), count)[0]
+
+    first = from_start(7, 3)
     self.assertGreater(np.std(first[0] - first[1]), 0.1)   # A new draw every round.
     # A second process with the same seed, restored after round 1 (as from a checkpoint),
     # continues the same stream.
@@ -218,11 +222,10 @@ class AggregationTest(parameterized.TestCase):
     resumed, _ = rounds(build(7), state, 2)
     np.testing.assert_array_equal(resumed[0], first[1])
     np.testing.assert_array_equal(resumed[1], first[2])
-    other, _ = rounds(build(8), build(8).initialize(), 1)
+    other = from_start(8, 1)
     self.assertGreater(np.std(other[0] - first[0]), 0.1)
     # Unseeded factories draw their seeds from OS entropy: two of them differ.
-    a, _ = rounds(build(None), build(None).initialize(), 1)
-    b, _ = rounds(build(None), build(None).initialize(), 1)
+    a, b = from_start(None, 1), from_start(None, 1)
     self.assertGreater(np.std(a[0] - b[0]), 0.1)
     # So do two processes of one unseeded factory (shared noise would cancel in differences).
     factory = aggregators.PerLayerDPFactory.gaussian_fixed(2.0, 4, 1.0)
