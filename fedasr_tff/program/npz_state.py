@@ -83,6 +83,25 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
         shutil.rmtree(temporary)
     await self._remove_old_program_state()
 
+  async def check(self, version: int) -> None:
+    """Reads every array of version `version`, without the structure `load` needs.
+
+    A run calls this before it builds its process (tens of seconds), so that a damaged file is
+    refused at start-up. A version saved by TFF's manager (a SavedModel) is read only by `load`.
+
+    Args:
+      version: a saved version.
+
+    Raises:
+      ValueError: naming the file when it cannot be read, as `load` does.
+    """
+    folder = self._version_path(version)
+    path = os.path.join(folder, STATE_FILE)
+    if os.path.exists(path):
+      _read_leaves(path)  # Reading each array checks its zip CRC.
+    elif os.path.isdir(folder) and not os.path.exists(os.path.join(folder, 'saved_model.pb')):
+      raise ValueError(f'{folder} holds neither {STATE_FILE} nor a SavedModel.')
+
   async def load(self, version: int, structure: Any) -> Any:
     """Loads version `version` into `structure` (leaves as NumPy arrays).
 
@@ -102,14 +121,19 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
         return await super().load(version, structure)
       raise ValueError(f'{folder} holds neither {STATE_FILE} nor a SavedModel.')
     expected = structure_utils.flatten(structure)
-    try:
-      with np.load(path, allow_pickle=False) as saved:
-        leaves = [saved[f'arr_{i}'] for i in range(len(saved.files))]
-    except (zipfile.BadZipFile, EOFError, KeyError, OSError, ValueError) as e:
-      raise ValueError(f'{path} cannot be read: {type(e).__name__}: {e}') from e
+    leaves = _read_leaves(path)
     if len(leaves) != len(expected):
       raise ValueError(f'{path} holds {len(leaves)} arrays; the program state has '
                        f'{len(expected)} leaves.')
     leaves = [type(want).from_bytes(got.item()) if isinstance(want, serializable.Serializable)
               else got for want, got in zip(expected, leaves, strict=True)]
     return structure_utils.unflatten_as(structure, leaves)
+
+
+def _read_leaves(path: str) -> list:
+  """The arrays of the `state.npz` file `path`, in order; `ValueError` naming it if damaged."""
+  try:
+    with np.load(path, allow_pickle=False) as saved:
+      return [saved[f'arr_{i}'] for i in range(len(saved.files))]
+  except (zipfile.BadZipFile, EOFError, KeyError, OSError, ValueError) as e:
+    raise ValueError(f'{path} cannot be read: {type(e).__name__}: {e}') from e

@@ -32,6 +32,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import private_files
+from fedasr_tff.program import npz_state
 
 Held = Tuple[Dict[int, Any], List[str]]
 
@@ -141,24 +142,51 @@ def load_latest(manager: tff.program.FileProgramStateManager, structure: Any,
   # tf.errors.DataLossError (bad checksum), OSError (missing or truncated saved_model.pb or
   # variables.index), ValueError.
   except (IndexError, OSError, ValueError, tf.errors.OpError) as e:
-    path = os.path.join(checkpoint_dir, f'program_state_{latest}')
-    # Not skipped for the previous checkpoint automatically: once saved, this one covered the
-    # release of its rounds (module docstring), so resuming earlier recomputes released rounds,
-    # and if the recomputation differs (another machine or build), a round released twice in two
-    # versions leaks what the noise hid. Only the user knows whether that can happen.
-    if len(versions) > 1:
-      previous = versions[-2]
-      how = (f'To resume from the checkpoint of round {previous} instead, move {path} out of '
-             f'{checkpoint_dir} (keep it) and run again. The rounds after {previous} are '
-             'then computed and released again: do this only if they were never released '
-             f'(metrics.csv has no round after {previous}) or if this is the machine and '
-             'software that ran them (they are then recomputed bit-identically).')
-    else:
-      how = 'There is no earlier checkpoint to resume from.'
-    raise ValueError(
-        f'The latest checkpoint {path} (round {latest}) cannot be read ({type(e).__name__}: '
-        f'{e}). Nothing was changed. It is not skipped for an earlier checkpoint automatically: '
-        f'the outputs of rounds up to {latest} may have been released, and computing them '
-        'again could release a different version of a released round, outside the privacy '
-        f'guarantee. {how} Otherwise start a new run in a new output directory (its privacy '
-        'cost adds to this run\'s).') from e
+    raise _unreadable(checkpoint_dir, versions, e) from e
+
+
+def check_latest(manager: npz_state.NpzProgramStateManager, checkpoint_dir: str) -> None:
+  """Refuses, as `load_latest` does, a latest checkpoint whose file cannot be read.
+
+  Needs no program state structure, so a run calls it before building its process (tens of
+  seconds); `load_latest` still refuses a file that does not fit the structure.
+
+  Args:
+    manager: the run's state manager, reading `checkpoint_dir`.
+    checkpoint_dir: the manager's folder, named in errors.
+
+  Raises:
+    ValueError: as `load_latest`. Nothing on disk is changed.
+  """
+  versions = asyncio.run(manager.get_versions()) or []
+  if versions:
+    try:
+      asyncio.run(manager.check(versions[-1]))
+    except ValueError as e:
+      raise _unreadable(checkpoint_dir, versions, e) from e
+
+
+def _unreadable(checkpoint_dir: str, versions: List[int], error: Exception) -> ValueError:
+  """The refusal of the latest of `versions`, which cannot be read, saying what to do."""
+  latest = versions[-1]
+  path = os.path.join(checkpoint_dir, f'program_state_{latest}')
+  # Not skipped for the previous checkpoint automatically: once saved, this one covered the
+  # release of its rounds (module docstring), so resuming earlier recomputes released rounds,
+  # and if the recomputation differs (another machine or build), a round released twice in two
+  # versions leaks what the noise hid. Only the user knows whether that can happen.
+  if len(versions) > 1:
+    previous = versions[-2]
+    how = (f'To resume from the checkpoint of round {previous} instead, move {path} out of '
+           f'{checkpoint_dir} (keep it) and run again. The rounds after {previous} are '
+           'then computed and released again: do this only if they were never released '
+           f'(metrics.csv has no round after {previous}) or if this is the machine and '
+           'software that ran them (they are then recomputed bit-identically).')
+  else:
+    how = 'There is no earlier checkpoint to resume from.'
+  return ValueError(
+      f'The latest checkpoint {path} (round {latest}) cannot be read ({type(error).__name__}: '
+      f'{error}). Nothing was changed. It is not skipped for an earlier checkpoint '
+      f'automatically: the outputs of rounds up to {latest} may have been released, and '
+      'computing them again could release a different version of a released round, outside '
+      f'the privacy guarantee. {how} Otherwise start a new run in a new output directory (its '
+      'privacy cost adds to this run\'s).')

@@ -218,6 +218,7 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
   backbone, tokenizer = data_lib.load_backbone(config)
   data = data_lib.prepare_data(config, tokenizer)
   run_record.check_or_write(config.output_dir, _run_record(config, data))
+  training_loop.check_checkpoints(config.output_dir)  # Before features and the process.
   num_classes = data.texts.num_classes
   head_args = dict(head=config.head, hidden_size=config.hidden_size,
                    dropout_rate=config.dropout_rate)

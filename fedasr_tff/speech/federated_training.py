@@ -425,9 +425,11 @@ def build_run(config: config_lib.FederatedConfig,
   ledger = config.ledger(noise, len(client_ids))
   record = _run_record(config, client_ids, initial_weights,
                        central_data.client_ids if central_data is not None else None)
-  # Another run's directory is refused before the process is built (tens of seconds); a new
-  # one is written only after, so that a configuration the builders refuse leaves no record.
+  # Another run's directory, or a damaged checkpoint, is refused before the process is built
+  # (tens of seconds); a new record is written only after, so that a configuration the
+  # builders refuse leaves no record.
   run_record.check(output_dir, record)
+  training_loop.check_checkpoints(output_dir)
   model_fn = models.build_tff_model_fn(config.model.model_config, vocabulary.tokens)
   tensor_names, _ = model_io.tensor_names(model_fn().keras_model)
   process = config.process(model_fn, noise.noise_multiplier, tensor_names)

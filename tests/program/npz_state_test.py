@@ -67,6 +67,7 @@ class NpzProgramStateManagerTest(absltest.TestCase):
     asyncio.run(tff.program.FileProgramStateManager(self.dir).save(_state(3.0), 5))
     manager = npz_state.NpzProgramStateManager(self.dir)
     self.assertEqual(asyncio.run(manager.get_versions()), [5])
+    asyncio.run(manager.check(5))  # A SavedModel is read by `load` only.
     loaded = asyncio.run(manager.load(5, _state()))
     for x, y in zip(loaded['weights'].trainable, _state(3.0)['weights'].trainable, strict=True):
       np.testing.assert_array_equal(x, y)
@@ -76,9 +77,13 @@ class NpzProgramStateManagerTest(absltest.TestCase):
     manager = npz_state.NpzProgramStateManager(self.dir)
     for version, how in enumerate(('truncate', 'flip', 'remove'), start=1):
       asyncio.run(manager.save(_state(), version))
+      asyncio.run(manager.check(version))  # Intact: nothing to say.
       folder = damage.damage_latest_checkpoint(self.dir, how)
-      with self.subTest(how=how), self.assertRaisesRegex(ValueError, folder):
+      with self.subTest(how=how, reader='load'), self.assertRaisesRegex(ValueError, folder):
         asyncio.run(manager.load(version, _state()))
+      # `check` needs no structure: a run calls it before building its process.
+      with self.subTest(how=how, reader='check'), self.assertRaisesRegex(ValueError, folder):
+        asyncio.run(manager.check(version))
     asyncio.run(manager.save(_state(), 9))
     with self.assertRaisesRegex(ValueError, r'state\.npz holds 7 arrays; the program state has 8'):
       asyncio.run(manager.load(9, (_state(), np.zeros(1))))

@@ -9,6 +9,7 @@ from absl.testing import absltest
 import numpy as np
 import tensorflow_federated as tff
 
+from fedasr_tff.program import npz_state
 from fedasr_tff.program import release_journal
 from tests.program import damage
 
@@ -84,6 +85,24 @@ class LoadLatestTest(absltest.TestCase):
     damage.damage_latest_checkpoint(self.dir)
     with self.assertRaisesRegex(ValueError, 'no earlier checkpoint'):
       release_journal.load_latest(self.manager, self.structure, self.dir)
+
+
+class CheckLatestTest(absltest.TestCase):
+  """`check_latest`: the same refusal, before the program state's structure exists."""
+
+  def test_refuses_what_load_latest_refuses_and_passes_the_rest(self):
+    checkpoint_dir = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'checkpoints')
+    manager = npz_state.NpzProgramStateManager(checkpoint_dir)
+    release_journal.check_latest(manager, checkpoint_dir)  # No checkpoint yet.
+    for r in (1, 2):
+      asyncio.run(manager.save((np.full(300, r, np.float32), np.int64(r)), r))
+    release_journal.check_latest(manager, checkpoint_dir)
+    folder = damage.damage_latest_checkpoint(checkpoint_dir, 'flip')
+    before = damage.files(checkpoint_dir)
+    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read') as e:
+      release_journal.check_latest(manager, checkpoint_dir)
+    self.assertIn('resume from the checkpoint of round 1', str(e.exception))
+    self.assertEqual(damage.files(checkpoint_dir), before)
 
 
 if __name__ == '__main__':

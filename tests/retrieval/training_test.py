@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from fedasr_tff import runtime
 from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import data as data_lib
+from fedasr_tff.retrieval import tff_model
 from fedasr_tff.retrieval import training
 from tests.program import damage
 from tests.text_models import tiny_bert
@@ -153,7 +155,9 @@ class TrainingTest(absltest.TestCase):
     training.train(config, show_progress=False, log=lambda _: None)
     folder = damage.damage_latest_checkpoint(os.path.join(config.output_dir, 'checkpoints'))
     before = damage.files(config.output_dir)
-    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read.*round 1'):
+    # Refused before the model and process are built.
+    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 2\\) cannot be read.*round 1'), \
+         mock.patch.object(tff_model, 'build_model_fn', side_effect=AssertionError('built')):
       training.train(config, show_progress=False, log=lambda _: None)
     self.assertEqual(damage.files(config.output_dir), before)
 

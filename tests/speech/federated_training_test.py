@@ -238,7 +238,9 @@ class FederatedTrainingTest(absltest.TestCase):
     folder = damage.damage_latest_checkpoint(
         os.path.join(output_dir, 'checkpoints'))
     before = damage.files(output_dir)
-    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 3\\) cannot be read'):
+    # Refused before the model and process are built (tens of seconds).
+    with self.assertRaisesRegex(ValueError, f'{folder} \\(round 3\\) cannot be read'), \
+         mock.patch.object(models, 'build_tff_model_fn', side_effect=AssertionError('built')):
       self._train('damaged', self._default_config())
     self.assertEqual(damage.files(output_dir), before)
     # What the error says to do: move it aside to resume from round 2, here on the machine that
