@@ -76,14 +76,27 @@ class FederatedTrainingTest(absltest.TestCase):
     return self._config(adaptive_clipping=True, clipping='uniform', sigma_dp=0.005)
 
   def _default_run(self):
-    """(result, output_dir, log lines, checkpoint saves and releases in order) of the run of
-    `_default_config`, trained once by the first test that reads it (building a process takes
-    tens of seconds); a test that changes its folder changes a copy."""
+    """(result, output_dir, log lines, events) of the run of `_default_config`, trained once by
+    the first test that reads it (building a process takes tens of seconds); a test that changes
+    its folder changes a copy. The events, in order: ('save', round) and ('release', round) of
+    checkpoints and metrics, ('cohort', client ids) of each round's sample and ('batches', client
+    id, max_batches) of each client dataset made for training."""
     cls = type(self)
     if cls.default_run is None:
       events = []
       save = npz_state.NpzProgramStateManager.save
       release = tff.program.CSVFileReleaseManager.release
+      sample = cohorts.sample_cohort
+      make = self.train_data.create_tf_dataset_for_client
+
+      def recording_sample(*args, **kwargs):
+        cohort = sample(*args, **kwargs)
+        events.append(('cohort', list(cohort)))
+        return cohort
+
+      def recording_make(client_id, **kwargs):
+        events.append(('batches', client_id, kwargs.get('max_batches')))
+        return make(client_id, **kwargs)
 
       async def recording_save(manager, state, version):
         await save(manager, state, version)
@@ -94,7 +107,9 @@ class FederatedTrainingTest(absltest.TestCase):
         await release(manager, value, key)
 
       with mock.patch.object(npz_state.NpzProgramStateManager, 'save', recording_save), \
-           mock.patch.object(tff.program.CSVFileReleaseManager, 'release', recording_release):
+           mock.patch.object(tff.program.CSVFileReleaseManager, 'release', recording_release), \
+           mock.patch.object(cohorts, 'sample_cohort', recording_sample), \
+           mock.patch.object(self.train_data, 'create_tf_dataset_for_client', recording_make):
         cls.default_run = self._train('default', self._default_config()) + (events,)
     return cls.default_run
 
@@ -200,6 +215,7 @@ class FederatedTrainingTest(absltest.TestCase):
 
   def test_no_round_is_released_before_a_checkpoint_covers_it(self):
     *_, events = self._default_run()
+    events = [event for event in events if event[0] in ('save', 'release')]
     saved = -1
     for kind, key in events:
       if kind == 'save':
@@ -269,15 +285,22 @@ class FederatedTrainingTest(absltest.TestCase):
       self.assertTrue(np.isfinite(float(rows[1][column])), column)
 
   def test_a_round_ships_each_client_only_the_batches_it_trains_on(self):
-    for name, work, want in (('steps', {'local_steps': 2}, 2),
-                             ('epochs', {'local_steps': None, 'local_epochs': 1}, None)):
-      made = mock.Mock(wraps=self.train_data.create_tf_dataset_for_client)
-      with mock.patch.object(self.train_data, 'create_tf_dataset_for_client', made):
-        self._train(f'batches_{name}', self._config(
-            rounds=2, sigma_dp=0.0, eval_every=100, checkpoint_every=100, **work))
-      self.assertLen(made.call_args_list, 4, name)  # 2 rounds of 2 clients.
-      for call in made.call_args_list:
-        self.assertEqual(call.kwargs['max_batches'], want, name)
+    # The default run trains 1 local step: a round makes the sampled speakers' datasets, no
+    # other's, each cut to its first batch (`ClientConfig.batches_per_round`, None with local
+    # epochs, config_test.py).
+    *_, events = self._default_run()
+    rounds = []
+    for kind, *what in events:
+      if kind == 'cohort':
+        rounds.append((what[0], []))
+      elif kind == 'batches':
+        rounds[-1][1].append(tuple(what))
+    self.assertLen(rounds, 3)
+    for cohort, made in rounds:
+      self.assertCountEqual([client for client, _ in made], cohort)
+      self.assertTrue(all(max_batches == 1 for _, max_batches in made), made)
+    # Poisson cohorts of rate 2/3 from 3 speakers: all 3 rounds empty has probability 3^-9.
+    self.assertTrue(any(made for _, made in rounds), rounds)
 
   def test_the_clients_fingerprint_and_every_checkpoint_file_are_owner_only(self):
     # Issue 31, item 2: a hash of the client IDs in config.json tells, by hashing each
