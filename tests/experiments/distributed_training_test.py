@@ -17,6 +17,7 @@ import numpy as np
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from tests.experiments import start_up
 from tests.runtime import workers as workers_lib
 
 
@@ -124,8 +125,8 @@ class DistributedTrainingTest(absltest.TestCase):
   def test_flag_errors(self):
     out = os.path.join(self.tmp, 'bad')
     workers = f'--workers={",".join(self.workers.addresses)}'
-    # Each case is an interpreter start (CI has 2 cores): parsing, TLS files and unreachable
-    # workers are covered in-process by `tests/runtime/distributed_test.py`.
+    # One interpreter a binary (`start_up`): parsing, TLS files and unreachable workers are
+    # covered in-process by `tests/runtime/distributed_test.py`.
     cases = [
         ('train_federated', [workers, '--clients_in_parallel=2'], '--clients_in_parallel'),
         ('train_federated', [workers, '--speakers=federated', '--mixed=two_way',
@@ -133,19 +134,19 @@ class DistributedTrainingTest(absltest.TestCase):
          '--workers: --mixed runs on one machine'),
         ('train_retriever', [workers, '--rounds=1'], 'local DP state'),
     ]
-    def command(binary, extra):
+    def arguments(binary, extra):
       if binary == 'train_federated':
-        return _command(binary, *self._flags(out, *extra))
-      return _command(binary, f'--output_dir={out}', *extra)
+        return self._flags(out, *extra)
+      return [f'--output_dir={out}', *extra]
 
-    procs = [subprocess.Popen(command(binary, extra), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT)
-             for binary, extra, _ in cases]
-    for proc, (binary, extra, expected) in zip(procs, cases, strict=True):
-      stdout, stderr = proc.communicate(timeout=300)
-      self.assertNotEqual(proc.returncode, 0, msg=(binary, extra))
-      self.assertIn(expected, stderr + stdout, msg=(binary, extra))
+    for binary in ('train_federated', 'train_retriever'):
+      mine = [(extra, expected) for name, extra, expected in cases if name == binary]
+      results = start_up.refusals(f'experiments.{binary}',
+                                  [arguments(binary, extra) for extra, _ in mine],
+                                  env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT)
+      for result, (extra, expected) in zip(results, mine, strict=True):
+        self.assertNotEqual(result.returncode, 0, msg=(binary, extra))
+        self.assertIn(expected, result.stderr + result.stdout, msg=(binary, extra))
     self.assertFalse(os.path.exists(os.path.join(out, 'checkpoints')))
 
 

@@ -16,6 +16,7 @@ import psutil
 
 from fedasr_tff.data import corpora
 from fedasr_tff.data import synthetic
+from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A few steps and rounds: the pipeline, not the model's quality.
@@ -132,14 +133,13 @@ class RecipeTest(absltest.TestCase):
         (['--layout=manifest', '--split=all.tsv'], 'corpus_dir'),
         ([*corpus, '--top_paths=2'], '--top_paths'),
     ]
-    # All at once: each fails during start-up, so the cost is one interpreter start each.
-    procs = [subprocess.Popen(_command(f'--output_dir={out}', *extra), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
-             for extra, _ in cases]
-    for proc, (extra, expected) in zip(procs, cases, strict=True):
-      stdout, stderr = proc.communicate(timeout=300)
-      self.assertNotEqual(proc.returncode, 0, msg=extra)
-      self.assertIn(expected, stderr + stdout, msg=extra)
+    # Each fails during start-up: one interpreter runs them all (`start_up`).
+    results = start_up.refusals('experiments.recipe',
+                                [[f'--output_dir={out}', *extra] for extra, _ in cases],
+                                env=_env(), cwd=_ROOT)
+    for result, (extra, expected) in zip(results, cases, strict=True):
+      self.assertNotEqual(result.returncode, 0, msg=extra)
+      self.assertIn(expected, result.stderr + result.stdout, msg=extra)
     self.assertEqual(os.listdir(out), [])
 
 

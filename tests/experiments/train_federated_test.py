@@ -20,6 +20,7 @@ import psutil
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -84,14 +85,13 @@ class TrainFederatedTest(absltest.TestCase):
         (['--local_steps=2', '--local_epochs=1'], 'local_epochs'),
         (['--noise_placement=client'], '--sampling=poisson'),
     ]
-    # All at once: each fails during start-up, so the cost is one interpreter start each.
-    procs = [subprocess.Popen(_command(*self._flags(out, *extra)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=_ROOT)
-             for extra, _ in cases]
-    for proc, (extra, expected) in zip(procs, cases, strict=True):
-      stdout, stderr = proc.communicate(timeout=300)
-      self.assertNotEqual(proc.returncode, 0, msg=extra)
-      self.assertIn(expected, stderr + stdout, msg=extra)
+    # Each fails during start-up: one interpreter runs them all (`start_up`).
+    results = start_up.refusals('experiments.train_federated',
+                                [self._flags(out, *extra) for extra, _ in cases],
+                                env=_env(), cwd=_ROOT)
+    for result, (extra, expected) in zip(results, cases, strict=True):
+      self.assertNotEqual(result.returncode, 0, msg=extra)
+      self.assertIn(expected, result.stderr + result.stdout, msg=extra)
     self.assertFalse(os.path.exists(os.path.join(out, 'checkpoints')))
 
   def test_seed_model_of_another_configuration_is_refused(self):

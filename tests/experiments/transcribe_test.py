@@ -16,15 +16,19 @@ from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _env():
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
+              PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
+
+
 def _start(*args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2',
-             PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]))
   return subprocess.Popen([sys.executable, '-m', 'experiments.transcribe', *args],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
                           cwd=_ROOT)
 
 
@@ -95,8 +99,8 @@ class TranscribeTest(absltest.TestCase):
     self.assertIn('1 of 2 files skipped', stderr)
 
   def test_bad_flags_and_files_are_named(self):
-    # A few, each an interpreter start (CI has 2 cores): manifest and word-list lines are
-    # named by `tests/data/corpora_test.py` and `tests/decoding_test.py`.
+    # A few, in one interpreter (`start_up`): manifest and word-list lines are named by
+    # `tests/data/corpora_test.py` and `tests/decoding_test.py`.
     audio = self.utterances[0].path
     model = f'--model={self.model}'
     cases = [
@@ -105,11 +109,11 @@ class TranscribeTest(absltest.TestCase):
         ([model, '/no/such/audio.wav'], '/no/such/audio.wav'),
         ([model, '--model_config=small', audio], '--model_config=small'),
     ]
-    procs = [_start(*args) for args, _ in cases]
-    for proc, (args, expected) in zip(procs, cases, strict=True):
-      code, stdout, stderr = _finish(proc)
-      self.assertNotEqual(code, 0, msg=args)
-      self.assertIn(expected, stderr + stdout, msg=args)
+    results = start_up.refusals('experiments.transcribe', [args for args, _ in cases],
+                                env=_env(), cwd=_ROOT)
+    for result, (args, expected) in zip(results, cases, strict=True):
+      self.assertNotEqual(result.returncode, 0, msg=args)
+      self.assertIn(expected, result.stderr + result.stdout, msg=args)
 
 
 if __name__ == '__main__':
