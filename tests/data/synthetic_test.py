@@ -1,10 +1,13 @@
 """The synthetic corpus (`fedasr_tff.data.synthetic`)."""
 
+import dataclasses
 import filecmp
 import os
+import subprocess
 import tempfile
 
 from absl.testing import absltest
+import numpy as np
 
 from fedasr_tff.data import synthetic
 
@@ -53,6 +56,50 @@ class MakeCorpusTest(absltest.TestCase):
     match, mismatch, errors = filecmp.cmpfiles(roots[0], roots[1], files, shallow=False)
     self.assertEqual((mismatch, errors), ([], []))
     self.assertLen(match, len(files))
+
+  def test_unseen_conditions_are_voiced_and_recorded_as_told(self):
+    root, tuned = tempfile.mkdtemp(), tempfile.mkdtemp()
+    voices = synthetic.make_corpus(root, num_speakers=2, mean_utterances=2, skew=0.0, seed=3,
+                                   conditions=synthetic.UNSEEN)
+    synthetic.make_corpus(tuned, num_speakers=2, mean_utterances=2, skew=0.0, seed=3)
+    unseen = synthetic.UNSEEN
+    for speaker, voice in voices.items():
+      self.assertIn(voice.voice.split('+')[1], unseen.voices)
+      self.assertNotIn(voice.voice.split('+')[1], synthetic.TUNING.voices)
+      self.assertBetween(voice.pitch, *unseen.pitch)
+      self.assertBetween(voice.band[0], *unseen.band[0])
+      self.assertBetween(voice.band[1], *unseen.band[1])
+      chapter = os.path.join(root, 'librispeech', 'train', speaker, '1')
+      # The same sentences as the tuning corpus of the seed; other audio.
+      self.assertTrue(filecmp.cmp(
+          os.path.join(chapter, f'{speaker}-1.trans.txt'),
+          os.path.join(tuned, 'librispeech', 'train', speaker, '1', f'{speaker}-1.trans.txt'),
+          shallow=False))
+      for name in sorted(os.listdir(chapter)):
+        if name.endswith('.flac'):
+          audio = _read_flac(os.path.join(chapter, name))
+          rate = int(subprocess.run(['sox', '--i', '-r', os.path.join(chapter, name)],
+                                    capture_output=True, text=True, check=True).stdout)
+          self.assertEqual(rate, unseen.sample_rate)
+          # At least 0.1 s of noise alone before the speech: well under the speech's power.
+          lead = audio[:int(0.1 * rate)]
+          self.assertLess(np.mean(lead**2), 0.5 * np.mean(audio**2), name)
+          self.assertGreater(np.mean(lead**2), 0.0, name)  # The noise is there too.
+
+  def test_impossible_conditions_are_refused_naming_the_field(self):
+    for change, field in (({'voices': ()}, 'voices'), ({'pitch': (50, 50)}, 'pitch'),
+                          ({'edge_silence': (0.5, 0.1)}, 'edge_silence'),
+                          ({'band': ((300.0, 400.0), (3000.0, 5000.0))}, 'band')):
+      conditions = dataclasses.replace(synthetic.UNSEEN, **change)
+      with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
+        synthetic.make_corpus(tempfile.mkdtemp(), num_speakers=1, conditions=conditions)
+
+
+def _read_flac(path):
+  """The samples of a 16-bit mono FLAC file, as floats."""
+  raw = subprocess.run(['sox', path, '-t', 'raw', '-e', 'signed', '-b', '16', '-'],
+                       capture_output=True, check=True).stdout
+  return np.frombuffer(raw, '<i2').astype(np.float64)
 
 
 if __name__ == '__main__':

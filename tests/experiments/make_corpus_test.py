@@ -1,6 +1,7 @@
 import contextlib
 import io
 import os
+import subprocess
 import tempfile
 
 from absl import flags
@@ -9,6 +10,8 @@ from absl.testing import flagsaver
 
 from experiments import make_corpus
 from fedasr_tff import data
+from fedasr_tff.data import audio
+from fedasr_tff.data import features
 
 
 class MakeCorpusTest(absltest.TestCase):
@@ -30,6 +33,24 @@ class MakeCorpusTest(absltest.TestCase):
     for u in utterances:
       self.assertLessEqual(set(u.transcript.lower().split()), {'alpha', 'beta'})
     self.assertLen(data.read_common_voice(os.path.join(root, 'common_voice'), 'train'), 2)
+
+  def test_unseen_conditions_give_8_khz_audio_the_reader_takes(self):
+    root = self.enterContext(tempfile.TemporaryDirectory())
+    out = io.StringIO()
+    with flagsaver.flagsaver():
+      flags.FLAGS.unparse_flags()
+      flags.FLAGS(['make_corpus', f'--output_dir={root}', '--speakers=1',
+                   '--utterances_per_speaker=1', '--conditions=unseen'])
+      with contextlib.redirect_stdout(out):
+        make_corpus.main(['make_corpus'])
+    self.assertIn('conditions unseen', out.getvalue())
+    (utterance,) = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
+    # Written at 8 kHz; read at 16 kHz like any corpus, every second of it.
+    info = {flag: float(subprocess.run(['sox', '--i', flag, utterance.path], capture_output=True,
+                                       text=True, check=True).stdout) for flag in ('-r', '-D')}
+    self.assertEqual(info['-r'], 8000)
+    seconds = len(audio.load_audio(utterance.path)) / features.SAMPLE_RATE
+    self.assertAlmostEqual(seconds, info['-D'], delta=0.01)
 
   def test_missing_output_dir_is_refused(self):
     with flagsaver.flagsaver():
