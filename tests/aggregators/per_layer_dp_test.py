@@ -193,13 +193,14 @@ class AggregationTest(parameterized.TestCase):
   def test_server_noise_stream_is_fresh_each_round_and_replays_from_state(self, kind):
     zeros = [[np.zeros(s, np.float32) for s in _SHAPES]] * 4
 
-    def build(noise_seed):
+    def factory(noise_seed):
       if kind == 'fixed':
-        factory = aggregators.PerLayerDPFactory.gaussian_fixed(2.0, 4, 1.0, noise_seed=noise_seed)
-      else:
-        factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
-            2.0, 4, 1.0, clipped_count_stddev=10.0, noise_seed=noise_seed)
-      return factory.create(_VALUE_TYPE)
+        return aggregators.PerLayerDPFactory.gaussian_fixed(2.0, 4, 1.0, noise_seed=noise_seed)
+      return aggregators.PerLayerDPFactory.gaussian_adaptive(
+          2.0, 4, 1.0, clipped_count_stddev=10.0, noise_seed=noise_seed)
+
+    def build(noise_seed):
+      return factory(noise_seed).create(_VALUE_TYPE)
 
     def rounds(process, state, count):
       results = []
@@ -213,26 +214,27 @@ class AggregationTest(parameterized.TestCase):
       process = build(noise_seed)
       return rounds(process, process.initialize(), count)[0]
 
-    first = from_start(7, 3)
-    self.assertGreater(np.std(first[0] - first[1]), 0.1)   # A new draw every round.
-    # A second process with the same seed, restored after round 1 (as from a checkpoint),
-    # continues the same stream.
     process = build(7)
-    _, state = rounds(process, process.initialize(), 1)
-    resumed, _ = rounds(build(7), state, 2)
+    first, _ = rounds(process, process.initialize(), 3)
+    self.assertGreater(np.std(first[0] - first[1]), 0.1)   # A new draw every round.
+    # Another process with the same seed, after round 1, hands its state (as a checkpoint
+    # would) to the first, which continues the same stream from it.
+    other_process = build(7)
+    _, state = rounds(other_process, other_process.initialize(), 1)
+    resumed, _ = rounds(process, state, 2)
     np.testing.assert_array_equal(resumed[0], first[1])
     np.testing.assert_array_equal(resumed[1], first[2])
     other = from_start(8, 1)
     self.assertGreater(np.std(other[0] - first[0]), 0.1)
-    # Unseeded factories draw their seeds from OS entropy: two of them differ.
-    a, b = from_start(None, 1), from_start(None, 1)
+    # An unseeded factory draws its seed from OS entropy: two processes of one (shared noise
+    # would cancel in differences) and a process of another all differ.
+    unseeded = factory(None)
+    a_process, b_process = unseeded.create(_VALUE_TYPE), unseeded.create(_VALUE_TYPE)
+    a, _ = rounds(a_process, a_process.initialize(), 1)
+    b, _ = rounds(b_process, b_process.initialize(), 1)
+    c = from_start(None, 1)
     self.assertGreater(np.std(a[0] - b[0]), 0.1)
-    # So do two processes of one unseeded factory (shared noise would cancel in differences).
-    factory = aggregators.PerLayerDPFactory.gaussian_fixed(2.0, 4, 1.0)
-    first_process, second_process = factory.create(_VALUE_TYPE), factory.create(_VALUE_TYPE)
-    c, _ = rounds(first_process, first_process.initialize(), 1)
-    d, _ = rounds(second_process, second_process.initialize(), 1)
-    self.assertGreater(np.std(c[0] - d[0]), 0.1)
+    self.assertGreater(np.std(a[0] - c[0]), 0.1)
 
   def test_nonfinite_delta_is_zeroed_and_counted(self):
     rng = np.random.default_rng(5)
