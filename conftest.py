@@ -17,6 +17,9 @@ _PY_TEST = re.compile(r'^py_test\((.*?)^\)', re.MULTILINE | re.DOTALL)
 _SRCS = re.compile(r'srcs\s*=\s*\[([^\]]*)\]')
 _TEST_FILE = re.compile(r'"([^"/:]+_test\.py)"')
 _E2E = re.compile(r'tags\s*=\s*\[[^\]]*"e2e"')
+_MANUAL = re.compile(r'tags\s*=\s*\[[^\]]*"manual"')
+_UNIT_TESTS = re.compile(r'^unit_tests\((.*?)^\)', re.MULTILINE | re.DOTALL)
+_MODULE = re.compile(r'"(\w+_test)"')
 
 
 def pytest_addoption(parser):
@@ -27,17 +30,24 @@ def pytest_addoption(parser):
 def bazel_test_modules(root: pathlib.Path = _ROOT) -> dict:
   """{test module path: whether its py_test is tagged e2e}, from every tests/**/BUILD.
 
-  A module of a package's `unit_tests` target (tests/run_modules.py) is run by Bazel there; its
-  own target is tagged "manual" and is not tagged e2e.
+  A module of a package's `unit_tests` target (tests/unit_tests.bzl) is run by Bazel there; its
+  own target is tagged "manual" (left out of `//...`) and is not tagged e2e. A "manual" target
+  that no `unit_tests` lists is an error: it would run under neither.
   """
   modules = {}
   for build in sorted((root / 'tests').rglob('BUILD')):
-    for target in _PY_TEST.finditer(build.read_text()):
+    text = build.read_text()
+    grouped = {name for block in _UNIT_TESTS.finditer(text)
+               for name in _MODULE.findall(block.group(1))}
+    for target in _PY_TEST.finditer(text):
       srcs = _SRCS.search(target.group(1))
       files = _TEST_FILE.findall(srcs.group(1)) if srcs else []
       if not files:
         raise pytest.UsageError(f'{build}: a py_test without a `*_test.py` file in `srcs`.')
       for name in files:
+        if _MANUAL.search(target.group(1)) and name[:-len('.py')] not in grouped:
+          raise pytest.UsageError(f'{build}: {name} is tagged "manual" but no `unit_tests` of '
+                                  'the package lists it, so no command runs it.')
         modules[(build.parent / name).resolve()] = bool(_E2E.search(target.group(1)))
   return modules
 

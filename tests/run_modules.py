@@ -5,7 +5,8 @@ starts one process per test target, so the light modules of a package share one 
 2 cores and 30 minutes for every test). Each module keeps its own target, tagged "manual" (not
 in `//...`) for running it alone: `bazel test //tests/data:text_test`.
 
-Usage (a `py_test` whose `main` is this file): `--test_modules=tests.data.text_test,...`.
+Usage (a `py_test` whose `main` is this file, as `tests/unit_tests.bzl` makes it):
+`--test_modules=tests.data.text_test,...`.
 """
 
 import importlib

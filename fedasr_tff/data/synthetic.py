@@ -68,6 +68,28 @@ class Conditions:
   snr_db: Optional[Tuple[float, float]] = None
   edge_silence: Tuple[float, float] = (0.0, 0.0)
 
+  def __post_init__(self):
+    if not self.voices:
+      raise ValueError('`conditions.voices` is empty.')
+    for name in ('pitch', 'speed'):
+      low, high = getattr(self, name)
+      if not 0 <= low < high:
+        raise ValueError(f'`conditions.{name}` must be (low, high) with 0 <= low < high, got '
+                         f'{(low, high)!r}.')
+    validation.check_positive_integer('conditions.sample_rate', self.sample_rate)
+    low, high = self.edge_silence
+    if not 0 <= low <= high:
+      raise ValueError('`conditions.edge_silence` must be (low, high) with 0 <= low <= high, got '
+                       f'{(low, high)!r}.')
+    if self.snr_db is not None and self.snr_db[0] > self.snr_db[1]:
+      raise ValueError(f'`conditions.snr_db` must be (low, high), got {self.snr_db!r}.')
+    if self.band is not None:
+      (lower_low, lower_high), (upper_low, upper_high) = self.band
+      if not 0 < lower_low <= lower_high < upper_low <= upper_high <= self.sample_rate / 2:
+        raise ValueError('`conditions.band` must be ((low, high) of the lower edge, (low, high) of '
+                         'the upper edge) in Hz, increasing and at most half of `sample_rate`; '
+                         f'got {self.band!r}.')
+
   @property
   def recorded(self) -> bool:
     """Whether the audio is changed after synthesis (noise, silence or a band)."""
@@ -177,8 +199,6 @@ def make_corpus(output_dir: str,
     raise ValueError('`words` is empty.')
   _check_tools(layouts)
 
-  _check_conditions(conditions)
-
   rng = np.random.default_rng(seed)
   # The recording's draws come from a stream of their own, so that a seed's sentences are the
   # same under any conditions (and `TUNING`'s corpus is what it was before conditions existed).
@@ -266,29 +286,6 @@ def make_corpus(output_dir: str,
       for client, clip, sentence in cv_rows:
         f.write(f'{client}\t{clip}\t{sentence}\t2\t0\n')
   return voices
-
-
-def _check_conditions(conditions: Conditions) -> None:
-  if not conditions.voices:
-    raise ValueError('`conditions.voices` is empty.')
-  for name in ('pitch', 'speed'):
-    low, high = getattr(conditions, name)
-    if not 0 <= low < high:
-      raise ValueError(f'`conditions.{name}` must be (low, high) with 0 <= low < high, got '
-                       f'{(low, high)!r}.')
-  validation.check_positive_integer('conditions.sample_rate', conditions.sample_rate)
-  low, high = conditions.edge_silence
-  if not 0 <= low <= high:
-    raise ValueError('`conditions.edge_silence` must be (low, high) with 0 <= low <= high, got '
-                     f'{(low, high)!r}.')
-  if conditions.snr_db is not None and conditions.snr_db[0] > conditions.snr_db[1]:
-    raise ValueError(f'`conditions.snr_db` must be (low, high), got {conditions.snr_db!r}.')
-  if conditions.band is not None:
-    (lower_low, lower_high), (upper_low, upper_high) = conditions.band
-    if not 0 < lower_low <= lower_high < upper_low <= upper_high <= conditions.sample_rate / 2:
-      raise ValueError('`conditions.band` must be ((low, high) of the lower edge, (low, high) of '
-                       'the upper edge) in Hz, increasing and at most half of `sample_rate`; '
-                       f'got {conditions.band!r}.')
 
 
 def _record(wav: str, snr_db: Optional[float], lead: float, tail: float, noise_seed: int) -> None:

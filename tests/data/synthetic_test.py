@@ -90,9 +90,8 @@ class MakeCorpusTest(absltest.TestCase):
     for change, field in (({'voices': ()}, 'voices'), ({'pitch': (50, 50)}, 'pitch'),
                           ({'edge_silence': (0.5, 0.1)}, 'edge_silence'),
                           ({'band': ((300.0, 400.0), (3000.0, 5000.0))}, 'band')):
-      conditions = dataclasses.replace(synthetic.UNSEEN, **change)
       with self.subTest(field=field), self.assertRaisesRegex(ValueError, field):
-        synthetic.make_corpus(tempfile.mkdtemp(), num_speakers=1, conditions=conditions)
+        dataclasses.replace(synthetic.UNSEEN, **change)
 
 
 def _read_flac(path):

@@ -16,18 +16,21 @@ from fedasr_tff.data import features
 
 class MakeCorpusTest(absltest.TestCase):
 
-  def test_writes_both_layouts(self):
+  def _make(self, *args):
+    """(output folder, what the binary printed) of `make_corpus` run with `args`."""
     root = self.enterContext(tempfile.TemporaryDirectory())
     out = io.StringIO()
     with flagsaver.flagsaver():
       flags.FLAGS.unparse_flags()
-      flags.FLAGS(['make_corpus', f'--output_dir={root}', '--speakers=2',
-                   '--utterances_per_speaker=1', '--skew=0', '--layouts=librispeech',
-                   '--words=alpha,beta',
-                   '--layouts=common_voice'])
+      flags.FLAGS(['make_corpus', f'--output_dir={root}', '--utterances_per_speaker=1', *args])
       with contextlib.redirect_stdout(out):
         make_corpus.main(['make_corpus'])
-    self.assertIn('wrote 2 speakers', out.getvalue())
+    return root, out.getvalue()
+
+  def test_writes_both_layouts(self):
+    root, out = self._make('--speakers=2', '--skew=0', '--layouts=librispeech',
+                           '--words=alpha,beta', '--layouts=common_voice')
+    self.assertIn('wrote 2 speakers', out)
     utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
     self.assertLen(utterances, 2)
     for u in utterances:
@@ -35,15 +38,8 @@ class MakeCorpusTest(absltest.TestCase):
     self.assertLen(data.read_common_voice(os.path.join(root, 'common_voice'), 'train'), 2)
 
   def test_unseen_conditions_give_8_khz_audio_the_reader_takes(self):
-    root = self.enterContext(tempfile.TemporaryDirectory())
-    out = io.StringIO()
-    with flagsaver.flagsaver():
-      flags.FLAGS.unparse_flags()
-      flags.FLAGS(['make_corpus', f'--output_dir={root}', '--speakers=1',
-                   '--utterances_per_speaker=1', '--conditions=unseen'])
-      with contextlib.redirect_stdout(out):
-        make_corpus.main(['make_corpus'])
-    self.assertIn('conditions unseen', out.getvalue())
+    root, out = self._make('--speakers=1', '--conditions=unseen')
+    self.assertIn('conditions unseen', out)
     (utterance,) = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
     # Written at 8 kHz; read at 16 kHz like any corpus, every second of it.
     info = {flag: float(subprocess.run(['sox', '--i', flag, utterance.path], capture_output=True,
