@@ -8,6 +8,8 @@ Decoding as `experiments.transcribe` (`fedasr_tff.decoding`); scoring as federat
 (`fedasr_tff.speech.evaluation`).
 """
 
+import dataclasses
+
 from absl import app
 from absl import flags
 
@@ -40,6 +42,9 @@ def main(argv):
   decoding_flags.check()
   with config_flags.flag_errors():
     data = config_flags.config_from_flags(data_config.DataConfig)
+    # Scored on the features the model was trained on, as its model.npz records them.
+    data = dataclasses.replace(data, feature_normalization=data_config.model_features(
+        _MODEL.value, source='--model'))
     model_config = config_flags.config_from_flags(data_config.ModelConfig).model_config
     vocab = data.vocabulary()
     word_list = decoding_flags.word_list(vocab)

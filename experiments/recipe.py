@@ -81,7 +81,7 @@ config_flags.define_flags(speech_stages.SeedConfig)
 # population K', S'.
 FEDERATED_FLAGS = ('rounds', 'cohort_size', 'local_steps', 'client_lr', 'server_lr', 'clip',
                    'sigma_dp', 'population', 'population_cohort_size', 'eval_every',
-                   'spec_augment')
+                   'spec_augment', 'feature_normalization')
 FEDERATED_DEFAULTS = {**presets.for_config(presets.CPU, config_lib.FederatedConfig),
                       'local_steps': 1, 'sigma_dp': 3e-4, 'population': 10_000_000,
                       'population_cohort_size': 2_000}
@@ -114,6 +114,7 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
   `output_dir/feature_cache`."""
   # --split_seed defaults to --seed: each seed of a study is another draw of the roles.
   fields = {'seed_fraction': FLAGS.seed_fraction, 'spec_augment': FLAGS.spec_augment,
+            'feature_normalization': FLAGS.feature_normalization,
             'split_seed': (FLAGS.split_seed if FLAGS['split_seed'].present
                            else speech_stages.seed_or_zero())}
   if _SYNTHETIC_SPEAKERS.value is not None:
@@ -176,7 +177,7 @@ def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
   return corpus.load_client_data(
       data.corpus_dir, data.layout, split, vocab, speaker_ids=speaker_ids,
       spec_augment=spec_augment, max_batch_seconds=data.max_batch_seconds,
-      feature_cache_dir=data.feature_cache())
+      feature_cache_dir=data.feature_cache(), feature_normalization=data.feature_normalization)
 
 
 def _decoding() -> str:

@@ -27,6 +27,7 @@ from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config as data_config_lib
 from fedasr_tff.speech import evaluation
 from fedasr_tff.speech import federated_training
 from fedasr_tff.speech import presets
@@ -134,6 +135,12 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
   if os.path.isfile(seed_path):
     print(f'reusing {seed_path}')
     model = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)()
+    trained_on = data_config_lib.model_features(seed_path, 'seed model')
+    if trained_on != train_data.feature_normalization:
+      raise app.UsageError(
+          f'{seed_path} was trained on --feature_normalization={trained_on} features; this run '
+          f'computes --feature_normalization={train_data.feature_normalization}: give '
+          f'--feature_normalization={trained_on}, or a new --output_dir.')
     weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
     return weights, (None if eval_data is None
                      else evaluation.evaluate(model, eval_data, weights))

@@ -78,6 +78,7 @@ def main(argv):
     initial_weights = None
     if config.model.seed_model:
       model = models.build_ctc_transformer(config.model.model_config, vocab.size)
+      config.data.check_model(config.model.seed_model, '--seed_model')
       try:
         initial_weights = model_io.load_weights(config.model.seed_model, model,
                                                 source='--seed_model')

@@ -123,8 +123,10 @@ def _load(vocab):
       model_io.load_into(_MODEL.value, keras_model, source='--model')
     except ValueError as e:
       raise ValueError(f'{e} (--model_config={model_config})') from e
-    transcriber = transcription.Transcriber(keras_model, vocab.tokens,
-                                             decoding_flags.BEAM_WIDTH.value)
+    # The features the model was trained on, as its model.npz records them.
+    transcriber = transcription.Transcriber(
+        keras_model, vocab.tokens, decoding_flags.BEAM_WIDTH.value,
+        data_config.model_features(_MODEL.value, source='--model'))
     if _EXPORT_SAVED_MODEL.value:
       try:
         transcription.export_saved_model(transcriber, _EXPORT_SAVED_MODEL.value)

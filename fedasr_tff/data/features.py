@@ -32,24 +32,52 @@ def _mel_matrix():
   return tf.constant(_MEL_MATRIX)
 
 
-def log_mel_features(waveform: tf.Tensor) -> tf.Tensor:
+# How an utterance's log-mels are normalised (`log_mel_features`).
+UTTERANCE, CMN = 'utterance', 'cmn'
+NORMALIZATIONS = (UTTERANCE, CMN)
+# The variance floor of CMN, in squared log-energy units: an utterance of constant spectrum
+# (digital silence) stays at 0 instead of having its rounding noise scaled up to unit variance.
+_CMN_VARIANCE_FLOOR = 1e-2
+
+
+def log_mel_features(waveform: tf.Tensor, normalization: str = UTTERANCE) -> tf.Tensor:
   """Normalised log-mel features of a waveform.
 
   80 log-mel filterbanks of 16 kHz audio, 25 ms Hann window (400 samples), 10 ms hop (160),
-  512-point FFT, mel filters from 20 Hz to 8 kHz; log(mel energy + 1e-6). The utterance is
-  normalised to zero mean and unit variance over its whole (time x mel) matrix (the paper, Sec.
-  4, says "for each input sequence"; the whole matrix is the released code's choice).
+  512-point FFT, mel filters from 20 Hz to 8 kHz; log(mel energy + 1e-6). Then the [T, 80]
+  matrix x of the utterance is normalised, by `normalization`:
+
+  - "utterance": x -> (x - m) / sqrt(v + 1e-8), with m and v the mean and variance of all of x:
+    the released code's choice (the paper, Sec. 4, says "for each input sequence").
+  - "cmn": cepstral mean normalisation, then the utterance's variance: y[:, c] = x[:, c] - m_c
+    with m_c the mean of mel channel c over the utterance's frames, and x -> y / sqrt(mean(y^2)
+    + 1e-2). It removes a channel's fixed gain (a microphone's colouring, a band limit), so a
+    channel the audio never reaches (above 4 kHz in 8 kHz audio) sits at 0 with the speech
+    rather than at the log floor far below it, which under "utterance" takes most of the
+    variance and squeezes the speech band. Channels keep their relative variance, so one
+    holding only noise stays quiet (normalising each channel's variance too scored worse on
+    recorded-like audio). Measured: docs/results.md, "The recipe on unseen voices and
+    recording conditions".
 
   Args:
     waveform: [samples] float waveform at 16 kHz in [-1, 1].
+    normalization: "utterance" or "cmn" (`NORMALIZATIONS`), as above.
 
   Returns:
     [frames, 80] float32 features.
+
+  Raises:
+    ValueError: for another `normalization`.
   """
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f'normalization must be one of {NORMALIZATIONS}, got {normalization!r}.')
   waveform = tf.convert_to_tensor(waveform, tf.float32)
   stft = tf.signal.stft(waveform, FRAME_LENGTH, FRAME_STEP, FFT_LENGTH, pad_end=False)
   power = tf.math.real(stft * tf.math.conj(stft))
   log_mel = tf.math.log(tf.matmul(power, _mel_matrix()) + _LOG_OFFSET)
+  if normalization == CMN:
+    centred = log_mel - tf.reduce_mean(log_mel, axis=0, keepdims=True)
+    return centred * tf.math.rsqrt(tf.reduce_mean(tf.square(centred)) + _CMN_VARIANCE_FLOOR)
   mean, variance = tf.nn.moments(log_mel, axes=[0, 1])
   return (log_mel - mean) * tf.math.rsqrt(variance + 1e-8)
 

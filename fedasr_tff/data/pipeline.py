@@ -133,6 +133,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
                strict: bool = False,
                max_utterance_seconds: float = 30.0,
                feature_cache_dir: Optional[str] = None,
+               feature_normalization: str = features_lib.UTTERANCE,
                report: Optional[corpora.ReadReport] = None):
     """Initializes the client data.
 
@@ -149,13 +150,19 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
         audio again. They are derived from raw client audio, so the folder and its files are
         owner-only (`private_files`). A cache file that cannot be read is computed again and
         replaced.
+      feature_normalization: how each utterance's log-mels are normalised, "utterance" or
+        "cmn" (`features.log_mel_features`); a model must be used with the features it was
+        trained on.
       report: where skipped utterances are counted; a new one by default.
 
     Raises:
-      ValueError: for a non-positive duration.
+      ValueError: for a non-positive duration or another `feature_normalization`.
     """
     validation.check_positive('max_batch_seconds', max_batch_seconds)
     validation.check_positive('max_utterance_seconds', max_utterance_seconds)
+    if feature_normalization not in features_lib.NORMALIZATIONS:
+      raise ValueError(f'feature_normalization must be one of {features_lib.NORMALIZATIONS}, '
+                       f'got {feature_normalization!r}.')
     self._by_speaker = group_by_speaker(utterances)
     self._vocabulary = vocabulary
     self._max_batch_frames = int(max_batch_seconds * _FRAMES_PER_SECOND)
@@ -163,6 +170,10 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     self._max_utterance_frames = _frames(self._max_utterance_samples)
     self._spec_augment = spec_augment
     self._feature_cache_dir = feature_cache_dir
+    self._feature_normalization = feature_normalization
+    # "utterance" keys as before the choice existed, so caches written then stay valid.
+    self._feature_version = (_FEATURE_VERSION if feature_normalization == features_lib.UTTERANCE
+                             else f'{_FEATURE_VERSION} normalization={feature_normalization}')
     self._strict = strict
     self.report = corpora.ReadReport() if report is None else report
     self.unknown_characters = collections.Counter()
@@ -171,6 +182,12 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
   def vocabulary(self) -> text_lib.Vocabulary:
     """The vocabulary of the labels (it decodes a model's output)."""
     return self._vocabulary
+
+  @property
+  def feature_normalization(self) -> str:
+    """How the log-mels are normalised (`features.log_mel_features`): what a model trained on
+    these clients must be used with."""
+    return self._feature_normalization
 
   @property
   def client_ids(self) -> List[str]:
@@ -210,7 +227,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     if self._feature_cache_dir is None:
       return None
     stat = os.stat(path)
-    key = hashlib.sha1(f'{_FEATURE_VERSION}|{os.path.abspath(path)}|{stat.st_size}|'
+    key = hashlib.sha1(f'{self._feature_version}|{os.path.abspath(path)}|{stat.st_size}|'
                        f'{stat.st_mtime_ns}'.encode())
     digest = key.hexdigest()
     return os.path.join(self._feature_cache_dir, digest[:2], f'{digest}.npy')
@@ -242,7 +259,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     if waveform.shape[0] < features_lib.FRAME_LENGTH:
       self.report.add(path, 'shorter than one 25 ms frame', self._strict)
       return None
-    feats = features_lib.log_mel_features(waveform).numpy()
+    feats = features_lib.log_mel_features(waveform, self._feature_normalization).numpy()
     if cache_path is not None:
       private_files.make_private_directory(self._feature_cache_dir)
       private_files.make_private_directory(os.path.dirname(cache_path))

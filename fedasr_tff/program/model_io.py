@@ -2,15 +2,20 @@
 
 The names are the Keras variable names without the model scope and the `:0` suffix (for
 example `block_00/wqkv/kernel`), so a file states what it holds and a mismatch can be reported
-by tensor. Central training exports the seed model this way and federated training loads it.
+by tensor. Beside the tensors a file may hold string metadata, each entry a 0-d array named
+`metadata:KEY`: what a user of the weights needs besides them (for a speech model, the feature
+normalisation it was trained on, `speech.data_config.model_features`). Central training exports
+the seed model this way and federated training loads it.
 TFF is imported only by the functions that return its `ModelWeights`, so a binary that loads a
 model without running TFF (`load_into`) starts without it.
 """
 
 import os
 from typing import TYPE_CHECKING
+from typing import Dict
 from typing import List
 from typing import Mapping
+from typing import Optional
 from typing import Sequence
 from typing import Tuple
 import zipfile
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
   import tensorflow_federated as tff
 
 _NON_TRAINABLE_PREFIX = 'non_trainable:'
+_METADATA_PREFIX = 'metadata:'
 
 
 def tensor_name(variable: tf.Variable) -> str:
@@ -52,33 +58,42 @@ def tensor_names(model: tf.keras.Model) -> Tuple[List[str], List[str]]:
 
 
 def save_weights(path: str, model: tf.keras.Model,
-                 weights: 'tff.learning.models.ModelWeights') -> None:
+                 weights: 'tff.learning.models.ModelWeights',
+                 metadata: Optional[Mapping[str, str]] = None) -> None:
   """Writes `weights` (laid out like `model`'s variables) to `path` atomically.
 
   Args:
     path: the `.npz` file to write.
     model: the built model whose variables name the tensors (`tensor_names`).
     weights: the tensors, in `model`'s variable order.
+    metadata: {key: string} stored beside them (`read_metadata`).
 
   Raises:
     ValueError: if `weights` and `model` hold different numbers of tensors.
   """
-  save_named_weights(path, tensor_names(model), weights)
+  save_named_weights(path, tensor_names(model), weights, metadata)
 
 
 def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
-                       weights: 'tff.learning.models.ModelWeights') -> None:
+                       weights: 'tff.learning.models.ModelWeights',
+                       metadata: Optional[Mapping[str, str]] = None) -> None:
   """Writes `weights` to `path` atomically, a named array per tensor.
 
   Args:
     path: the `.npz` file to write.
     names: the names of the trainable and of the non-trainable tensors (`tensor_names`).
     weights: the tensors, in the order of `names`.
+    metadata: {key: string} stored beside them (`read_metadata`).
 
   Raises:
-    ValueError: if `names` and `weights` hold different numbers of tensors.
+    ValueError: if `names` and `weights` hold different numbers of tensors, or for metadata
+      that is not a string.
   """
   arrays = {}
+  for key, value in (metadata or {}).items():
+    if not isinstance(value, str):
+      raise ValueError(f'metadata {key!r} must be a string, got {value!r}.')
+    arrays[_METADATA_PREFIX + key] = np.array(value)  # A 0-d unicode array: no pickle.
   for tensor_names_, values, prefix in ((names[0], weights.trainable, ''),
                                         (names[1], weights.non_trainable,
                                          _NON_TRAINABLE_PREFIX)):
@@ -91,6 +106,46 @@ def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
   partial = f'{path}.{os.getpid()}.partial.npz'
   np.savez(partial, **arrays)
   os.replace(partial, path)
+
+
+def _read_arrays(path: str, source: str) -> Mapping[str, np.ndarray]:
+  """All arrays of a `.npz` file, by name; a clear ValueError for a missing or damaged one."""
+  if not os.path.isfile(path):
+    raise ValueError(f'{source} {path!r} does not exist.')
+  try:
+    stored = np.load(path)
+    if not isinstance(stored, np.lib.npyio.NpzFile):  # A bare `.npy` array.
+      raise ValueError('it holds one array, not named tensors')
+    with stored:
+      return {k: stored[k] for k in stored.files}
+  # What NumPy raises for a damaged file: a truncated zip (BadZipFile), a bad CRC (BadZipFile),
+  # an empty file (EOFError), a corrupt member (zlib.error), anything else (pickle refusal).
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise ValueError(f'{source} {path!r} is damaged or not a weights file written by '
+                     f'save_weights ({type(e).__name__}: {e}); write it again.') from e
+
+
+def read_metadata(path: str, source: str = 'weights file') -> Dict[str, str]:
+  """The metadata a file written by `save_weights` holds.
+
+  Args:
+    path: the `.npz` file.
+    source: how to name the file in errors (for example the flag it came from).
+
+  Returns:
+    {key: string}; empty for a file written without metadata.
+
+  Raises:
+    ValueError: naming `source` and the path when the file is missing or damaged, or holds
+      metadata that is not a string.
+  """
+  metadata = {}
+  for name, array in _read_arrays(path, source).items():
+    if name.startswith(_METADATA_PREFIX):
+      if array.shape or array.dtype.kind != 'U':
+        raise ValueError(f'{source} {path!r}: {name!r} is not a string.')
+      metadata[name[len(_METADATA_PREFIX):]] = str(array)
+  return metadata
 
 
 def load_weights(path: str, model: tf.keras.Model,
@@ -147,19 +202,7 @@ def read_weights(path: str, model: tf.keras.Model, source: str = 'weights file'
       example) or not an `.npz`, and the first tensor that is missing, extra, of a different
       shape or not finite.
   """
-  if not os.path.isfile(path):
-    raise ValueError(f'{source} {path!r} does not exist.')
-  try:
-    stored = np.load(path)
-    if not isinstance(stored, np.lib.npyio.NpzFile):  # A bare `.npy` array.
-      raise ValueError('it holds one array, not named tensors')
-    with stored:
-      arrays: Mapping[str, np.ndarray] = {k: stored[k] for k in stored.files}
-  # What NumPy raises for a damaged file: a truncated zip (BadZipFile), a bad CRC (BadZipFile),
-  # an empty file (EOFError), a corrupt member (zlib.error), anything else (pickle refusal).
-  except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-    raise ValueError(f'{source} {path!r} is damaged or not a weights file written by '
-                     f'save_weights ({type(e).__name__}: {e}); write it again.') from e
+  arrays = _read_arrays(path, source)
   trainable_names, non_trainable_names = tensor_names(model)
   expected = [(n, v) for n, v in zip(trainable_names, model.trainable_variables, strict=True)]
   expected += [(_NON_TRAINABLE_PREFIX + n, v)
@@ -179,7 +222,8 @@ def read_weights(path: str, model: tf.keras.Model, source: str = 'weights file'
         raise ValueError(f'{source} {path!r}: tensor {key!r} has {bad} non-finite values (NaN '
                          f'or Inf) of {np.size(arrays[key])}; a model trained or evaluated '
                          'from it is not finite.')
-  extra = sorted(set(arrays) - {key for key, _ in expected})
+  extra = sorted(set(arrays) - {key for key, _ in expected}
+                 - {k for k in arrays if k.startswith(_METADATA_PREFIX)})
   if extra:
     raise ValueError(f'{source} {path!r} has tensors the model does not: {extra[:5]}; it was '
                      'saved from a model of a different configuration.')

@@ -20,6 +20,7 @@ import os
 from typing import Any
 from typing import Callable
 from typing import Dict
+from typing import Mapping
 from typing import Sequence
 from typing import Tuple
 
@@ -93,6 +94,11 @@ class Task(abc.ABC):
                                    tff.learning.models.ModelWeights]:
     """((trainable tensor names, non-trainable tensor names), the final weights), for
     `model.npz` (`model_io.save_named_weights`)."""
+
+  def model_metadata(self) -> Mapping[str, str]:
+    """What `model.npz` records beside the weights (`model_io.save_named_weights`); none by
+    default."""
+    return {}
 
   @abc.abstractmethod
   def summary(self) -> Values:
@@ -201,7 +207,8 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
     progress.close()
 
   names, weights = task.final_weights()
-  model_io.save_named_weights(os.path.join(output_dir, 'model.npz'), names, weights)
+  model_io.save_named_weights(os.path.join(output_dir, 'model.npz'), names, weights,
+                              task.model_metadata())
   _write_private_json(os.path.join(output_dir, 'summary.json'), task.summary())
 
 

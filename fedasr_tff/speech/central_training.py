@@ -27,6 +27,7 @@ from fedasr_tff.program import cohorts
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.program import progress as progress_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
 
 
@@ -120,8 +121,12 @@ def train(config: CentralConfig,
     The `CentralResult`.
 
   Raises:
-    ValueError: if the training speakers have no usable utterance.
+    ValueError: if the training speakers have no usable utterance, or the evaluation data has
+      other features (`feature_normalization`).
   """
+  if eval_data is not None:
+    data_config.check_same_features({'the training data': train_data.feature_normalization,
+                                     'the evaluation data': eval_data.feature_normalization})
   tf.keras.utils.set_random_seed(config.seed)
   model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
   keras_model = model.keras_model
@@ -199,7 +204,8 @@ def train(config: CentralConfig,
   finally:
     progress.close()
   weights = model_io.model_weights(keras_model)
-  model_io.save_weights(os.path.join(output_dir, 'model.npz'), keras_model, weights)
+  model_io.save_weights(os.path.join(output_dir, 'model.npz'), keras_model, weights,
+                        data_config.model_metadata(train_data.feature_normalization))
   final = None
   if eval_data is not None:
     final = evaluation.evaluate(eval_model, eval_data, weights)

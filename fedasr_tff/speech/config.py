@@ -210,7 +210,8 @@ class CentralDataConfig:
           split_seed=data_config.split_seed,
           spec_augment=training and data_config.spec_augment,
           max_batch_seconds=self.central_batch_seconds or data_config.max_batch_seconds,
-          feature_cache_dir=data_config.feature_cache())
+          feature_cache_dir=data_config.feature_cache(),
+          feature_normalization=data_config.feature_normalization)
 
 
 MIXED_NONE = 'none'

@@ -17,6 +17,7 @@ import numpy as np
 from fedasr_tff import data
 from fedasr_tff import validation
 from fedasr_tff.data import corpora
+from fedasr_tff.data import features as features_lib
 from fedasr_tff.data import text as text_lib
 
 LAYOUTS = ('librispeech', 'common_voice', 'manifest')
@@ -154,6 +155,7 @@ def load_client_data(corpus_dir: str,
                      spec_augment: bool = False,
                      max_batch_seconds: float = 120.0,
                      feature_cache_dir: Optional[str] = None,
+                     feature_normalization: str = features_lib.UTTERANCE,
                      strict: bool = False,
                      speaker_ids: Optional[Collection[str]] = None) -> 'data.SpeechClientData':
   """The speakers of one split, or of one part of it, as clients.
@@ -178,6 +180,7 @@ def load_client_data(corpus_dir: str,
     spec_augment: apply SpecAugment to the batches (training data).
     max_batch_seconds: audio per dynamic batch.
     feature_cache_dir: the feature cache's folder, or None.
+    feature_normalization: "utterance" or "cmn" (`data.log_mel_features`).
     strict: raise at the first unusable utterance instead of skipping it.
     speaker_ids: the speakers to read, by name (`assign_speakers`), instead of a part; then
       `speakers` must be "all".
@@ -210,4 +213,5 @@ def load_client_data(corpus_dir: str,
     utterances = data.make_iid(utterances, iid_seed)
   return data.SpeechClientData(utterances, vocabulary, max_batch_seconds=max_batch_seconds,
                                spec_augment=spec_augment, strict=strict,
-                               feature_cache_dir=feature_cache_dir, report=report)
+                               feature_cache_dir=feature_cache_dir,
+                               feature_normalization=feature_normalization, report=report)

@@ -8,16 +8,71 @@ the same flags without importing TensorFlow Federated. `speech.config` re-export
 
 import dataclasses
 import os
+from typing import Dict
+from typing import Mapping
 from typing import Optional
 
 from fedasr_tff import data
 from fedasr_tff import models
+from fedasr_tff.data import features as features_lib
 from fedasr_tff.data import text as text_lib
+from fedasr_tff.program import model_io
 from fedasr_tff.program.fields import field
 from fedasr_tff.speech import corpus
 
 # The feature cache of a run that names none, under its output directory; or no cache at all.
 FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
+
+# The model.npz metadata naming the features a speech model was trained on (`model_features`).
+FEATURES_METADATA = 'feature_normalization'
+
+
+def model_metadata(feature_normalization: str) -> Dict[str, str]:
+  """The metadata of a speech model's `model.npz` (`model_io.save_weights`): its features.
+
+  Args:
+    feature_normalization: the normalisation of the features it was trained on.
+  """
+  return {FEATURES_METADATA: feature_normalization}
+
+
+def model_features(path: str, source: str = 'model') -> str:
+  """The feature normalisation the speech model in `path` (a `model.npz`) was trained on.
+
+  Args:
+    path: the weights file.
+    source: how to name it in errors (for example the flag it came from).
+
+  Returns:
+    Its recorded normalisation; "utterance" for a file written before models recorded it (all of
+    them were trained on those features).
+
+  Raises:
+    ValueError: naming `source` for a missing or damaged file, or an unknown normalisation.
+  """
+  normalization = model_io.read_metadata(path, source).get(FEATURES_METADATA,
+                                                           features_lib.UTTERANCE)
+  if normalization not in features_lib.NORMALIZATIONS:
+    raise ValueError(f'{source} {path!r} records feature normalisation {normalization!r}, '
+                     f'not one of {features_lib.NORMALIZATIONS}.')
+  return normalization
+
+
+def check_same_features(normalizations: Mapping[str, str]) -> None:
+  """Refuses data or models of different feature normalisations.
+
+  Args:
+    normalizations: {what (for the message): its normalisation}.
+
+  Raises:
+    ValueError: naming each, if they differ: a model scored or trained on features it was not
+      trained on gives meaningless figures.
+  """
+  if len(set(normalizations.values())) > 1:
+    listed = ', '.join(f'{what}: "{value}"' for what, value in normalizations.items())
+    raise ValueError(f'Different feature normalisations ({listed}); a model is used with the '
+                     'features it was trained on (--feature_normalization).')
+
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
@@ -53,10 +108,36 @@ class DataConfig:
       True, 'SpecAugment on the training batches, the clients\' and the server\'s (Pelikan et al. '
       '2025, App. F: on). At small scale it slows a small model more than it regularises it '
       '(docs/results.md, "The demo, measured"), hence off in the cpu preset.')
+  feature_normalization: str = field(
+      features_lib.UTTERANCE, 'How each utterance\'s log-mels are normalised: "utterance", zero '
+      'mean and unit variance over its whole time x mel matrix (the released code of Pelikan et '
+      'al. 2025; best on the clean 16 kHz synthetic corpus); "cmn", each mel channel\'s mean '
+      'removed, then the utterance\'s variance, for speech recorded at 8 kHz, band-limited or '
+      'noisy (docs/results.md, "The recipe on unseen voices and recording conditions"). A model '
+      'is used with the features it was trained on: its model.npz records them, and a seed '
+      'model of the other kind is refused.', features_lib.NORMALIZATIONS)
 
   def vocabulary(self) -> data.Vocabulary:
     """The token set of `language`."""
     return data.Vocabulary(self.language)
+
+  def check_model(self, path: str, source: str) -> None:
+    """Refuses a model (`model.npz`) trained on features other than these.
+
+    Args:
+      path: the weights file.
+      source: how to name it (for example "--seed_model").
+
+    Raises:
+      ValueError: naming `source` and the flag, or as `model_features`.
+    """
+    trained_on = model_features(path, source)
+    if trained_on != self.feature_normalization:
+      raise ValueError(
+          f'{source} {path!r} was trained on --feature_normalization={trained_on} features; '
+          f'this run computes --feature_normalization={self.feature_normalization}. Give '
+          f'--feature_normalization={trained_on} (a model is used with the features it was '
+          'trained on).')
 
   def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
     """This configuration, its feature cache under `output_dir` if it names none.
@@ -102,7 +183,8 @@ class DataConfig:
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
         iid_seed=iid_seed, spec_augment=training and self.spec_augment,
         max_batch_seconds=self.max_batch_seconds,
-        feature_cache_dir=self.feature_cache())
+        feature_cache_dir=self.feature_cache(),
+        feature_normalization=self.feature_normalization)
 
   def load_eval_data(self, vocabulary: data.Vocabulary) -> Optional['data.SpeechClientData']:
     """All speakers of --eval_split as clients, or None without one.
@@ -117,7 +199,8 @@ class DataConfig:
       return None
     return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
                                    max_batch_seconds=self.max_batch_seconds,
-                                   feature_cache_dir=self.feature_cache())
+                                   feature_cache_dir=self.feature_cache(),
+                                   feature_normalization=self.feature_normalization)
 
 
 @dataclasses.dataclass(frozen=True)

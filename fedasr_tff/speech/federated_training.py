@@ -45,6 +45,7 @@ from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
 from fedasr_tff.speech import central_batches
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
 
 
@@ -197,7 +198,8 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
 # config.json layout: 2 holds the grouped configuration (`config.FederatedConfig`); 3 adds
 # --spec_augment. A run of format 2 cannot say whether it applied SpecAugment (train_federated and
 # the studies always did, the demo as its own --spec_augment said), so it is refused, not resumed
-# with a guess.
+# with a guess. (A field added since, such as --feature_normalization, takes its default in a
+# saved run that lacks it, `run_record.check`: that default is what those runs did.)
 _CONFIG_FORMAT = 3
 _FORMAT_NOTE = ('it records --spec_augment, which runs before it did not: train_federated then '
                 'always applied SpecAugment, which its default (--preset=cpu) no longer does')
@@ -399,6 +401,12 @@ def build_run(config: config_lib.FederatedConfig,
       holds a different run (`run_record.check_or_write`).
   """
   client_ids = train_data.client_ids
+  data_config.check_same_features({
+      'the configuration (`feature_normalization`)': config.data.feature_normalization,
+      'the training data': train_data.feature_normalization,
+      **{what: d.feature_normalization for what, d in (
+          ('the evaluation data', eval_data), ('the central data', central_data),
+          ('the validation data', validation_data)) if d is not None}})
   evaluated_clients = check_eval_data(config, eval_data, client_ids)
   central = None
   if config.uses_central_data:
@@ -585,6 +593,9 @@ class _SpeechRounds(training_loop.Task):
 
   def final_weights(self):
     return model_io.tensor_names(self.eval_model.keras_model), self.weights
+
+  def model_metadata(self):
+    return data_config.model_metadata(self.run.train_data.feature_normalization)
 
   def summary(self) -> Dict[str, Any]:
     config, run, rounds = self.config, self.run, self.rounds

@@ -39,7 +39,8 @@ class Transcriber(tf.Module):
   `transcribe(waveforms, lengths)` is the whole recognizer:
 
       waveforms [B, S] float32, 16 kHz mono in [-1, 1], utterance b in waveforms[b, :lengths[b]]
-      -> log-mels of each utterance alone (`data.log_mel_features`, the training features)
+      -> log-mels of each utterance alone (`data.log_mel_features`, normalised as the model's
+         training features were)
       -> the CTC transformer (inference mode) -> greedy decoding -> text
 
   Every utterance needs at least one 25 ms frame (`data.features.FRAME_LENGTH` samples), else
@@ -47,7 +48,8 @@ class Transcriber(tf.Module):
   """
 
   def __init__(self, keras_model: transformer.CTCTransformer, tokens: Sequence[str],
-               beam_width: Optional[int] = None):
+               beam_width: Optional[int] = None,
+               feature_normalization: str = features_lib.UTTERANCE):
     """Wraps a trained model.
 
     Args:
@@ -56,10 +58,17 @@ class Transcriber(tf.Module):
       beam_width: if given, also a `transcribe_beam` function with that beam width: the same
         inputs, and `transcripts` of the best beam-search sequence and their
         `log_probabilities` [B].
+      feature_normalization: the normalisation of the features the model was trained on
+        (`data.log_mel_features`; `speech.data_config.model_features` reads it from a
+        `model.npz`).
 
     Raises:
-      ValueError: if the model's outputs do not match `tokens`, or for a bad `beam_width`.
+      ValueError: if the model's outputs do not match `tokens`, or for a bad `beam_width` or
+        `feature_normalization`.
     """
+    if feature_normalization not in features_lib.NORMALIZATIONS:
+      raise ValueError(f'feature_normalization must be one of {features_lib.NORMALIZATIONS}, '
+                       f'got {feature_normalization!r}.')
     super().__init__(name='transcriber')
     tokens = list(tokens)
     outputs = keras_model.output_layer.units
@@ -73,6 +82,10 @@ class Transcriber(tf.Module):
     self.weights = list(keras_model.variables)
     self.tokens = tf.Variable(tokens, trainable=False, name='tokens')
     self._token_list = tokens
+    self._feature_normalization = feature_normalization
+    # Recorded in the SavedModel too, so that it states the features it computes.
+    self.feature_normalization = tf.Variable(feature_normalization, trainable=False,
+                                             name='feature_normalization')
     if beam_width is not None:
       ctc.beam_search_decode(tf.zeros([1, 1, outputs]), [1], beam_width)  # Checks the width.
       self.transcribe_beam = tf.function(
@@ -84,7 +97,9 @@ class Transcriber(tf.Module):
         lengths, features_lib.FRAME_LENGTH,
         message=f'every waveform needs at least {features_lib.FRAME_LENGTH} samples (25 ms)')
     features = tf.map_fn(
-        lambda args: features_lib.log_mel_features(args[0][:args[1]]), (waveforms, lengths),
+        lambda args: features_lib.log_mel_features(args[0][:args[1]],
+                                                   self._feature_normalization),
+        (waveforms, lengths),
         fn_output_signature=tf.RaggedTensorSpec([None, features_lib.NUM_MELS], tf.float32,
                                                 ragged_rank=0))
     feature_lengths = tf.cast(features.row_lengths(), tf.int32)

@@ -19,6 +19,40 @@ class LogMelTest(absltest.TestCase):
     self.assertAlmostEqual(features.mean(), 0.0, places=4)
     self.assertAlmostEqual(features.std(), 1.0, places=3)
 
+  def test_cmn_centres_each_channel_and_keeps_their_relative_variance(self):
+    # 8 kHz audio upsampled to 16 kHz has nothing above 4 kHz: those mel channels sit at the log
+    # floor. "utterance" leaves them far below the speech; "cmn" centres every channel.
+    rate = data.SAMPLE_RATE
+    t = np.arange(rate) / rate
+    rng = np.random.default_rng(0)
+    wideband = (0.3 * np.sin(2 * np.pi * 440.0 * t * (1 + 0.3 * t))
+                + 0.05 * rng.standard_normal(t.size))
+    spectrum = np.fft.rfft(wideband)
+    spectrum[np.fft.rfftfreq(t.size, 1 / rate) >= 4000] = 0  # What 8 kHz audio holds.
+    upsampled = np.fft.irfft(spectrum, t.size).astype(np.float32)
+    cmn = data.log_mel_features(upsampled, 'cmn').numpy()
+    utterance = data.log_mel_features(upsampled, 'utterance').numpy()
+    self.assertEqual(cmn.shape, utterance.shape)
+    # The formula: y = x - (channel means over frames), then y / sqrt(mean(y^2) + 1e-2). Both
+    # normalisations are affine in the log-mels x, so "cmn" is "utterance" centred per channel
+    # and scaled by one factor: channels keep their relative variance.
+    centred = utterance - utterance.mean(axis=0)
+    scale = float((cmn * centred).sum() / (centred ** 2).sum())
+    np.testing.assert_allclose(cmn, scale * centred, atol=2e-3)
+    np.testing.assert_allclose(cmn.mean(axis=0), 0.0, atol=1e-4)
+    self.assertAlmostEqual(float(np.mean(cmn ** 2)), 1.0, delta=0.01)
+    # The empty band is centred with the speech; under "utterance" it lies far below it.
+    top = 79  # Around 7.5 kHz: only interpolation residue.
+    self.assertLess(utterance[:, top].mean(), utterance[:, :40].mean() - 1.0)
+    self.assertLess(np.abs(cmn[:, top]).mean(), 1.0)
+    # A fixed gain (a microphone's level) is removed, up to the log offset's 1e-6.
+    louder = data.log_mel_features(2.0 * upsampled, 'cmn').numpy()
+    np.testing.assert_allclose(louder[:, :40], cmn[:, :40], atol=1e-2)
+
+  def test_unknown_normalisation_is_refused_naming_it(self):
+    with self.assertRaisesRegex(ValueError, "normalization must be one of .*'cmvn'"):
+      data.log_mel_features(_tone(0.1, 440.0), 'cmvn')
+
   def test_energy_lands_in_the_right_mel_band(self):
     low = data.log_mel_features(_tone(0.5, 300.0)).numpy().mean(axis=0)
     high = data.log_mel_features(_tone(0.5, 4000.0)).numpy().mean(axis=0)

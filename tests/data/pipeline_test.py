@@ -237,6 +237,28 @@ class SpeechClientDataTest(absltest.TestCase):
                                    feature_cache_dir=cache).create_tf_dataset_for_client(client))
       self.assertEqual(loads.call_count, count)
 
+  def test_feature_normalisations_are_separate_cache_entries(self):
+    cache = self.enterContext(tempfile.TemporaryDirectory())
+    client = self.utterances[0].speaker
+    features = {}
+    for normalization in ('utterance', 'cmn', 'utterance'):
+      clients = data.SpeechClientData(self.utterances, data.Vocabulary('en'),
+                                      feature_cache_dir=cache,
+                                      feature_normalization=normalization)
+      self.assertEqual(clients.feature_normalization, normalization)
+      batch = next(iter(clients.create_tf_dataset_for_client(client)))
+      features.setdefault(normalization, []).append(batch['features'].numpy())
+    # Read back from the cache, each normalisation its own entry: never the other's features.
+    np.testing.assert_array_equal(features['utterance'][0], features['utterance'][1])
+    self.assertGreater(np.abs(features['utterance'][0] - features['cmn'][0]).max(), 0.1)
+    path = self.utterances[0].path
+    waveform = pipeline.audio_lib.load_audio(path)
+    first = features['cmn'][0][0]
+    np.testing.assert_allclose(first[:len(data.log_mel_features(waveform, 'cmn'))],
+                               data.log_mel_features(waveform, 'cmn'), atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "feature_normalization must be one of .*'cmvn'"):
+      data.SpeechClientData(self.utterances, data.Vocabulary('en'), feature_normalization='cmvn')
+
   def test_all_clients_and_unknown_id(self):
     client_data = data.SpeechClientData(self.utterances, data.Vocabulary('en'))
     total = sum(int(b['features'].shape[0])

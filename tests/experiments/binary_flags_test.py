@@ -55,13 +55,16 @@ class BinaryFlagsTest(absltest.TestCase):
     self.assertEqual({name: defined[name] for name in ('rounds', 'cohort_size', 'local_steps')},
                      {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
-    # The corpus and its speakers' roles, the batch size, --spec_augment (a data field since
-    # issue 33; off) and the model: not the runner's own speaker part, IID control or feature
-    # cache (the recipe chooses the speakers and caches under --output_dir).
+    # The corpus and its speakers' roles, the batch size, --spec_augment and
+    # --feature_normalization (data fields since issue 33; off, and the whole utterance) and the
+    # model: not the runner's own speaker part, IID control or feature cache (the recipe chooses
+    # the speakers and caches under --output_dir).
     self.assertEqual(_SPEECH & set(defined),
                      {'corpus_dir', 'layout', 'split', 'eval_split', 'language', 'seed_fraction',
-                      'split_seed', 'max_batch_seconds', 'model_config', 'spec_augment'})
+                      'split_seed', 'max_batch_seconds', 'model_config', 'spec_augment',
+                      'feature_normalization'})
     self.assertFalse(defined['spec_augment'])
+    self.assertEqual(defined['feature_normalization'], 'utterance')
 
   def test_the_training_binaries_default_to_the_cpu_preset(self):
     # In-process, config_flags_test checks what the presets build; here, that the binaries

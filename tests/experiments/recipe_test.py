@@ -16,6 +16,7 @@ import psutil
 
 from fedasr_tff.data import corpora
 from fedasr_tff.data import synthetic
+from fedasr_tff.speech import data_config
 from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,8 +56,9 @@ class RecipeTest(absltest.TestCase):
 
   def test_own_corpus_killed_between_stages_resumes_and_writes_the_report(self):
     output_dir = tempfile.mkdtemp()
+    # The documented flag for recorded speech: every stage computes, and records, its features.
     flags = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv',
-             f'--output_dir={output_dir}', *_SHORT)
+             f'--output_dir={output_dir}', '--feature_normalization=cmn', *_SHORT)
     # The run's TFF worker killed from outside once the seed model is saved and the first
     # federated stage has checkpointed round 0: the run ends with one line naming the worker and
     # saying that rerunning resumes (issue 33), and the next run reads the seed model back.
@@ -100,6 +102,8 @@ class RecipeTest(absltest.TestCase):
     out = result.stdout
     self.assertIn('== speakers: 1 seed speaker, 4 clients, 1 held-out speaker (of --split', out)
     self.assertIn(f'reusing {seed_model}', out)
+    # Its features recorded with the model, for whoever decodes with it.
+    self.assertEqual(data_config.model_features(seed_model), 'cmn')
     for model in ('seed (central', 'FL, no noise', 'FL + DP'):
       self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%', msg=model)
     # Both epsilons, each named by the population it covers; 4 clients, cohort 2.

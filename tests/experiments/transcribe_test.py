@@ -11,11 +11,13 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import tensorflow as tf
 
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import data_config
 from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,7 +54,9 @@ class TranscribeTest(absltest.TestCase):
         f.write(f'{os.path.relpath(u.path, cls.tmp)}\t{u.transcript}\n')
     model = models.build_ctc_transformer('tiny', data.Vocabulary('en').size)
     cls.model = os.path.join(cls.tmp, 'model.npz')
-    model_io.save_weights(cls.model, model, model_io.model_weights(model))
+    # Trained on "cmn" features, as its model.npz records: the binary computes them.
+    model_io.save_weights(cls.model, model, model_io.model_weights(model),
+                          data_config.model_metadata('cmn'))
     cls.corrupt = os.path.join(cls.tmp, 'corrupt.wav')
     with open(cls.corrupt, 'wb') as f:
       f.write(b'RIFF not really')
@@ -70,6 +74,7 @@ class TranscribeTest(absltest.TestCase):
     with open(output) as f:
       lines = [line.rstrip('\n').split('\t') for line in f]
     self.assertEqual([path for path, _ in lines], [u.path for u in self.utterances])
+    self.assertEqual(tf.saved_model.load(saved_model).feature_normalization.numpy(), b'cmn')
     # The SavedModel (greedy, arguments and --audio) and beam search with a word list.
     runs = [_start(f'--saved_model={saved_model}', self.utterances[0].path,
                    f'--audio={self.utterances[1].path}'),

@@ -27,6 +27,28 @@ class ModelIoTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'does not exist'):
       model_io.load_weights(path + '.missing', tiny)
 
+  def test_metadata_round_trip_beside_the_tensors(self):
+    path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'model.npz')
+    tiny = models.build_ctc_transformer('tiny', 29)
+    weights = model_io.model_weights(tiny)
+    model_io.save_weights(path, tiny, weights, {'feature_normalization': 'cmn', 'note': 'é'})
+    self.assertEqual(model_io.read_metadata(path),
+                     {'feature_normalization': 'cmn', 'note': 'é'})
+    # The metadata is no tensor: the weights load as before.
+    loaded = model_io.load_weights(path, models.build_ctc_transformer('tiny', 29))
+    np.testing.assert_array_equal(loaded.trainable[0], weights.trainable[0])
+    model_io.save_weights(path, tiny, weights)
+    self.assertEqual(model_io.read_metadata(path), {})
+    with self.assertRaisesRegex(ValueError, "metadata 'steps' must be a string"):
+      model_io.save_weights(path, tiny, weights, {'steps': 3})
+    with self.assertRaisesRegex(ValueError, "--model .*does not exist"):
+      model_io.read_metadata(path + '.missing', '--model')
+    with np.load(path) as stored:
+      arrays = {k: stored[k] for k in stored.files}
+    np.savez(path, **arrays, **{'metadata:feature_normalization': np.zeros(2)})
+    with self.assertRaisesRegex(ValueError, "'metadata:feature_normalization' is not a string"):
+      model_io.read_metadata(path)
+
   def _saved_tiny(self):
     path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'model.npz')
     tiny = models.build_ctc_transformer('tiny', 29)

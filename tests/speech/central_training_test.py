@@ -43,6 +43,9 @@ class CentralTrainingTest(absltest.TestCase):
     result, output_dir, lines = self._train('a')
     model = models.build_ctc_transformer('tiny', self.vocab.size)
     saved = model_io.load_weights(os.path.join(output_dir, 'model.npz'), model)
+    # It records the features it was trained on (`data_config.model_features`).
+    self.assertEqual(model_io.read_metadata(os.path.join(output_dir, 'model.npz')),
+                     {'feature_normalization': 'utterance'})
     initial = model_io.model_weights(model)
     for got, want in zip(saved.trainable, result.weights.trainable, strict=True):
       np.testing.assert_array_equal(got, want)
@@ -62,6 +65,16 @@ class CentralTrainingTest(absltest.TestCase):
     again, _, _ = self._train('b')
     for a, b in zip(result.weights.trainable, again.weights.trainable, strict=True):
       np.testing.assert_array_equal(a, b)
+
+  def test_evaluation_data_of_other_features_is_refused(self):
+    mel_eval = data.SpeechClientData(
+        [u for c in self.eval_data.client_ids for u in self.eval_data.utterances(c)],
+        self.vocab, feature_normalization='cmn')
+    with self.assertRaisesRegex(ValueError, 'the training data: "utterance", the evaluation '
+                                'data: "cmn"'):
+      central_training.train(central_training.CentralConfig(steps=1), self.train_data,
+                             self.vocab, os.path.join(self.root, 'cmn'), eval_data=mel_eval)
+    self.assertFalse(os.path.exists(os.path.join(self.root, 'cmn')))
 
   def test_bad_configuration_names_the_argument(self):
     with self.assertRaisesRegex(ValueError, 'optimizer'):

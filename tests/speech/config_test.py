@@ -1,17 +1,22 @@
 """The grouped run configuration (`fedasr_tff.speech.config`)."""
 
 import dataclasses
+import os
+import tempfile
 from unittest import mock
 
 from absl.testing import absltest
 
 from fedasr_tff import aggregators
+from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff import privacy
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.program import model_io
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import presets
 
 _SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
@@ -161,6 +166,38 @@ class ConfigTest(absltest.TestCase):
       factory = dp_config.DPConfig(clipping=clipping).aggregator(
           0.5, 4, ['block_00/w1/kernel', 'output/kernel'], diagnostics=False)
       self.assertIsInstance(factory, aggregators.PerLayerDPFactory, clipping)
+
+
+class ModelFeaturesTest(absltest.TestCase):
+  """A speech model is used with the features it was trained on (`data_config`)."""
+
+  def _model_file(self, metadata):
+    path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'model.npz')
+    tiny = models.build_ctc_transformer('tiny', 29)
+    model_io.save_weights(path, tiny, model_io.model_weights(tiny), metadata)
+    return path
+
+  def test_the_model_file_records_its_features_and_older_files_mean_utterance(self):
+    mel = self._model_file(data_config.model_metadata('cmn'))
+    self.assertEqual(data_config.model_features(mel), 'cmn')
+    self.assertEqual(data_config.model_features(self._model_file(None)), 'utterance')
+    with self.assertRaisesRegex(ValueError, "--model .* records feature normalisation 'cmvn'"):
+      data_config.model_features(self._model_file({'feature_normalization': 'cmvn'}),
+                                 '--model')
+
+  def test_a_seed_model_of_other_features_is_refused_naming_the_flag(self):
+    mel = self._model_file(data_config.model_metadata('cmn'))
+    data_config.DataConfig(feature_normalization='cmn').check_model(mel, '--seed_model')
+    with self.assertRaisesRegex(
+        ValueError, r"--seed_model '.*' was trained on --feature_normalization=cmn features; "
+        r'this run computes --feature_normalization=utterance\. Give '
+        r'--feature_normalization=cmn'):
+      data_config.DataConfig(feature_normalization='utterance').check_model(mel, '--seed_model')
+
+  def test_data_of_different_features_is_refused_naming_each(self):
+    data_config.check_same_features({'a': 'cmn', 'b': 'cmn'})
+    with self.assertRaisesRegex(ValueError, r'\(a: "cmn", b: "utterance"\)'):
+      data_config.check_same_features({'a': 'cmn', 'b': 'utterance'})
 
 
 if __name__ == '__main__':

@@ -371,6 +371,36 @@ class FederatedTrainingTest(absltest.TestCase):
         self._train('format2', config)
       self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
 
+  def test_a_run_saved_before_the_features_were_recorded_resumes_only_on_its_features(self):
+    # Runs saved before --feature_normalization existed normalised whole utterances, the
+    # field's default, which a saved configuration without the field is compared as.
+    output_dir = self._copy_of_default_run('before_features')
+    path = os.path.join(output_dir, 'config.json')
+    with open(path) as f:
+      saved = json.load(f)
+    del saved['config']['data']['feature_normalization']
+    with open(path, 'w') as f:
+      json.dump(saved, f)
+    record = federated_training._run_record(self._default_config(), self.train_data.client_ids,
+                                            None)
+    self.assertTrue(run_record.check(output_dir, record))
+    cmn = dataclasses.replace(self._default_config(), data=dataclasses.replace(
+        self._default_config().data, feature_normalization='cmn'))
+    with self.assertRaisesRegex(ValueError, r'--feature_normalization differ'):
+      run_record.check(output_dir, federated_training._run_record(
+          cmn, self.train_data.client_ids, None))
+
+  def test_data_of_other_features_than_the_configuration_is_refused_before_the_build(self):
+    mel_eval = data.SpeechClientData(
+        [u for c in self.eval_data.client_ids for u in self.eval_data.utterances(c)],
+        self.vocab, feature_normalization='cmn')
+    with self.assertRaisesRegex(
+        ValueError, r'\(the configuration \(`feature_normalization`\): "utterance", the '
+        r'training data: "utterance", the evaluation data: "cmn"\)'), \
+         mock.patch.object(models, 'build_tff_model_fn', side_effect=AssertionError('built')):
+      self._train('mel_eval', self._config(), eval_data=mel_eval)
+    self.assertFalse(os.path.exists(os.path.join(self.root, 'mel_eval')))
+
   def test_client_noise_placement_is_refused_where_it_would_not_hold(self):
     for overrides, flag in (({}, '--sampling=poisson'),
                             ({'sampling': 'fixed', 'adaptive_clipping': True},

@@ -56,10 +56,19 @@ class TranscriptionTest(absltest.TestCase):
     return padded, lengths
 
   def test_the_graph_matches_the_training_features_and_the_model(self):
+    mel = transcription.Transcriber(self.model, self.vocab.tokens, feature_normalization='cmn')
+    for transcriber, normalization in ((self.transcriber, 'utterance'), (mel, 'cmn')):
+      with self.subTest(normalization):
+        self.assertEqual(transcriber.feature_normalization.numpy().decode(), normalization)
+        self._check_matches_training_features(transcriber, normalization)
+    with self.assertRaisesRegex(ValueError, "feature_normalization must be one of"):
+      transcription.Transcriber(self.model, self.vocab.tokens, feature_normalization='cmvn')
+
+  def _check_matches_training_features(self, transcriber, normalization):
     waveforms, lengths = self._batch()
-    out = self.transcriber.transcribe(waveforms, lengths)
+    out = transcriber.transcribe(waveforms, lengths)
     for i, path in enumerate(self.paths):
-      features = data.log_mel_features(data.load_audio(path))
+      features = data.log_mel_features(data.load_audio(path), normalization)
       logits = self.model((features[tf.newaxis], tf.shape(features)[:1]), training=False)[0]
       frames = int(out['logit_lengths'][i])
       self.assertEqual(frames, logits.shape[0])
