@@ -106,7 +106,9 @@ def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer
   Args:
     model: the `CTCTransformer`, or the TFF model wrapping it.
     client_data: the speakers' data; its vocabulary decodes the model's output.
-    weights: assigned to `model` first, if given.
+    weights: assigned to `model` first, if given. To score many weights (checkpoints, say),
+      pass each to one model: the scoring graph is traced once per model, so a new model per
+      call traces again (and in a loop TF warns of retracing).
     speakers: the speakers to score; default all of `client_data`.
     decoder: one of `decoding.DECODERS`.
     beam_width: prefixes kept per frame by beam search.
