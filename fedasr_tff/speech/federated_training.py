@@ -397,8 +397,9 @@ def build_run(config: config_lib.FederatedConfig,
 
   Raises:
     ValueError: naming the configuration field a builder refused; for evaluation, central or
-      validation data that the run refuses, needs or does not use; or for an `output_dir` that
-      holds a different run (`run_record.check_or_write`).
+      validation data that the run refuses, needs or does not use; for data whose features
+      are not the configuration's `feature_normalization`; or for an `output_dir` that holds a
+      different run (`run_record.check_or_write`).
   """
   client_ids = train_data.client_ids
   data_config.check_same_features({
