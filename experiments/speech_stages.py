@@ -135,12 +135,11 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
   if os.path.isfile(seed_path):
     print(f'reusing {seed_path}')
     model = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)()
-    trained_on = data_config_lib.model_features(seed_path, 'seed model')
-    if trained_on != train_data.feature_normalization:
-      raise app.UsageError(
-          f'{seed_path} was trained on --feature_normalization={trained_on} features; this run '
-          f'computes --feature_normalization={train_data.feature_normalization}: give '
-          f'--feature_normalization={trained_on}, or a new --output_dir.')
+    try:
+      data_config_lib.check_model_features(seed_path, train_data.feature_normalization,
+                                           'seed model')
+    except ValueError as e:
+      raise app.UsageError(f'{e} Or use a new --output_dir.') from e
     weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
     return weights, (None if eval_data is None
                      else evaluation.evaluate(model, eval_data, weights))

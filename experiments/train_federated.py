@@ -50,6 +50,7 @@ from fedasr_tff import models
 from fedasr_tff import runtime
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import federated_training
 from fedasr_tff.speech import presets
 
@@ -78,7 +79,8 @@ def main(argv):
     initial_weights = None
     if config.model.seed_model:
       model = models.build_ctc_transformer(config.model.model_config, vocab.size)
-      config.data.check_model(config.model.seed_model, '--seed_model')
+      data_config.check_model_features(config.model.seed_model,
+                                       config.data.feature_normalization, '--seed_model')
       try:
         initial_weights = model_io.load_weights(config.model.seed_model, model,
                                                 source='--seed_model')

@@ -40,6 +40,12 @@ NORMALIZATIONS = (UTTERANCE, CMN)
 _CMN_VARIANCE_FLOOR = 1e-2
 
 
+def check_normalization(name: str, value: str) -> None:
+  """Raises a `ValueError` naming argument `name` unless `value` is one of `NORMALIZATIONS`."""
+  if value not in NORMALIZATIONS:
+    raise ValueError(f'{name} must be one of {NORMALIZATIONS}, got {value!r}.')
+
+
 def log_mel_features(waveform: tf.Tensor, normalization: str = UTTERANCE) -> tf.Tensor:
   """Normalised log-mel features of a waveform.
 
@@ -69,8 +75,7 @@ def log_mel_features(waveform: tf.Tensor, normalization: str = UTTERANCE) -> tf.
   Raises:
     ValueError: for another `normalization`.
   """
-  if normalization not in NORMALIZATIONS:
-    raise ValueError(f'normalization must be one of {NORMALIZATIONS}, got {normalization!r}.')
+  check_normalization('normalization', normalization)
   waveform = tf.convert_to_tensor(waveform, tf.float32)
   stft = tf.signal.stft(waveform, FRAME_LENGTH, FRAME_STEP, FFT_LENGTH, pad_end=False)
   power = tf.math.real(stft * tf.math.conj(stft))

@@ -160,9 +160,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     """
     validation.check_positive('max_batch_seconds', max_batch_seconds)
     validation.check_positive('max_utterance_seconds', max_utterance_seconds)
-    if feature_normalization not in features_lib.NORMALIZATIONS:
-      raise ValueError(f'feature_normalization must be one of {features_lib.NORMALIZATIONS}, '
-                       f'got {feature_normalization!r}.')
+    features_lib.check_normalization('feature_normalization', feature_normalization)
     self._by_speaker = group_by_speaker(utterances)
     self._vocabulary = vocabulary
     self._max_batch_frames = int(max_batch_seconds * _FRAMES_PER_SECOND)

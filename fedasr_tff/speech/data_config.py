@@ -58,6 +58,26 @@ def model_features(path: str, source: str = 'model') -> str:
   return normalization
 
 
+def check_model_features(path: str, feature_normalization: str, source: str) -> None:
+  """Refuses a model (`model.npz`) trained on features other than `feature_normalization`.
+
+  Args:
+    path: the weights file.
+    feature_normalization: the features the run computes.
+    source: how to name the file (for example "--seed_model").
+
+  Raises:
+    ValueError: naming `source` and the flag to give, or as `model_features`.
+  """
+  trained_on = model_features(path, source)
+  if trained_on != feature_normalization:
+    raise ValueError(
+        f'{source} {path!r} was trained on --feature_normalization={trained_on} features; '
+        f'this run computes --feature_normalization={feature_normalization}. Give '
+        f'--feature_normalization={trained_on} (a model is used with the features it was '
+        'trained on).')
+
+
 def check_same_features(normalizations: Mapping[str, str]) -> None:
   """Refuses data or models of different feature normalisations.
 
@@ -120,24 +140,6 @@ class DataConfig:
   def vocabulary(self) -> data.Vocabulary:
     """The token set of `language`."""
     return data.Vocabulary(self.language)
-
-  def check_model(self, path: str, source: str) -> None:
-    """Refuses a model (`model.npz`) trained on features other than these.
-
-    Args:
-      path: the weights file.
-      source: how to name it (for example "--seed_model").
-
-    Raises:
-      ValueError: naming `source` and the flag, or as `model_features`.
-    """
-    trained_on = model_features(path, source)
-    if trained_on != self.feature_normalization:
-      raise ValueError(
-          f'{source} {path!r} was trained on --feature_normalization={trained_on} features; '
-          f'this run computes --feature_normalization={self.feature_normalization}. Give '
-          f'--feature_normalization={trained_on} (a model is used with the features it was '
-          'trained on).')
 
   def with_default_feature_cache(self, output_dir: Optional[str]) -> 'DataConfig':
     """This configuration, its feature cache under `output_dir` if it names none.

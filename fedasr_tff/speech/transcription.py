@@ -66,9 +66,7 @@ class Transcriber(tf.Module):
       ValueError: if the model's outputs do not match `tokens`, or for a bad `beam_width` or
         `feature_normalization`.
     """
-    if feature_normalization not in features_lib.NORMALIZATIONS:
-      raise ValueError(f'feature_normalization must be one of {features_lib.NORMALIZATIONS}, '
-                       f'got {feature_normalization!r}.')
+    features_lib.check_normalization('feature_normalization', feature_normalization)
     super().__init__(name='transcriber')
     tokens = list(tokens)
     outputs = keras_model.output_layer.units

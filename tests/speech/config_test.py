@@ -187,12 +187,12 @@ class ModelFeaturesTest(absltest.TestCase):
 
   def test_a_seed_model_of_other_features_is_refused_naming_the_flag(self):
     mel = self._model_file(data_config.model_metadata('cmn'))
-    data_config.DataConfig(feature_normalization='cmn').check_model(mel, '--seed_model')
+    data_config.check_model_features(mel, 'cmn', '--seed_model')
     with self.assertRaisesRegex(
         ValueError, r"--seed_model '.*' was trained on --feature_normalization=cmn features; "
         r'this run computes --feature_normalization=utterance\. Give '
         r'--feature_normalization=cmn'):
-      data_config.DataConfig(feature_normalization='utterance').check_model(mel, '--seed_model')
+      data_config.check_model_features(mel, 'utterance', '--seed_model')
 
   def test_data_of_different_features_is_refused_naming_each(self):
     data_config.check_same_features({'a': 'cmn', 'b': 'cmn'})
