@@ -12,7 +12,6 @@ from typing import Dict
 from typing import Optional
 from typing import Sequence
 from typing import Union
-import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -106,9 +105,9 @@ def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer
   Args:
     model: the `CTCTransformer`, or the TFF model wrapping it.
     client_data: the speakers' data; its vocabulary decodes the model's output.
-    weights: assigned to `model` first, if given. To score many weights (checkpoints, say),
-      pass each to one model: the scoring graph is traced once per model, so a new model per
-      call traces again (and in a loop TF warns of retracing).
+    weights: assigned to `model` first, if given. The scoring graph is traced once per
+      architecture and vocabulary in a process, not per model: scoring many models or weights
+      in a loop (checkpoints, say) traces nothing again.
     speakers: the speakers to score; default all of `client_data`.
     decoder: one of `decoding.DECODERS`.
     beam_width: prefixes kept per frame by beam search.
@@ -134,7 +133,7 @@ def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer
                   top_paths)
   custom = decoder != 'greedy' or word_list is not None
   tokens = client_data.vocabulary.tokens
-  scorer = _scorer(keras_model, tokens)
+  scorer = _scorer_with_weights_of(keras_model, tokens)
   per_speaker = {}
   for speaker in speakers:
     # float32 sums, as the TFF model's metric variables, so the numbers are the same.
@@ -164,22 +163,37 @@ def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer
   return EvaluationResult(overall, per_speaker)
 
 
-# Keras model -> {tokens: its scorer}: traced once per model, not once per evaluation (each new
-# tf.function traces again, and TF warns of retracing when evaluation runs in a loop).
-_SCORERS = weakref.WeakKeyDictionary()
+# (model config, outputs, tokens) -> (its scoring model, the scorer traced on it): one trace per
+# architecture and vocabulary in a process, whichever model is scored (a tf.function made per
+# model traces again, and TF warns of retracing when evaluation of fresh models, checkpoints
+# say, runs in a loop).
+_SCORERS = {}
+
+
+def _scorer_with_weights_of(keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
+  """The scorer of `keras_model`'s architecture and `tokens`, its model holding a copy of
+  `keras_model`'s weights."""
+  outputs = keras_model.output_layer.units
+  key = (keras_model.config, outputs, tuple(tokens))
+  if key not in _SCORERS:
+    scoring_model = transformer.build_ctc_transformer(keras_model.config, outputs - 1)
+    _SCORERS[key] = (scoring_model, _scorer(scoring_model, tokens))
+  scoring_model, scorer = _SCORERS[key]
+  if len(scoring_model.weights) != len(keras_model.weights):
+    raise ValueError(f'The model has {len(keras_model.weights)} weight tensors; a built '
+                     f'`CTCTransformer` of its configuration has {len(scoring_model.weights)}.')
+  # Same builder, same configuration: the variables come in the same order and shapes.
+  for target, source in zip(scoring_model.weights, keras_model.weights, strict=True):
+    target.assign(source)
+  return scorer
 
 
 def _scorer(keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
   """A batch's loss, logits, references and greedy counts, as `CTCSpeechModel.forward_pass`."""
-  scorers = _SCORERS.setdefault(keras_model, {})
-  if tuple(tokens) in scorers:
-    return scorers[tuple(tokens)]
-  model_ref = weakref.ref(keras_model)  # the cache must not keep the model alive
 
   # reduce_retracing: dynamic batches differ in shape, so trace once with relaxed shapes.
   @tf.function(reduce_retracing=True)
   def score(batch):
-    keras_model = model_ref()
     logits = keras_model((batch['features'], batch['feature_lengths']), training=False)
     logit_lengths = transformer.output_lengths(batch['feature_lengths'], keras_model.config)
     loss = ctc.ctc_loss(batch['labels'], batch['label_lengths'], logits, logit_lengths)
@@ -193,7 +207,6 @@ def _scorer(keras_model: transformer.CTCTransformer, tokens: Sequence[str]):
                 logit_lengths=logit_lengths, references=references, word_edits=word_edits,
                 words=words, char_edits=char_edits, chars=chars)
 
-  scorers[tuple(tokens)] = score
   return score
 
 

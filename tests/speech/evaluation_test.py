@@ -6,6 +6,7 @@ import tempfile
 
 from absl.testing import absltest
 import numpy as np
+import tensorflow as tf
 
 from fedasr_tff import data
 from fedasr_tff import decoding
@@ -85,11 +86,31 @@ class EvaluateTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '`top_paths`'):
       evaluation.evaluate(self.model, self.data, decoder='greedy', top_paths=2)
 
-  def test_evaluating_in_a_loop_traces_the_model_once(self):
-    for _ in range(4):
-      evaluation.evaluate(self.model, self.data)
-    (scorer,) = evaluation._SCORERS[self.model.keras_model].values()  # pylint: disable=protected-access
+  def test_evaluating_in_a_loop_traces_once_and_warns_of_no_retracing(self):
+    # A user's loop: the same model, then a fresh model per checkpoint (issue 33: TF warned of
+    # retracing every few calls).
+    fresh = [models.build_tff_model_fn('tiny', self.vocab.tokens)() for _ in range(6)]
+    # Once first: TF's deprecation notices of the CTC ops are logged at first use.
+    evaluation.evaluate(self.model, self.data, self.weights)
+    with self.assertNoLogs(tf.get_logger(), 'WARNING'):
+      results = [evaluation.evaluate(self.model, self.data, self.weights) for _ in range(3)]
+      results += [evaluation.evaluate(model, self.data, self.weights) for model in fresh]
+    key = (self.model.keras_model.config, self.vocab.size + 1, tuple(self.vocab.tokens))
+    _, scorer = evaluation._SCORERS[key]  # pylint: disable=protected-access
+    # The first batch's shapes, then relaxed ones (reduce_retracing).
     self.assertLessEqual(scorer.experimental_get_tracing_count(), 2)
+    # Each model scored with its own weights: the same weights, the same figures.
+    for result in results[1:]:
+      self.assertEqual(result.overall, results[0].overall)
+
+  def test_scoring_copies_each_models_weights(self):
+    weights = model_io.model_weights(self.model.keras_model)
+    other = type(weights)(trainable=[np.zeros_like(w) for w in weights.trainable],
+                          non_trainable=weights.non_trainable)
+    scored = evaluation.evaluate(self.model, self.data, self.weights).overall
+    zeroed = models.build_tff_model_fn('tiny', self.vocab.tokens)()
+    self.assertNotEqual(evaluation.evaluate(zeroed, self.data, other).overall, scored)
+    self.assertEqual(evaluation.evaluate(self.model, self.data, self.weights).overall, scored)
 
 
 if __name__ == '__main__':
