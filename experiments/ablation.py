@@ -76,10 +76,12 @@ _OVERHEAD_SECONDS = flags.DEFINE_float(
 
 # The ablation's size on a shared 2-core machine (39 cells in about an hour at --parallel=2;
 # docs/results.md, "The paper's findings in miniature"): its corpus, seed model and rounds,
-# whatever the demo's defaults are.
+# whatever the demo's defaults are; its seed share and features those it was measured with (the
+# paper's 10%, whole-utterance normalisation).
 _DEFAULTS = dict(synthetic_speakers=60, utterances_per_speaker=8.0, seed_steps=400,
-                 held_out_speakers=12, rounds=15, eval_every=15, cohort_size=8, local_steps=3,
-                 clip=0.1, sigma_dp=5e-3)
+                 seed_fraction=0.1, feature_normalization='utterance', held_out_speakers=12,
+                 rounds=15, eval_every=15, cohort_size=8, local_steps=3, clip=0.1,
+                 sigma_dp=5e-3)
 for _name, _value in _DEFAULTS.items():
   flags.FLAGS.set_default(_name, _value)
 

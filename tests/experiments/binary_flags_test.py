@@ -56,7 +56,8 @@ class BinaryFlagsTest(absltest.TestCase):
                      {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
     # The corpus and its speakers' roles, the batch size, --spec_augment and
-    # --feature_normalization (data fields since issue 33; off, and the whole utterance) and the
+    # --feature_normalization (data fields since issue 33; off, and each mel channel's mean
+    # removed) and the
     # model: not the runner's own speaker part, IID control or feature cache (the recipe chooses
     # the speakers and caches under --output_dir).
     self.assertEqual(_SPEECH & set(defined),
@@ -64,20 +65,26 @@ class BinaryFlagsTest(absltest.TestCase):
                       'split_seed', 'max_batch_seconds', 'model_config', 'spec_augment',
                       'feature_normalization'})
     self.assertFalse(defined['spec_augment'])
-    self.assertEqual(defined['feature_normalization'], 'utterance')
+    self.assertEqual(defined['feature_normalization'], 'cmn')
+    # The recipe's own seed share (30%), not the runner's 10%.
+    self.assertEqual(defined['seed_fraction'], 0.3)
 
   def test_the_training_binaries_default_to_the_cpu_preset(self):
     # In-process, config_flags_test checks what the presets build; here, that the binaries
     # define their flags with them.
     central = _flags('experiments.train_central')
     self.assertEqual({name: central[name] for name in (
-        'preset', 'spec_augment', 'optimizer', 'learning_rate', 'decay_every')},
-                     {'preset': 'cpu', 'spec_augment': False, 'optimizer': 'adam',
-                      'learning_rate': 2e-3, 'decay_every': None})
+        'preset', 'spec_augment', 'feature_normalization', 'seed_fraction', 'optimizer',
+        'learning_rate', 'decay_every')},
+                     {'preset': 'cpu', 'spec_augment': False, 'feature_normalization': 'cmn',
+                      'seed_fraction': 0.1, 'optimizer': 'adam', 'learning_rate': 2e-3,
+                      'decay_every': None})
     federated = _flags('experiments.train_federated')
     self.assertEqual({name: federated[name] for name in (
-        'preset', 'spec_augment', 'rounds', 'cohort_size', 'local_steps', 'server_lr', 'clip')},
-                     {'preset': 'cpu', 'spec_augment': False, 'rounds': 30, 'cohort_size': 16,
+        'preset', 'spec_augment', 'feature_normalization', 'seed_fraction', 'rounds',
+        'cohort_size', 'local_steps', 'server_lr', 'clip')},
+                     {'preset': 'cpu', 'spec_augment': False, 'feature_normalization': 'cmn',
+                      'seed_fraction': 0.1, 'rounds': 30, 'cohort_size': 16,
                       'local_steps': None, 'server_lr': 0.003, 'clip': None})
 
 

@@ -134,8 +134,8 @@ class ConfigFlagsTest(absltest.TestCase):
     self.assertEqual((config.run.rounds, config.run.cohort_size, config.client.local_steps,
                       config.client.client_lr, config.server.server_optimizer,
                       config.server.server_lr, config.dp.clipping, config.dp.clip,
-                      config.data.spec_augment),
-                     (30, 16, 1, 0.2, 'lamb', 0.003, 'dim', 0.2, False))
+                      config.data.spec_augment, config.data.feature_normalization),
+                     (30, 16, 1, 0.2, 'lamb', 0.003, 'dim', 0.2, False, 'cmn'))
     self.assertEqual(
         _preset_config(config_lib.FederatedConfig, _binary_flag_values('--preset=paper')),
         config_lib.FederatedConfig())
@@ -146,11 +146,14 @@ class ConfigFlagsTest(absltest.TestCase):
                      central_training.CentralConfig(
                          steps=1000, optimizer='adam', learning_rate=2e-3, schedule='step',
                          decay_rate=0.5, decay_every=333, decay_start=333))
-    self.assertFalse(_preset_config(config_lib.DataConfig, flag_values).spec_augment)
+    cpu_data = _preset_config(config_lib.DataConfig, flag_values)
+    self.assertEqual((cpu_data.spec_augment, cpu_data.feature_normalization), (False, 'cmn'))
     flag_values = _binary_flag_values('--preset=paper', classes=classes)
     self.assertEqual(_preset_config(central_training.CentralConfig, flag_values),
                      central_training.CentralConfig())
-    self.assertTrue(_preset_config(config_lib.DataConfig, flag_values).spec_augment)
+    paper_data = _preset_config(config_lib.DataConfig, flag_values)
+    self.assertEqual((paper_data.spec_augment, paper_data.feature_normalization),
+                     (True, 'utterance'))
 
   def test_a_flag_given_explicitly_wins_over_the_preset(self):
     for argv, want in (

@@ -82,7 +82,8 @@ class RecipeTest(absltest.TestCase):
     self.assertIn(f'recipe.py: TFF worker_binary {workers[0].pid} ended (exit status -15, '
                   'SIGTERM); rerun the same command to resume from the latest checkpoint.', err)
     self.assertFalse(os.path.exists(os.path.join(output_dir, 'report.md')))
-    # 10% of 6 speakers held out (at least 1), 10% of the rest the seed: 1, 1 and 4 clients.
+    # 10% of 6 speakers held out (at least 1), 30% of the rest the seed (the recipe's default,
+    # round(1.5)): 1, 2 and 3 clients.
     speakers = os.path.join(output_dir, 'speakers.json')
     self.assertEqual(stat.S_IMODE(os.stat(speakers).st_mode), 0o600)
 
@@ -100,18 +101,20 @@ class RecipeTest(absltest.TestCase):
                   f'--word_list={words}')
     self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
     out = result.stdout
-    self.assertIn('== speakers: 1 seed speaker, 4 clients, 1 held-out speaker (of --split', out)
+    self.assertIn('== speakers: 2 seed speakers, 3 clients, 1 held-out speaker (of --split', out)
     self.assertIn(f'reusing {seed_model}', out)
     # Its features recorded with the model, for whoever decodes with it.
     self.assertEqual(data_config.model_features(seed_model), 'cmn')
     for model in ('seed (central', 'FL, no noise', 'FL + DP'):
       self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%', msg=model)
-    # Both epsilons, each named by the population it covers; 4 clients, cohort 2.
-    self.assertRegex(out, r'epsilon_run=\S+ \(this run, K=4, S=2\); '
+    # Both epsilons, each named by the population it covers; 3 clients, cohort 2.
+    self.assertRegex(out, r'epsilon_run=\S+ \(this run, K=3, S=2\); '
                           r'epsilon_declared=\d+\.\d+ \(K\'=10,000,000')
     with open(os.path.join(output_dir, 'report.md')) as f:
       text = f.read()
     self.assertIn("of split 'all.tsv' of", text)
+    # Whom the guarantee covers: the seed speakers' data is trained on without DP.
+    self.assertIn('the guarantee below covers the federated clients only', text)
     # WER leads, and the per-layer figure shows only what the DP run releases.
     self.assertIn(f'## Results\n\n**WER (beam search of width 4, words of {words}): seed '
                   '(central', text)

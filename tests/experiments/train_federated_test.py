@@ -98,7 +98,10 @@ class TrainFederatedTest(absltest.TestCase):
     small = models.build_ctc_transformer('small', 29)
     path = os.path.join(self.tmp, 'small.npz')
     model_io.save_weights(path, small, model_io.model_weights(small))
-    result = _run(*self._flags(os.path.join(self.tmp, 'mismatch'), f'--seed_model={path}'))
+    # Written without metadata, so of whole-utterance features: those given, so the shapes are
+    # what is refused.
+    result = _run(*self._flags(os.path.join(self.tmp, 'mismatch'), f'--seed_model={path}',
+                               '--feature_normalization=utterance'))
     self.assertNotEqual(result.returncode, 0)
     self.assertIn('--seed_model', result.stderr)
     self.assertIn('shape', result.stderr)
