@@ -66,19 +66,19 @@ class BinaryFlagsTest(absltest.TestCase):
                       'feature_normalization'})
     self.assertFalse(defined['spec_augment'])
     self.assertEqual(defined['feature_normalization'], 'cmn')
-    # The recipe's own seed share (30%), not the runner's 10%.
-    self.assertEqual(defined['seed_fraction'], 0.3)
+    # The recipe's own seed share (30%), not the runner's 10%, and the cpu preset's seed steps.
+    self.assertEqual((defined['seed_fraction'], defined['seed_steps']), (0.3, 2000))
 
   def test_the_training_binaries_default_to_the_cpu_preset(self):
     # In-process, config_flags_test checks what the presets build; here, that the binaries
     # define their flags with them.
     central = _flags('experiments.train_central')
     self.assertEqual({name: central[name] for name in (
-        'preset', 'spec_augment', 'feature_normalization', 'seed_fraction', 'optimizer',
-        'learning_rate', 'decay_every')},
+        'preset', 'spec_augment', 'feature_normalization', 'seed_fraction', 'steps',
+        'optimizer', 'learning_rate', 'decay_every')},
                      {'preset': 'cpu', 'spec_augment': False, 'feature_normalization': 'cmn',
-                      'seed_fraction': 0.1, 'optimizer': 'adam', 'learning_rate': 2e-3,
-                      'decay_every': None})
+                      'seed_fraction': 0.1, 'steps': 2000, 'optimizer': 'adam',
+                      'learning_rate': 2e-3, 'decay_every': None})
     federated = _flags('experiments.train_federated')
     self.assertEqual({name: federated[name] for name in (
         'preset', 'spec_augment', 'feature_normalization', 'seed_fraction', 'rounds',

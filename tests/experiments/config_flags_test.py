@@ -141,11 +141,11 @@ class ConfigFlagsTest(absltest.TestCase):
         config_lib.FederatedConfig())
     classes = (config_lib.DataConfig, central_training.CentralConfig)
     flag_values = _binary_flag_values(classes=classes)
-    # The demo's seed model (`speech_stages.SeedConfig.central_config` at 1,000 steps).
+    # The demo's seed model (`speech_stages.SeedConfig.central_config` at 2,000 steps).
     self.assertEqual(_preset_config(central_training.CentralConfig, flag_values),
                      central_training.CentralConfig(
-                         steps=1000, optimizer='adam', learning_rate=2e-3, schedule='step',
-                         decay_rate=0.5, decay_every=333, decay_start=333))
+                         steps=2000, optimizer='adam', learning_rate=2e-3, schedule='step',
+                         decay_rate=0.5, decay_every=666, decay_start=666))
     cpu_data = _preset_config(config_lib.DataConfig, flag_values)
     self.assertEqual((cpu_data.spec_augment, cpu_data.feature_normalization), (False, 'cmn'))
     flag_values = _binary_flag_values('--preset=paper', classes=classes)
