@@ -64,8 +64,9 @@ class SeedConfig:
   """Central training of the seed model: Adam, the learning rate halved every third of the steps
   (the paper's LARS needs far more steps than a CPU study has)."""
   seed_steps: int = fields_lib.field(
-      2000, 'Central training steps of the seed model (the cpu preset\'s --steps: 2,000 took a '
-      'seed model of recorded speech from WER 47.6% to 33.5% against 1,000, docs/results.md).')
+      presets.CPU['steps'], 'Central training steps of the seed model (the cpu preset\'s '
+      '--steps: 2,000 took a seed model of recorded speech from WER 47.6% to 33.5% against '
+      '1,000, docs/results.md).')
   seed_lr: float = fields_lib.field(2e-3, 'Adam learning rate of the seed model.')
 
   def central_config(self) -> central_training.CentralConfig:
