@@ -179,12 +179,9 @@ def _scorer_with_weights_of(keras_model: transformer.CTCTransformer, tokens: Seq
     scoring_model = transformer.build_ctc_transformer(keras_model.config, outputs - 1)
     _SCORERS[key] = (scoring_model, _scorer(scoring_model, tokens))
   scoring_model, scorer = _SCORERS[key]
-  if len(scoring_model.weights) != len(keras_model.weights):
-    raise ValueError(f'The model has {len(keras_model.weights)} weight tensors; a built '
-                     f'`CTCTransformer` of its configuration has {len(scoring_model.weights)}.')
-  # Same builder, same configuration: the variables come in the same order and shapes.
-  for target, source in zip(scoring_model.weights, keras_model.weights, strict=True):
-    target.assign(source)
+  # Same builder, same configuration: the weights come in the same order, and Keras refuses
+  # a count or shape that differs.
+  scoring_model.set_weights(keras_model.get_weights())
   return scorer
 
 

@@ -57,9 +57,8 @@ class BinaryFlagsTest(absltest.TestCase):
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
     # The corpus and its speakers' roles, the batch size, --spec_augment and
     # --feature_normalization (data fields since issue 33; off, and each mel channel's mean
-    # removed) and the
-    # model: not the runner's own speaker part, IID control or feature cache (the recipe chooses
-    # the speakers and caches under --output_dir).
+    # removed) and the model: not the runner's own speaker part, IID control or feature cache
+    # (the recipe chooses the speakers and caches under --output_dir).
     self.assertEqual(_SPEECH & set(defined),
                      {'corpus_dir', 'layout', 'split', 'eval_split', 'language', 'seed_fraction',
                       'split_seed', 'max_batch_seconds', 'model_config', 'spec_augment',
