@@ -6,6 +6,9 @@ import subprocess
 import tempfile
 
 from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+import tensorflow_io as tfio
 
 from fedasr_tff import data
 from fedasr_tff.data import synthetic
@@ -53,6 +56,26 @@ class CorporaTest(absltest.TestCase):
     mp3 = data.load_audio(cv[0].path)  # An MP3 at 22.05 kHz, resampled to 16 kHz.
     flac = data.load_audio(ls[0].path)
     self.assertAlmostEqual(len(mp3) / len(flac), 1.0, delta=0.1)
+
+  def test_8khz_files_in_a_loop_are_resampled_without_retracing(self):
+    # A recorded corpus at 8 kHz: files of several lengths, read one after another as the
+    # feature cache does. TF warns after five traces of one function.
+    root = self.enterContext(tempfile.TemporaryDirectory())
+    flac = data.read_librispeech(os.path.join(self.root, 'librispeech'), 'train')[0].path
+    paths = []
+    for i in range(7):
+      paths.append(os.path.join(root, f'{i}.wav'))
+      subprocess.run(['sox', flac, '-r', '8000', paths[-1], 'trim', '0', f'{0.3 + 0.05 * i}'],
+                     check=True)
+    data.load_audio(paths[0])  # The first trace, for the rate, is allowed.
+    with self.assertNoLogs(tf.get_logger(), 'WARNING'):
+      waveforms = [data.load_audio(path) for path in paths]
+    for i, waveform in enumerate(waveforms):
+      self.assertAlmostEqual(len(waveform) / 16000, 0.3 + 0.05 * i, delta=0.01)
+    # The traced resampler gives tensorflow-io's own eager result.
+    eight_khz = tf.cast(tfio.audio.AudioIOTensor(paths[3]).to_tensor()[:, 0], tf.float32) / 32768
+    np.testing.assert_allclose(waveforms[3], tfio.audio.resample(eight_khz, 8000, 16000).numpy(),
+                               atol=1e-6)
 
   def test_missing_trans_txt_is_reported_per_file(self):
     root = self._copy()
