@@ -27,6 +27,29 @@ class Candidate:
   log_probability: float
 
 
+def check_decoder(decoder: str, beam_width: int = 16, top_paths: int = 1) -> None:
+  """Checks `decode`'s decoding arguments, before any audio is read.
+
+  Args:
+    decoder: one of `DECODERS`.
+    beam_width: prefixes kept per frame by beam search.
+    top_paths: candidates per utterance.
+
+  Raises:
+    ValueError: naming the argument, for an unknown decoder, `top_paths` != 1 with greedy
+      decoding, or a beam width or `top_paths` out of range.
+  """
+  if decoder not in DECODERS:
+    raise ValueError(f'`decoder` must be one of {DECODERS}, got {decoder!r}.')
+  if decoder == 'greedy' and top_paths != 1:
+    raise ValueError(f'`top_paths` must be 1 with `decoder`=greedy, got {top_paths!r}.')
+  if not isinstance(beam_width, int) or beam_width < 1:
+    raise ValueError(f'`beam_width` must be an integer >= 1, got {beam_width!r}.')
+  if not isinstance(top_paths, int) or not 1 <= top_paths <= beam_width:
+    raise ValueError(f'`top_paths` must be an integer in [1, `beam_width`={beam_width}], got '
+                     f'{top_paths!r}.')
+
+
 def decode(logits: tf.Tensor, logit_lengths: tf.Tensor, tokens: Sequence[str],
            decoder: str = 'greedy', beam_width: int = 16,
            top_paths: int = 1) -> List[List[Candidate]]:
@@ -53,12 +76,9 @@ def decode(logits: tf.Tensor, logit_lengths: tf.Tensor, tokens: Sequence[str],
     ValueError: for an unknown decoder, `top_paths` != 1 with greedy decoding, or a beam width
       or `top_paths` out of range.
   """
-  if decoder not in DECODERS:
-    raise ValueError(f'`decoder` must be one of {DECODERS}, got {decoder!r}.')
+  check_decoder(decoder, beam_width, top_paths)
   log_probs = tf.nn.log_softmax(tf.convert_to_tensor(logits, tf.float32), axis=-1)
   if decoder == 'greedy':
-    if top_paths != 1:
-      raise ValueError(f'`top_paths` must be 1 with `decoder`=greedy, got {top_paths!r}.')
     # Ids from the logits themselves, so they equal `models.greedy_decode`'s bit for bit.
     _, scores = ctc.greedy_decode_with_scores(log_probs, logit_lengths)
     paths, scores = [ctc.greedy_decode(logits, logit_lengths)], scores[:, tf.newaxis]

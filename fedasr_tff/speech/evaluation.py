@@ -128,9 +128,7 @@ def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer
   speakers = client_data.client_ids if speakers is None else list(speakers)
   if not speakers:
     raise ValueError('No speakers to evaluate on.')
-  # The decoding arguments, checked before any audio is read.
-  decoding.decode(tf.zeros([1, 1, 2]), tf.ones([1], tf.int32), ['a'], decoder, beam_width,
-                  top_paths)
+  decoding.check_decoder(decoder, beam_width, top_paths)
   custom = decoder != 'greedy' or word_list is not None
   tokens = client_data.vocabulary.tokens
   scorer = _scorer_with_weights_of(keras_model, tokens)

@@ -83,8 +83,15 @@ class EvaluateTest(absltest.TestCase):
     self.assertTrue(any(words.transcripts))
     for transcript in words.transcripts:
       self.assertContainsSubset(transcript.split(), {'yes', 'no'})
+    # More candidates than a one-frame, one-token input has (its argument check used to decode
+    # one, and TF's beam search failed: "Less leaves in the beam search than requested").
+    many = evaluation.evaluate(self.model, self.data, self.weights, decoder='beam',
+                               beam_width=16, top_paths=8, word_list=_RecordingWordList(['yes']))
+    self.assertEqual(many.overall.words, greedy.overall.words)
     with self.assertRaisesRegex(ValueError, '`top_paths`'):
       evaluation.evaluate(self.model, self.data, decoder='greedy', top_paths=2)
+    with self.assertRaisesRegex(ValueError, r'`top_paths` must be .* \[1, `beam_width`=4\]'):
+      evaluation.evaluate(self.model, self.data, decoder='beam', beam_width=4, top_paths=5)
 
   def test_evaluating_in_a_loop_traces_once_and_warns_of_no_retracing(self):
     # A user's loop: the same model, then a fresh model per checkpoint (issue 33: TF warned of
