@@ -18,14 +18,20 @@ WORD_LIST = flags.DEFINE_string('word_list', None, 'File of allowed words, one p
                                 '(see fedasr_tff/decoding.py for what the restriction does).')
 
 
-def check() -> None:
+def check(has_word_list: Optional[bool] = None) -> None:
   """Checks the combination of the decoding flags.
+
+  Args:
+    has_word_list: whether transcripts are restricted to a word list (a binary may have one of
+      its own); default: whether --word_list is given.
 
   Raises:
     app.UsageError: naming the flags, for --top_paths > 1 without beam search and a word list,
       or above --beam_width.
   """
-  if TOP_PATHS.value > 1 and (DECODER.value != 'beam' or WORD_LIST.value is None):
+  if has_word_list is None:
+    has_word_list = WORD_LIST.value is not None
+  if TOP_PATHS.value > 1 and (DECODER.value != 'beam' or not has_word_list):
     raise app.UsageError('--top_paths > 1 needs --decoder=beam and --word_list (the candidates '
                          'the word list chooses from); without them only the best is used.')
   if TOP_PATHS.value > BEAM_WIDTH.value:

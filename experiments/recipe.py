@@ -52,6 +52,7 @@ import json
 import math
 import os
 import time
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -61,6 +62,7 @@ from experiments import config_flags
 from experiments import decoding_flags
 from experiments import report
 from experiments import speech_stages
+from fedasr_tff import decoding
 from fedasr_tff import models
 from fedasr_tff import private_files
 from fedasr_tff.speech import config as config_lib
@@ -105,6 +107,11 @@ FEDERATED_DEFAULTS = {**presets.for_config(presets.CPU, config_lib.FederatedConf
                       'population_cohort_size': 2_000}
 config_flags.define_flags(config_lib.FederatedConfig, FEDERATED_FLAGS,
                           defaults=FEDERATED_DEFAULTS)
+_SEED_WORD_LIST = flags.DEFINE_bool(
+    'seed_word_list', True, 'Without --word_list, restrict the held-out transcripts to the words '
+    'of the seed speakers\' transcripts (`decoding.WordList`; the server\'s own data, written '
+    'to OUTPUT_DIR/seed_words.txt for --word_list of evaluate and transcribe); the report gives '
+    'greedy decoding without a word list beside it. --noseed_word_list: no word list.')
 _EXACT_LAYER_NORMS = flags.DEFINE_bool(
     'layer_norms_from_no_noise_run', False, 'Draw the per-layer norms figure from the run '
     'without noise: its exact client statistics (outside any DP guarantee, and labelled so). '
@@ -115,6 +122,7 @@ _SYNTHETIC_TRAIN, _SYNTHETIC_HELD_OUT = 'train', 'dev'
 # The held-out share of --split's speakers when neither --eval_split nor --held_out* is given.
 _HELD_OUT_FRACTION = 0.1
 SPEAKERS_FILE = 'speakers.json'
+SEED_WORDS_FILE = 'seed_words.txt'
 
 
 def federated_config(data_config, sigma_dp, **fields) -> config_lib.FederatedConfig:
@@ -198,19 +206,39 @@ def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
       feature_cache_dir=data.feature_cache(), feature_normalization=data.feature_normalization)
 
 
-def _decoding() -> str:
-  """The decoding of the --decoder flags, in words."""
+def seed_word_list(data: config_lib.DataConfig, roles: corpus.SpeakerRoles, vocab,
+                   output_dir: str) -> decoding.WordList:
+  """The words of the seed speakers' transcripts (`decoding.WordList.from_transcripts`), written
+  to `output_dir/seed_words.txt`, owner-only (the server's data, as private as the corpus).
+
+  Only seed speakers' transcripts enter it: they are the server's data and already trained the
+  seed model outside the DP guarantee. A client's transcript would put its words, unnoised, in
+  every transcript the recipe writes.
+  """
+  seed_speakers = set(roles.seed)
+  words = decoding.WordList.from_transcripts(
+      [u.transcript for u in corpus.read_utterances(data.corpus_dir, data.layout, data.split)
+       if u.speaker in seed_speakers], vocab)
+  with private_files.open_private(os.path.join(output_dir, SEED_WORDS_FILE)) as f:
+    f.write(''.join(f'{word}\n' for word in words.words))
+  return words
+
+
+def _decoding(word_list: Optional[decoding.WordList]) -> str:
+  """The decoding of the --decoder flags and `word_list`, in words."""
   words = ('greedy decoding' if decoding_flags.DECODER.value == 'greedy' else
            f'beam search of width {decoding_flags.BEAM_WIDTH.value}')
   if decoding_flags.WORD_LIST.value:
     words += f', words of {decoding_flags.WORD_LIST.value}'
+  elif word_list is not None:
+    words += f', the seed speakers\' {len(word_list.words)} words'
   return words
 
 
-def _scored(model_config, vocab, eval_data, evaluations):
+def _scored(model_config, vocab, eval_data, evaluations, word_list):
   """{model: EvaluationResult} of `evaluations` ({model: (weights, greedy evaluation)}) under the
-  --decoder flags: the runs' own greedy evaluations, or each model scored again."""
-  word_list = decoding_flags.word_list(vocab)
+  --decoder flags and `word_list`: the runs' own greedy evaluations, or each model scored
+  again."""
   if decoding_flags.DECODER.value == 'greedy' and word_list is None:
     return {name: greedy for name, (_, greedy) in evaluations.items()}
   model = models.build_ctc_transformer(model_config, vocab.size)
@@ -231,7 +259,8 @@ def main(argv):
   common.start_binary(distributed_refusal=(
       'the recipe runs on one machine; use experiments.train_federated for distributed runs.'))
   common.require('output_dir')
-  decoding_flags.check()
+  decoding_flags.check(has_word_list=bool(decoding_flags.WORD_LIST.value) or
+                       _SEED_WORD_LIST.value)
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
   stages = {}  # stage -> wall seconds (of this invocation: a reused stage costs little)
@@ -270,11 +299,15 @@ def main(argv):
     stages[stage] = time.monotonic() - mark
   no_noise, dp = results['fl_no_noise'], results['fl_dp']
   mark = time.monotonic()
+  word_list = decoding_flags.word_list(vocab)
+  if word_list is None and _SEED_WORD_LIST.value:
+    word_list = seed_word_list(data_config, roles, vocab, output_dir)
+  greedy = {'seed': seed_eval, 'fl_no_noise': no_noise.evaluation, 'fl_dp': dp.evaluation}
   scores = _scored(FLAGS.model_config, vocab, eval_data, {
       'seed': (seed_weights, seed_eval), 'fl_no_noise': (no_noise.weights, no_noise.evaluation),
-      'fl_dp': (dp.weights, dp.evaluation)})
+      'fl_dp': (dp.weights, dp.evaluation)}, word_list)
   stages['evaluation'] = time.monotonic() - mark
-  decoded = _decoding()
+  decoded = _decoding(word_list)
 
   rounds, ledger = FLAGS.rounds, dp.ledger
   epsilons = {
@@ -293,6 +326,10 @@ def main(argv):
       {'model': f'FL + DP (σ_DP = {FLAGS.sigma_dp:g})', 'wer': scores['fl_dp'].overall.wer,
        'cer': scores['fl_dp'].overall.cer, 'rounds': rounds, **epsilons},
   ]
+  if word_list is not None:
+    # Open-vocabulary greedy decoding beside the word list: what the model spells by itself.
+    for row, name in zip(results, ('seed', 'fl_no_noise', 'fl_dp'), strict=True):
+      row['wer_open'] = greedy[name].overall.wer
   wers = [100 * row['wer'] for row in results]
   layer_norm_run = os.path.join(output_dir, 'fl_dp', 'metrics.csv')
   layer_norms_note = ('The per-layer norms figure shows what the DP run releases: the norms of '
@@ -343,7 +380,10 @@ def main(argv):
              f'S={ledger.cohort_size}); epsilon_declared={row["epsilon_declared"]:.2f} (K\'='
              f'{ledger.declared_population:,}, S\'={ledger.declared_cohort_size:,}; PLD '
              f'{epsilon_declared_pld:.2f}) at delta=1e-9')
-    print(f'{row["model"]:<34} WER {100 * row["wer"]:5.1f}%  CER {100 * row["cer"]:5.1f}%{eps}')
+    open_vocabulary = (f'  (greedy, no word list: WER {100 * row["wer_open"]:.1f}%)'
+                       if 'wer_open' in row else '')
+    print(f'{row["model"]:<34} WER {100 * row["wer"]:5.1f}%  CER {100 * row["cer"]:5.1f}%'
+          f'{open_vocabulary}{eps}')
   print('\n'.join(notes))
   print(f'report: {path}')
 

@@ -62,10 +62,11 @@ _PRIVACY_SERIES = (
 )
 _COLUMN_TITLES = {'model': 'Model', 'wer': 'WER (%)', 'cer': 'CER (%)', 'rounds': 'Rounds',
                   'epsilon': 'ε', 'epsilon_run': 'ε (this run)',
-                  'epsilon_declared': 'ε (declared population)'}
-_PERCENT_COLUMNS = ('wer', 'cer')
+                  'epsilon_declared': 'ε (declared population)',
+                  'wer_open': 'WER, greedy, no word list (%)'}
+_PERCENT_COLUMNS = ('wer', 'cer', 'wer_open')
 # The word error rate is the headline figure, so it leads the table.
-_LEADING_COLUMNS = ('model', 'wer', 'cer')
+_LEADING_COLUMNS = ('model', 'wer', 'cer', 'wer_open')
 _MISSING = '—'
 
 

@@ -2,6 +2,7 @@
 word list (`WordList.restrict`).
 """
 
+import collections
 import dataclasses
 from typing import List
 from typing import Sequence
@@ -148,6 +149,32 @@ class WordList:
       words.append(word)
     if not words:
       raise ValueError(f'{path}: the word list has no words.')
+    return cls(words)
+
+  @classmethod
+  def from_transcripts(cls, transcripts: Sequence[str],
+                       vocabulary: text_lib.Vocabulary) -> 'WordList':
+    """The words of some transcripts (such as the seed speakers', the server's own data), the
+    most frequent first (`restrict` prefers earlier words on ties).
+
+    Args:
+      transcripts: transcripts, normalised here as training normalises them.
+      vocabulary: the model's vocabulary; a word with characters outside it is left out (the
+        model cannot spell it).
+
+    Returns:
+      The `WordList`.
+
+    Raises:
+      ValueError: if the transcripts have no word the vocabulary can spell.
+    """
+    counts = collections.Counter()
+    for transcript in transcripts:
+      counts.update(text_lib.normalize_transcript(transcript, vocabulary.language).split())
+    # Counter.most_common keeps first-seen order among equal counts.
+    words = [word for word, _ in counts.most_common() if not vocabulary.encode(word)[1]]
+    if not words:
+      raise ValueError('The transcripts have no word the vocabulary can spell.')
     return cls(words)
 
   def __contains__(self, word: str) -> bool:

@@ -69,6 +69,16 @@ class WordListTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, f'{path}{where}: ', msg=text):
         decoding.WordList.from_file(path, vocab)
 
+  def test_transcript_words_most_frequent_first_and_spellable_only(self):
+    words = decoding.WordList.from_transcripts(
+        ['Go left.', 'GO RIGHT', 'go 42', 'left, left'], data.Vocabulary('en'))
+    # "42" has characters outside the English vocabulary; "go" and "left" are both said three
+    # times, and equal counts keep first-seen order.
+    self.assertEqual(words.words, ('go', 'left', 'right'))
+    self.assertEqual(words.restrict(['go lft']), 'go left')
+    with self.assertRaisesRegex(ValueError, 'no word the vocabulary can spell'):
+      decoding.WordList.from_transcripts(['', '42'], data.Vocabulary('en'))
+
 
 if __name__ == '__main__':
   absltest.main()

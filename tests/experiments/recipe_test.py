@@ -2,6 +2,7 @@
 after the seed stage and the recipe run again; its start-up refusals. (Its synthetic corpus,
 `make demo`'s, is written and read by the ablation's test, `ablation_test.py`.)"""
 
+import json
 import os
 import re
 import signal
@@ -93,12 +94,8 @@ class RecipeTest(absltest.TestCase):
     self.assertIn('--split_seed', refused.stderr)
 
     # The decoding is no part of the training: the run resumes, and scores with beam search and
-    # the corpus's word list.
-    words = os.path.join(self.corpus, 'words.txt')
-    with open(words, 'w') as f:
-      f.write('\n'.join(synthetic.DEFAULT_WORDS['en']))
-    result = _run(*flags, '--decoder=beam', '--beam_width=4', '--top_paths=2',
-                  f'--word_list={words}')
+    # (by default) the words of the seed speakers' transcripts.
+    result = _run(*flags, '--decoder=beam', '--beam_width=4', '--top_paths=2')
     self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
     out = result.stdout
     self.assertIn('== speakers: 2 seed speakers, 3 clients, 1 held-out speaker (of --split', out)
@@ -106,19 +103,33 @@ class RecipeTest(absltest.TestCase):
     # Its features recorded with the model, for whoever decodes with it.
     self.assertEqual(data_config.model_features(seed_model), 'cmn')
     for model in ('seed (central', 'FL, no noise', 'FL + DP'):
-      self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%', msg=model)
+      self.assertRegex(out, re.escape(model) + r'.*CER +\d+\.\d%  \(greedy, no word list: '
+                       r'WER \d+\.\d%\)', msg=model)
     # Both epsilons, each named by the population it covers; 3 clients, cohort 2.
     self.assertRegex(out, r'epsilon_run=\S+ \(this run, K=3, S=2\); '
                           r'epsilon_declared=\d+\.\d+ \(K\'=10,000,000')
+    # The word list holds the seed speakers' words and no other (a client's transcript is not
+    # the server's to use), owner-only.
+    with open(speakers) as f:
+      seed_speakers = set(json.load(f)['seed'])
+    utterances = corpora.read_manifest(os.path.join(self.corpus, 'all.tsv'))
+    seed_words = {w for u in utterances if u.speaker in seed_speakers
+                  for w in u.transcript.lower().split()}
+    seed_words_file = os.path.join(output_dir, 'seed_words.txt')
+    with open(seed_words_file) as f:
+      listed = f.read().split()
+    self.assertCountEqual(listed, seed_words)
+    self.assertEqual(stat.S_IMODE(os.stat(seed_words_file).st_mode), 0o600)
     with open(os.path.join(output_dir, 'report.md')) as f:
       text = f.read()
     self.assertIn("of split 'all.tsv' of", text)
     # Whom the guarantee covers: the seed speakers' data is trained on without DP.
     self.assertIn('the guarantee below covers the federated clients only', text)
-    # WER leads, and the per-layer figure shows only what the DP run releases.
-    self.assertIn(f'## Results\n\n**WER (beam search of width 4, words of {words}): seed '
-                  '(central', text)
-    self.assertIn('| Model | WER (%) | CER (%) |', text)
+    # WER leads, with the open-vocabulary figure beside it, and the per-layer figure shows only
+    # what the DP run releases.
+    self.assertIn('## Results\n\n**WER (beam search of width 4, the seed speakers\' '
+                  f'{len(seed_words)} words): seed (central', text)
+    self.assertIn('| Model | WER (%) | CER (%) | WER, greedy, no word list (%) |', text)
     self.assertIn('figure shows what the DP run releases', text)
     self.assertIn('averaged over rounds, from `' + os.path.join(output_dir, 'fl_dp', 'metrics.csv'),
                   text)
@@ -128,6 +139,16 @@ class RecipeTest(absltest.TestCase):
     for png in ('error_rates.png', 'layer_norms.png'):
       self.assertIn(png, text)
       self.assertGreater(os.path.getsize(os.path.join(output_dir, png)), 1000)
+
+    # A word list of the user's own instead: every stage is read back, the models scored anew.
+    words = os.path.join(self.corpus, 'words.txt')
+    with open(words, 'w') as f:
+      f.write('\n'.join(synthetic.DEFAULT_WORDS['en']))
+    result = _run(*flags, f'--word_list={words}')
+    self.assertEqual(result.returncode, 0, msg=result.stderr[-4000:])
+    with open(os.path.join(output_dir, 'report.md')) as f:
+      self.assertIn(f'## Results\n\n**WER (greedy decoding, words of {words}): seed (central',
+                    f.read())
 
   def test_impossible_flag_combinations_are_refused_at_start_up(self):
     out = tempfile.mkdtemp()
@@ -139,6 +160,8 @@ class RecipeTest(absltest.TestCase):
         ([*corpus, '--held_out_speakers=5'], '--held_out_speakers'),
         (['--layout=manifest', '--split=all.tsv'], 'corpus_dir'),
         ([*corpus, '--top_paths=2'], '--top_paths'),
+        # Several candidates need a word list to choose from: the seed speakers' is off.
+        ([*corpus, '--decoder=beam', '--top_paths=2', '--noseed_word_list'], '--top_paths'),
     ]
     # Each fails during start-up: one interpreter runs them all (`start_up`).
     results = start_up.refusals('experiments.recipe',
