@@ -30,7 +30,10 @@ the federated runs resume from their checkpoints):
    local steps, the largest delta local training makes. On a corpus with fewer clients than
    --cohort_size, every client takes part in every round (q = 1, stated in the privacy report).
 4. Every model scored on the held-out speakers (greedy CTC decoding, or --decoder=beam with
-   --beam_width, and a --word_list the transcripts' words are restricted to), and `report.md`:
+   --beam_width), the transcripts restricted to the words the seed speakers said (the server's
+   data: `seed_word_list`; on the hardest tuning corpus 70% WER became 36%, docs/results.md,
+   "The seed speakers' words"), or to --word_list, or open (--noseed_word_list), with the
+   open-vocabulary greedy WER beside the list's, and `report.md`:
    WER first, the plots (per-layer norms are those the DP run releases) and the privacy statement
    for the run and the declared population (the paper's extrapolation, Sec. 4.3, Table 1).
 
