@@ -10,6 +10,7 @@ alike are defined here; a study defines the others, the runner's, `CorpusConfig`
 """
 
 import dataclasses
+import json
 import os
 from typing import Mapping
 from typing import Optional
@@ -127,15 +128,46 @@ def data_config(corpus_dir: str, output_dir: str, split: str,
       feature_cache_dir=os.path.join(output_dir, config_lib.FEATURE_CACHE_SUBDIR), **fields)
 
 
+# What a seed model was trained with, beside it: a reused one must match the flags.
+SEED_SETTINGS_FILE = 'seed_settings.json'
+
+
+def _seed_settings(central: central_training.CentralConfig, train_data) -> dict:
+  """{flag name: value} of what shapes a seed model besides its speakers (`speakers.json`) and
+  features (recorded in `model.npz`)."""
+  return {'seed_steps': central.steps, 'seed_lr': central.learning_rate,
+          'model_config': central.model_config, 'seed': central.seed,
+          'spec_augment': train_data.spec_augment}
+
+
 def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_data=None):
   """(weights, evaluation) of the seed model: read from `output_dir/seed/model.npz` if there,
   else trained centrally on `train_data` (`SeedConfig`); the evaluation on `eval_data`, or
-  None without."""
+  None without.
+
+  Raises:
+    app.UsageError: naming the flags, if the seed model there was trained with other
+      --seed_steps, --seed_lr, --model_config, --seed or --spec_augment (`seed_settings.json`;
+      a seed model written before that file is reused as it is), or other features.
+  """
   seed_dir = os.path.join(output_dir, 'seed')
   seed_path = os.path.join(seed_dir, 'model.npz')
+  settings_path = os.path.join(seed_dir, SEED_SETTINGS_FILE)
+  central = config.central_config()
+  settings = _seed_settings(central, train_data)
   print(f'== seed model: central training on {len(train_data.client_ids)} speakers '
         f'({config.seed_steps} steps)')
   if os.path.isfile(seed_path):
+    if os.path.isfile(settings_path):
+      with open(settings_path) as f:
+        saved = json.load(f)
+      differ = [name for name in settings if saved.get(name) != settings[name]]
+      if differ:
+        raise app.UsageError(
+            f'{seed_path} was trained with '
+            + ', '.join(f'--{name}={_flag_value(saved.get(name))}' for name in differ)
+            + ', not ' + ', '.join(f'--{name}={_flag_value(settings[name])}' for name in differ)
+            + ': give those flags to reuse it, or use a new --output_dir.')
     print(f'reusing {seed_path}')
     model = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)()
     try:
@@ -146,9 +178,17 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
     weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
     return weights, (None if eval_data is None
                      else evaluation.evaluate(model, eval_data, weights))
-  seed = central_training.train(config.central_config(), train_data, vocab, seed_dir,
-                                eval_data=eval_data, show_progress=common.PROGRESS.value)
+  os.makedirs(seed_dir, exist_ok=True)
+  with open(settings_path, 'w') as f:
+    json.dump(settings, f, indent=1)
+  seed = central_training.train(central, train_data, vocab, seed_dir, eval_data=eval_data,
+                                show_progress=common.PROGRESS.value)
   return seed.weights, seed.evaluation
+
+
+def _flag_value(value) -> str:
+  """A value as its flag is written: booleans as absl prints them."""
+  return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def federated_config(data: config_lib.DataConfig, *, unused_flags: Sequence[str] = (),

@@ -182,6 +182,11 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     return self._vocabulary
 
   @property
+  def spec_augment(self) -> bool:
+    """Whether training batches are SpecAugment-ed (evaluation data never is)."""
+    return self._spec_augment
+
+  @property
   def feature_normalization(self) -> str:
     """How the log-mels are normalised (`features.log_mel_features`): what a model trained on
     these clients must be used with."""

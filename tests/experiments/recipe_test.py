@@ -150,6 +150,13 @@ class RecipeTest(absltest.TestCase):
       self.assertIn(f'## Results\n\n**WER (greedy decoding, words of {words}): seed (central',
                     f.read())
 
+    # A seed model of other settings is not silently reused: the flags it was trained with
+    # are named.
+    refused = _run(*flags, '--seed_steps=5')
+    self.assertNotEqual(refused.returncode, 0)
+    self.assertIn(f'{seed_model} was trained with --seed_steps=4, not --seed_steps=5: give those '
+                  'flags to reuse it, or use a new --output_dir.', refused.stderr)
+
   def test_impossible_flag_combinations_are_refused_at_start_up(self):
     out = tempfile.mkdtemp()
     corpus = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv')
