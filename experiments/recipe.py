@@ -168,7 +168,8 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
 
 
 def speaker_roles(data: config_lib.DataConfig, output_dir: str) -> corpus.SpeakerRoles:
-  """The speakers' roles (`corpus.assign_speakers`), kept in `output_dir/speakers.json`.
+  """The speakers' roles (`corpus.assign_speakers`), compared with `output_dir/speakers.json`
+  if there (`save_speaker_roles` writes it).
 
   Raises:
     app.UsageError: if the flags give other roles than the run in `output_dir` has.
@@ -195,11 +196,16 @@ def speaker_roles(data: config_lib.DataConfig, output_dir: str) -> corpus.Speake
           f'{path} holds other speaker roles than --split, --eval_split, --held_out, '
           '--held_out_speakers, --seed_fraction and --split_seed give now: use a new '
           '--output_dir, or the flags of that run.')
-  else:
+  return roles
+
+
+def save_speaker_roles(roles: corpus.SpeakerRoles, output_dir: str) -> None:
+  """Writes `output_dir/speakers.json` (owner-only: it names the clients) if not there."""
+  path = os.path.join(output_dir, SPEAKERS_FILE)
+  if not os.path.isfile(path):
     os.makedirs(output_dir, exist_ok=True)
     with private_files.open_private(path) as f:
       json.dump(roles.as_dict(), f, indent=1)
-  return roles
 
 
 def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
@@ -209,22 +215,28 @@ def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
       feature_cache_dir=data.feature_cache(), feature_normalization=data.feature_normalization)
 
 
-def seed_word_list(data: config_lib.DataConfig, roles: corpus.SpeakerRoles, vocab,
-                   output_dir: str) -> decoding.WordList:
-  """The words of the seed speakers' transcripts (`decoding.WordList.from_transcripts`), written
-  to `output_dir/seed_words.txt`, owner-only (the server's data, as private as the corpus).
+def seed_word_list(data: config_lib.DataConfig, roles: corpus.SpeakerRoles,
+                   vocab) -> decoding.WordList:
+  """The words of the seed speakers' transcripts (`decoding.WordList.from_transcripts`; `main`
+  writes them to `OUTPUT_DIR/seed_words.txt`, owner-only: the server's data, as private as the
+  corpus).
 
   Only seed speakers' transcripts enter it: they are the server's data and already trained the
   seed model outside the DP guarantee. A client's transcript would put its words, unnoised, in
   every transcript the recipe writes.
+
+  Raises:
+    app.UsageError: naming the split and the flags to give, if they have no word the
+      vocabulary can spell.
   """
   seed_speakers = set(roles.seed)
-  words = decoding.WordList.from_transcripts(
-      [u.transcript for u in corpus.read_utterances(data.corpus_dir, data.layout, data.split)
-       if u.speaker in seed_speakers], vocab)
-  with private_files.open_private(os.path.join(output_dir, SEED_WORDS_FILE)) as f:
-    f.write(''.join(f'{word}\n' for word in words.words))
-  return words
+  try:
+    return decoding.WordList.from_transcripts(
+        [u.transcript for u in corpus.read_utterances(data.corpus_dir, data.layout, data.split)
+         if u.speaker in seed_speakers], vocab)
+  except ValueError as e:
+    raise app.UsageError(f'The seed speakers\' transcripts of --split={data.split}: {e} Give '
+                         '--word_list, or --noseed_word_list.') from e
 
 
 def _decoding(word_list: Optional[decoding.WordList]) -> str:
@@ -270,6 +282,16 @@ def main(argv):
   data_config = recipe_data(output_dir)
   vocab = data_config.vocabulary()
   roles = speaker_roles(data_config, output_dir)
+  # The word list before any training or file: a bad --word_list, or seed speakers without a
+  # word, is refused at start-up rather than after the training.
+  word_list = decoding_flags.word_list(vocab)
+  seed_words = None
+  if word_list is None and _SEED_WORD_LIST.value:
+    word_list = seed_words = seed_word_list(data_config, roles, vocab)
+  save_speaker_roles(roles, output_dir)
+  if seed_words is not None:
+    with private_files.open_private(os.path.join(output_dir, SEED_WORDS_FILE)) as f:
+      f.write(''.join(f'{word}\n' for word in seed_words.words))
   seed_data = _client_data(data_config, data_config.split, vocab, roles.seed,
                            data_config.spec_augment)
   fl_data = _client_data(data_config, data_config.split, vocab, roles.federated,
@@ -302,9 +324,6 @@ def main(argv):
     stages[stage] = time.monotonic() - mark
   no_noise, dp = results['fl_no_noise'], results['fl_dp']
   mark = time.monotonic()
-  word_list = decoding_flags.word_list(vocab)
-  if word_list is None and _SEED_WORD_LIST.value:
-    word_list = seed_word_list(data_config, roles, vocab, output_dir)
   greedy = {'seed': seed_eval, 'fl_no_noise': no_noise.evaluation, 'fl_dp': dp.evaluation}
   scores = _scored(FLAGS.model_config, vocab, eval_data, {
       'seed': (seed_weights, seed_eval), 'fl_no_noise': (no_noise.weights, no_noise.evaluation),

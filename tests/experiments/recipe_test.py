@@ -159,6 +159,13 @@ class RecipeTest(absltest.TestCase):
 
   def test_impossible_flag_combinations_are_refused_at_start_up(self):
     out = tempfile.mkdtemp()
+    # The same audio, every transcript a number (no word of the English vocabulary).
+    with open(os.path.join(self.corpus, 'all.tsv')) as f, \
+        open(os.path.join(self.corpus, 'numbers.tsv'), 'w') as numbers:
+      numbers.write(f.readline())
+      for line in f:
+        path, _, speaker = line.rstrip('\n').split('\t')
+        numbers.write(f'{path}\t42\t{speaker}\n')
     corpus = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv')
     cases = [
         (['--synthetic_speakers=6', '--layout=manifest'], '--layout'),
@@ -166,6 +173,12 @@ class RecipeTest(absltest.TestCase):
         ([*corpus, '--held_out=nobody'], 'nobody'),
         ([*corpus, '--held_out_speakers=5'], '--held_out_speakers'),
         (['--layout=manifest', '--split=all.tsv'], 'corpus_dir'),
+        # A word list that cannot be read, or seed speakers who said no word the vocabulary can
+        # spell, is refused before any training.
+        ([*corpus, f'--word_list={out}/nothing.txt'], '--word_list'),
+        ([f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=numbers.tsv'],
+         "The seed speakers' transcripts of --split=numbers.tsv: The transcripts have no word "
+         'the vocabulary can spell. Give --word_list, or --noseed_word_list.'),
         ([*corpus, '--top_paths=2'], '--top_paths'),
         # Several candidates need a word list to choose from: the seed speakers' is off.
         ([*corpus, '--decoder=beam', '--top_paths=2', '--noseed_word_list'], '--top_paths'),
