@@ -167,15 +167,15 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
       feature_cache_dir=os.path.join(output_dir, config_lib.FEATURE_CACHE_SUBDIR), **fields)
 
 
-def speaker_roles(data: config_lib.DataConfig, output_dir: str) -> corpus.SpeakerRoles:
-  """The speakers' roles (`corpus.assign_speakers`), compared with `output_dir/speakers.json`
-  if there (`save_speaker_roles` writes it).
+def speaker_roles(data: config_lib.DataConfig, utterances,
+                  output_dir: str) -> corpus.SpeakerRoles:
+  """The roles of the speakers of `utterances` (--split's; `corpus.assign_speakers`), compared
+  with `output_dir/speakers.json` if there (`save_speaker_roles` writes it).
 
   Raises:
     app.UsageError: if the flags give other roles than the run in `output_dir` has.
   """
-  speakers = [u.speaker for u in corpus.read_utterances(data.corpus_dir, data.layout,
-                                                        data.split)]
+  speakers = [u.speaker for u in utterances]
   held_out_count = 0
   if not data.eval_split and not _HELD_OUT.value:
     held_out_count = (FLAGS.held_out_speakers if FLAGS['held_out_speakers'].present else
@@ -215,9 +215,10 @@ def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
       feature_cache_dir=data.feature_cache(), feature_normalization=data.feature_normalization)
 
 
-def seed_word_list(data: config_lib.DataConfig, roles: corpus.SpeakerRoles,
+def seed_word_list(data: config_lib.DataConfig, utterances, roles: corpus.SpeakerRoles,
                    vocab) -> decoding.WordList:
-  """The words of the seed speakers' transcripts (`decoding.WordList.from_transcripts`; `main`
+  """The words of the seed speakers' transcripts among `utterances` (--split's;
+  `decoding.WordList.from_transcripts`; `main`
   writes them to `OUTPUT_DIR/seed_words.txt`, owner-only: the server's data, as private as the
   corpus).
 
@@ -232,8 +233,7 @@ def seed_word_list(data: config_lib.DataConfig, roles: corpus.SpeakerRoles,
   seed_speakers = set(roles.seed)
   try:
     return decoding.WordList.from_transcripts(
-        [u.transcript for u in corpus.read_utterances(data.corpus_dir, data.layout, data.split)
-         if u.speaker in seed_speakers], vocab)
+        [u.transcript for u in utterances if u.speaker in seed_speakers], vocab)
   except ValueError as e:
     raise app.UsageError(f'The seed speakers\' transcripts of --split={data.split}: {e} Give '
                          '--word_list, or --noseed_word_list.') from e
@@ -281,13 +281,15 @@ def main(argv):
   stages = {}  # stage -> wall seconds (of this invocation: a reused stage costs little)
   data_config = recipe_data(output_dir)
   vocab = data_config.vocabulary()
-  roles = speaker_roles(data_config, output_dir)
+  utterances = corpus.read_utterances(data_config.corpus_dir, data_config.layout,
+                                      data_config.split)
+  roles = speaker_roles(data_config, utterances, output_dir)
   # The word list before any training or file: a bad --word_list, or seed speakers without a
   # word, is refused at start-up rather than after the training.
   word_list = decoding_flags.word_list(vocab)
   seed_words = None
   if word_list is None and _SEED_WORD_LIST.value:
-    word_list = seed_words = seed_word_list(data_config, roles, vocab)
+    word_list = seed_words = seed_word_list(data_config, utterances, roles, vocab)
   save_speaker_roles(roles, output_dir)
   if seed_words is not None:
     with private_files.open_private(os.path.join(output_dir, SEED_WORDS_FILE)) as f:

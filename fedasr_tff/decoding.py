@@ -44,11 +44,7 @@ def check_decoder(decoder: str, beam_width: int = 16, top_paths: int = 1) -> Non
     raise ValueError(f'`decoder` must be one of {DECODERS}, got {decoder!r}.')
   if decoder == 'greedy' and top_paths != 1:
     raise ValueError(f'`top_paths` must be 1 with `decoder`=greedy, got {top_paths!r}.')
-  if not isinstance(beam_width, int) or beam_width < 1:
-    raise ValueError(f'`beam_width` must be an integer >= 1, got {beam_width!r}.')
-  if not isinstance(top_paths, int) or not 1 <= top_paths <= beam_width:
-    raise ValueError(f'`top_paths` must be an integer in [1, `beam_width`={beam_width}], got '
-                     f'{top_paths!r}.')
+  ctc.check_beam_arguments(beam_width, top_paths)
 
 
 def decode(logits: tf.Tensor, logit_lengths: tf.Tensor, tokens: Sequence[str],

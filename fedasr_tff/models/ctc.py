@@ -74,6 +74,24 @@ def greedy_decode_with_scores(logits: tf.Tensor,
   return (tf.RaggedTensor.from_sparse(decoded[0]), -neg_sum_logits[:, 0])
 
 
+def check_beam_arguments(beam_width: int, top_paths: int) -> None:
+  """Checks `beam_search_decode`'s `beam_width` and `top_paths`.
+
+  Args:
+    beam_width: prefixes kept per frame, >= 1.
+    top_paths: sequences returned per utterance, 1 <= top_paths <= beam_width.
+
+  Raises:
+    ValueError: naming the argument, for a `beam_width` < 1 or a `top_paths` outside
+      [1, `beam_width`].
+  """
+  if not isinstance(beam_width, int) or beam_width < 1:
+    raise ValueError(f'`beam_width` must be an integer >= 1, got {beam_width!r}.')
+  if not isinstance(top_paths, int) or not 1 <= top_paths <= beam_width:
+    raise ValueError(f'`top_paths` must be an integer in [1, `beam_width`={beam_width}], got '
+                     f'{top_paths!r}.')
+
+
 def beam_search_decode(logits: tf.Tensor, logit_lengths: tf.Tensor, beam_width: int,
                        top_paths: int = 1) -> Tuple[List[tf.RaggedTensor], tf.Tensor]:
   """The `top_paths` most probable label sequences found by prefix beam search.
@@ -100,11 +118,7 @@ def beam_search_decode(logits: tf.Tensor, logit_lengths: tf.Tensor, beam_width: 
   Raises:
     ValueError: for a `beam_width` or `top_paths` out of range.
   """
-  if not isinstance(beam_width, int) or beam_width < 1:
-    raise ValueError(f'`beam_width` must be an integer >= 1, got {beam_width!r}.')
-  if not isinstance(top_paths, int) or not 1 <= top_paths <= beam_width:
-    raise ValueError(f'`top_paths` must be an integer in [1, `beam_width`={beam_width}], got '
-                     f'{top_paths!r}.')
+  check_beam_arguments(beam_width, top_paths)
   rotated = tf.concat([logits[..., BLANK_INDEX + 1:], logits[..., :BLANK_INDEX + 1]], axis=-1)
   decoded, log_probabilities = tf.nn.ctc_beam_search_decoder(
       tf.transpose(rotated, [1, 0, 2]), tf.cast(logit_lengths, tf.int32),
