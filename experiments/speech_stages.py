@@ -62,20 +62,31 @@ class CorpusConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SeedConfig:
-  """Central training of the seed model: Adam, the learning rate halved every third of the steps
-  (the paper's LARS needs far more steps than a CPU study has)."""
+  """Central training of the seed model: Adam, the learning rate halved at every third of the
+  steps, after --seed_warmup_steps of linear warm-up (the paper's LARS needs far more steps than
+  a CPU study has)."""
   seed_steps: int = fields_lib.field(
       presets.CPU['steps'], 'Central training steps of the seed model (the cpu preset\'s '
       '--steps: 2,000 took a seed model of recorded speech from WER 47.6% to 33.5% against '
       '1,000, docs/results.md).')
   seed_lr: float = fields_lib.field(2e-3, 'Adam learning rate of the seed model.')
+  seed_warmup_steps: int = fields_lib.field(
+      0, 'Steps of a linear warm-up of the seed model\'s learning rate (0: none). 200 of 2,000 '
+      'took the seed models of a tuning corpus from WER 71.4% to 67.8% (docs/results.md, "The '
+      'seed stage\'s start"); not yet a default, as the check corpus has not been run with it.')
+
+  def __post_init__(self):
+    validation.check_positive_integer('seed_steps', self.seed_steps)
+    validation.check_positive('seed_lr', self.seed_lr)
+    validation.check_non_negative_integer('seed_warmup_steps', self.seed_warmup_steps)
 
   def central_config(self) -> central_training.CentralConfig:
     """The central training of --model_config at --seed: the cpu preset's (`speech.presets.CPU`,
-    as `train_central`'s defaults) at --seed_steps and --seed_lr."""
+    as `train_central`'s defaults) at --seed_steps, --seed_lr and --seed_warmup_steps."""
     preset = presets.for_config(presets.CPU, central_training.CentralConfig)
     given = dict(steps=self.seed_steps, model_config=FLAGS.model_config,
-                 learning_rate=self.seed_lr, seed=seed_or_zero(),
+                 learning_rate=self.seed_lr, warmup_steps=self.seed_warmup_steps,
+                 seed=seed_or_zero(),
                  eval_every_steps=max(1, self.seed_steps // SEED_EVALUATIONS))
     values = {**{name: value for name, value in preset.items()
                  if not isinstance(value, fields_lib.Derived)}, **given}
@@ -136,8 +147,12 @@ def _seed_settings(central: central_training.CentralConfig, train_data) -> dict:
   """{flag name: value} of what shapes a seed model besides its speakers (`speakers.json`) and
   features (recorded in `model.npz`)."""
   return {'seed_steps': central.steps, 'seed_lr': central.learning_rate,
-          'model_config': central.model_config, 'seed': central.seed,
-          'spec_augment': train_data.spec_augment}
+          'seed_warmup_steps': central.warmup_steps, 'model_config': central.model_config,
+          'seed': central.seed, 'spec_augment': train_data.spec_augment}
+
+
+# What a seed model was trained with where its `seed_settings.json` predates the setting.
+_SEED_SETTINGS_BEFORE = {'seed_warmup_steps': 0}
 
 
 def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_data=None):
@@ -147,7 +162,8 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
 
   Raises:
     app.UsageError: naming the flags, if the seed model there was trained with other
-      --seed_steps, --seed_lr, --model_config, --seed or --spec_augment (`seed_settings.json`;
+      --seed_steps, --seed_lr, --seed_warmup_steps, --model_config, --seed or --spec_augment
+      (`seed_settings.json`; a model whose file predates --seed_warmup_steps had none;
       a seed model written before that file is reused as it is), or other features.
   """
   seed_dir = os.path.join(output_dir, 'seed')
@@ -161,6 +177,7 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
     if os.path.isfile(settings_path):
       with open(settings_path) as f:
         saved = json.load(f)
+      saved = {**_SEED_SETTINGS_BEFORE, **saved}
       differ = [name for name in settings if saved.get(name) != settings[name]]
       if differ:
         raise app.UsageError(

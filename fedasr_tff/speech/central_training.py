@@ -56,6 +56,9 @@ class CentralConfig:
   decay_rate: float = fields_lib.field(0.5, 'Decay factor.')
   decay_every: int = fields_lib.field(50_000, 'Decay period in steps.')
   decay_start: int = fields_lib.field(40_000, 'Step the decay starts at.')
+  warmup_steps: int = fields_lib.field(
+      0, 'Steps of a linear warm-up at the start: the rate times min(1, step / warmup_steps), '
+      'step counted from 1; 0 for none (the paper states none).')
   seed: int = fields_lib.field(0, 'Seed of the initialisation, batch order and random draws.')
   eval_every_steps: int = fields_lib.field(100, 'Steps between evaluations.')
 
@@ -71,6 +74,7 @@ class CentralConfig:
     validation.check_positive('decay_rate', self.decay_rate)
     validation.check_positive_integer('decay_every', self.decay_every)
     validation.check_non_negative_integer('decay_start', self.decay_start)
+    validation.check_non_negative_integer('warmup_steps', self.warmup_steps)
     validation.check_non_negative_integer('seed', self.seed)
     validation.check_positive_integer('eval_every_steps', self.eval_every_steps)
     models.get_config(self.model_config)
@@ -137,6 +141,8 @@ def train(config: CentralConfig,
   schedule = optimizers.schedules.by_name(config.schedule, config.learning_rate,
                                           config.decay_rate, config.decay_every,
                                           config.decay_start)
+  if config.warmup_steps:
+    schedule = optimizers.schedules.linear_warmup(schedule, config.warmup_steps)
 
   # Traced once, for any batch shape (and the model's forward pass inline): a first trace for
   # the first batch's exact shapes followed by a relaxed one (reduce_retracing) makes TF's graph

@@ -52,8 +52,11 @@ class BinaryFlagsTest(absltest.TestCase):
 
   def test_the_recipe_takes_the_runners_names_with_its_own_defaults(self):
     defined = _flags('experiments.recipe')
-    self.assertEqual({name: defined[name] for name in ('rounds', 'cohort_size', 'local_steps')},
-                     {'rounds': 30, 'cohort_size': 16, 'local_steps': 1})
+    # 100 rounds, not the cpu preset's 30 (`recipe.RECIPE_ROUNDS`); no seed warm-up yet.
+    self.assertEqual({name: defined[name] for name in ('rounds', 'cohort_size', 'local_steps',
+                                                       'seed_warmup_steps')},
+                     {'rounds': 100, 'cohort_size': 16, 'local_steps': 1,
+                      'seed_warmup_steps': 0})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
     # The corpus and its speakers' roles, the batch size, --spec_augment and
     # --feature_normalization (data fields since issue 33; off, and each mel channel's mean

@@ -151,11 +151,19 @@ class RecipeTest(absltest.TestCase):
                     f.read())
 
     # A seed model of other settings is not silently reused: the flags it was trained with
-    # are named.
-    refused = _run(*flags, '--seed_steps=5')
+    # are named. A settings file from before --seed_warmup_steps stands for no warm-up.
+    settings_path = os.path.join(output_dir, 'seed', 'seed_settings.json')
+    with open(settings_path) as f:
+      settings = json.load(f)
+    self.assertEqual(settings['seed_warmup_steps'], 0)
+    del settings['seed_warmup_steps']
+    with open(settings_path, 'w') as f:
+      json.dump(settings, f)
+    refused = _run(*flags, '--seed_steps=5', '--seed_warmup_steps=2')
     self.assertNotEqual(refused.returncode, 0)
-    self.assertIn(f'{seed_model} was trained with --seed_steps=4, not --seed_steps=5: give those '
-                  'flags to reuse it, or use a new --output_dir.', refused.stderr)
+    self.assertIn(f'{seed_model} was trained with --seed_steps=4, --seed_warmup_steps=0, not '
+                  '--seed_steps=5, --seed_warmup_steps=2: give those flags to reuse it, or use '
+                  'a new --output_dir.', refused.stderr)
 
   def test_impossible_flag_combinations_are_refused_at_start_up(self):
     out = tempfile.mkdtemp()

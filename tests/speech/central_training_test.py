@@ -31,7 +31,8 @@ class CentralTrainingTest(absltest.TestCase):
   def _train(self, name, **overrides):
     config = central_training.CentralConfig(
         **{'steps': 6, 'optimizer': 'lars', 'learning_rate': 0.5, 'schedule': 'step',
-           'decay_every': 2, 'decay_start': 2, 'eval_every_steps': 3, 'seed': 7, **overrides})
+           'decay_every': 2, 'decay_start': 2, 'warmup_steps': 4, 'eval_every_steps': 3,
+           'seed': 7, **overrides})
     output_dir = os.path.join(self.root, name)
     lines = []
     result = central_training.train(config, self.train_data, self.vocab, output_dir,
@@ -54,8 +55,10 @@ class CentralTrainingTest(absltest.TestCase):
     with open(os.path.join(output_dir, 'metrics.csv')) as f:
       rows = list(csv.DictReader(f))
     self.assertEqual([r['key'] for r in rows], ['3', '6'])
-    # Step decay halves the rate every 2 steps from step 2: steps 1-2 at 0.5, 3-4 at 0.25, ...
-    self.assertAlmostEqual(float(rows[0]['train/learning_rate']), 0.25)
+    # Step decay halves the rate every 2 steps from step 2: steps 1-2 at 0.5, 3-4 at 0.25, 5-6 at
+    # 0.125; the warm-up scales step s by min(1, s / 4): 3/4 at step 3, 1 at step 6.
+    self.assertAlmostEqual(float(rows[0]['train/learning_rate']), 0.25 * 3 / 4)
+    self.assertAlmostEqual(float(rows[1]['train/learning_rate']), 0.125)
     self.assertTrue(all(np.isfinite(float(r['train/loss'])) for r in rows))
     self.assertTrue(all(0 <= float(r['eval/cer']) for r in rows))
     self.assertLen(lines, 2)
@@ -83,6 +86,8 @@ class CentralTrainingTest(absltest.TestCase):
       central_training.CentralConfig(steps=0)
     with self.assertRaisesRegex(ValueError, 'schedule'):
       central_training.CentralConfig(steps=1, schedule='cosine')
+    with self.assertRaisesRegex(ValueError, 'warmup_steps'):
+      central_training.CentralConfig(steps=1, warmup_steps=-1)
 
 
 if __name__ == '__main__':
