@@ -385,6 +385,11 @@ def _exit_status(returncode: int) -> str:
   return f'exit status {returncode}'
 
 
+def local_worker_died() -> bool:
+  """Whether the worker that `set_local_cpp_execution_context` started last has exited."""
+  return _worker is not None and _worker.process.poll() is not None
+
+
 def _stop_worker() -> None:
   if _worker is not None:
     _worker.stop()

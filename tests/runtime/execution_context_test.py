@@ -107,9 +107,15 @@ class SetLocalCppExecutionContextTest(parameterized.TestCase):
     execution_context.set_local_cpp_execution_context()
     self.addCleanup(execution_context.set_local_cpp_execution_context)
     self.assertEqual(_sum_at_clients([1]), 2)  # an executor is cached; it then finds out
+    self.assertFalse(execution_context.local_worker_died())
     (worker,) = _workers()
     worker.kill()
     self.assertTrue(_wait_until_gone([worker], 30))  # not reaped: that is the context's job
+    # The bridge (this process's child) ends once its worker has.
+    deadline = time.monotonic() + 30
+    while not execution_context.local_worker_died() and time.monotonic() < deadline:
+      time.sleep(0.05)
+    self.assertTrue(execution_context.local_worker_died())
     with self.assertRaisesRegex(RuntimeError, f'{worker.pid} is not serving \\(exit status -9\\)'):
       _sum_at_clients([1])
     # Killed from outside, it wrote nothing: no colon promising its output.
