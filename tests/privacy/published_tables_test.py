@@ -21,13 +21,16 @@ from fedasr_tff import privacy
 _ROWS = privacy.read_privacy_table()
 
 
-# One test case per distinct mechanism (z, q = S/K, T, delta): the PLD check is slow, and Bazel
-# shards by case. Tables that scale S and K together (10240/347530 and 102400/3475300) publish
-# the same mechanism again; the first (S, K) stands for it.
+# One per distinct mechanism (z, q = S/K, T, delta). Tables that scale S and K together
+# (10240/347530 and 102400/3475300) publish the same mechanism again; the first (S, K) stands for
+# it.
 _CONFIGURATIONS = sorted({
     (r.noise_multiplier, fractions.Fraction(r.cohort_size, r.population), r.steps, r.delta):
     (r.noise_multiplier, r.cohort_size, r.population, r.steps, r.delta)
     for r in reversed(_ROWS)}.values())
+# PLD never above RDP on a spread of them (every sixth by z, and the largest z): a property of the
+# two accountants, so a broken PLD wrapper shows on any; all 47 took ~2 minutes of CI's cores.
+_PLD_CONFIGURATIONS = _CONFIGURATIONS[::6] + _CONFIGURATIONS[-1:]
 
 
 class ReproductionTest(absltest.TestCase):
@@ -73,7 +76,7 @@ class ReproductionTest(absltest.TestCase):
 
 class PldTest(parameterized.TestCase):
 
-  @parameterized.parameters(_CONFIGURATIONS)
+  @parameterized.parameters(_PLD_CONFIGURATIONS)
   def test_pld_never_above_rdp(self, z, cohort, population, steps, delta):
     q = cohort / population
     rdp = privacy.compute_epsilon(z, q, steps, delta)
