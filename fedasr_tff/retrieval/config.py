@@ -45,7 +45,8 @@ class RetrieverConfig:
                                         '(--client_split=column).')
   max_chars: Optional[int] = _field(400, 'Fortunes: drop entries longer than this.')
   min_class_examples: int = _field(20, 'Drop classes with fewer examples.')
-  max_class_examples: Optional[int] = _field(None, 'Keep at most this many examples per class.')
+  max_class_examples: Optional[int] = _field(
+      None, 'Keep at most this many examples per class: a random sample, drawn with --data_seed.')
   max_classes: Optional[int] = _field(None, 'Keep at most this many classes (the first by name '
                                       'of those with --min_class_examples).')
   test_fraction: float = _field(0.2, 'Held-out fraction of each class (the server\'s test set).')

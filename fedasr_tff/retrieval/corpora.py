@@ -24,12 +24,18 @@ from typing import Tuple
 
 import numpy as np
 
+from absl import logging
+
 from fedasr_tff import validation
 
 FORTUNES_DIR = '/usr/share/games/fortunes'
 AG_NEWS_CLASSES = ('World', 'Sports', 'Business', 'Sci/Tech')
 # Files beside the categories in a fortunes directory: strfile's index, and the UTF-8 alias.
 _FORTUNES_NOT_CATEGORIES = ('.dat', '.u8')
+# Column names a LABEL<TAB>TEXT file's header line uses (lower case): `_is_header`.
+_HEADER_NAMES = frozenset({'label', 'labels', 'class', 'category', 'target', 'type', 'tag', 'v1',
+                           'text', 'sms', 'message', 'sentence', 'document', 'body', 'content',
+                           'v2'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,6 +262,9 @@ def read_sms_spam(path: str) -> LabelledTexts:
   `SMSSpamCollection`): one `LABEL<TAB>TEXT` line per message. A line's text is everything after
   its first tab.
 
+  A first line such as `Label<TAB>SMS` (the file as some mirrors publish it) is a header and is
+  skipped, with a warning: its label is on no other line and one of its fields is a column name.
+
   Args:
     path: the file.
 
@@ -266,7 +275,7 @@ def read_sms_spam(path: str) -> LabelledTexts:
   Raises:
     ValueError: naming the line of a malformed message, or for a file with no message.
   """
-  texts, names = [], []
+  texts, names, lines = [], [], []
   for line_number, line in enumerate(_read_text(path).split('\n'), start=1):
     line = line.rstrip('\r')
     if not line.strip():
@@ -279,7 +288,21 @@ def read_sms_spam(path: str) -> LabelledTexts:
       raise ValueError(f'{path}:{line_number}: empty {"label" if not label else "text"}.')
     texts.append(text)
     names.append(label)
+    lines.append(line_number)
+  if _is_header(names, texts):
+    logging.warning('%s:%d: %r taken as a header line and skipped (its label is on no other '
+                    'line, and it names a column).', path, lines[0], f'{names[0]}\t{texts[0]}')
+    texts, names = texts[1:], names[1:]
   return _from_string_labels(path, texts, names)
+
+
+def _is_header(names: Sequence[str], texts: Sequence[str]) -> bool:
+  """Whether a LABEL<TAB>TEXT file's first line is a header (such as `Label<TAB>SMS`): its label
+  is on no other line (a header would otherwise be a class of one example) and it or the text is
+  a column name (`_HEADER_NAMES`), so a real first message of a rare class is kept."""
+  if len(names) < 2 or names[0] in names[1:]:
+    return False
+  return names[0].lower() in _HEADER_NAMES or texts[0].lower() in _HEADER_NAMES
 
 
 def _csv_rows(path: str, delimiter: str) -> Iterator[Tuple[int, List[str]]]:

@@ -23,6 +23,8 @@ from fedasr_tff.text_models import frozen as frozen_lib
 from fedasr_tff.text_models import minilm
 
 FEATURE_BATCH = 64
+# Keeps the per-class sample's draws apart from the splits' (`corpora`), which also use data_seed.
+_SAMPLING_STREAM = 1
 
 
 @dataclasses.dataclass
@@ -45,8 +47,9 @@ class RetrievalData:
 
 def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
   """The corpus, without classes of fewer than `min_class_examples` examples, with at most
-  `max_classes` classes (the first by name) and `max_class_examples` per class (the first ones,
-  in file order).
+  `max_classes` classes (the first by name) and `max_class_examples` per class (a uniform sample
+  without replacement drawn with `data_seed`, kept in file order: the first N of a file sorted
+  by date or source would be no sample).
 
   Args:
     config: the run (its corpus flags).
@@ -70,10 +73,13 @@ def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
                                        client_column=config.client_column)
   keep = []
   classes = 0
+  rng = np.random.default_rng([config.data_seed, _SAMPLING_STREAM])
   for label in range(data.num_classes):
     members = np.flatnonzero(data.labels == label)
     if len(members) >= config.min_class_examples and classes != config.max_classes:
-      keep.extend(members[:config.max_class_examples])
+      if config.max_class_examples is not None and len(members) > config.max_class_examples:
+        members = rng.choice(members, config.max_class_examples, replace=False)
+      keep.extend(members)
       classes += 1
   if not keep:
     raise ValueError(f'No class of {config.corpus_path or config.corpus!r} has '

@@ -8,6 +8,8 @@ from absl.testing import absltest
 import numpy as np
 
 from fedasr_tff import retrieval
+from fedasr_tff.retrieval import config as retrieval_config
+from fedasr_tff.retrieval import data as data_lib
 
 
 def _data(labels, class_names=('a', 'b', 'c'), clients=None):
@@ -187,6 +189,21 @@ class SmsSpamTest(_FilesTest):
     self.assertEqual(data.texts, ('WIN a prize!\tCall now', 'Ok lar...', 'See you'))
     np.testing.assert_array_equal(data.labels, [1, 0, 0])
 
+  def test_a_header_line_is_detected_and_skipped(self):
+    body = 'ham\tOk lar...\nspam\tWIN a prize\nham\tSee you\n'
+    for header in ('Label\tSMS\n', 'v1\tv2\n', '\ncategory\tmessage\n'):
+      path = self.write('sms.tsv', header + body)
+      with self.assertLogs(level='WARNING') as logs:
+        data = retrieval.read_sms_spam(path)
+      self.assertEqual(data.class_names, ('ham', 'spam'), header)
+      self.assertLen(data, 3)
+      self.assertIn(f'{path}:{header.count(chr(10))}: ', logs.output[0])
+      self.assertIn('taken as a header line', logs.output[0])
+    # A first message of a class of its own is data, and so is a first line whose label recurs.
+    for first in ('urgent\tCall me back\n', 'ham\ttext\n'):
+      data = retrieval.read_sms_spam(self.write('sms.tsv', first + body))
+      self.assertLen(data, 4, first)
+
   def test_bad_lines_name_file_and_line(self):
     for content, message in (('ham\tfine\n\nno tab here\n', ':3: expected LABEL<TAB>TEXT'),
                              ('ham\tfine\n\tno label\n', ':2: empty label'),
@@ -289,6 +306,29 @@ class LabelledTableTest(_FilesTest):
                          (dict(client_column='label'), '`label_column`, `client_column`')):
       with self.assertRaisesRegex(ValueError, name):
         retrieval.read_labelled_table(path, **kwargs)
+
+
+class LoadCorpusTest(_FilesTest):
+
+  def _load(self, **overrides):
+    rows = ''.join(f'{name}{i},{name}\n' for name in ('a', 'b') for i in range(10))
+    path = self.write('corpus.csv', 'text,label\n' + rows)
+    return data_lib.load_corpus(retrieval_config.RetrieverConfig(
+        corpus='table', corpus_path=path, output_dir=self.dir, min_class_examples=1,
+        **overrides))
+
+  def test_max_class_examples_is_a_seeded_sample_kept_in_file_order(self):
+    samples = {seed: self._load(max_class_examples=3, data_seed=seed).texts
+               for seed in (0, 1, 2)}
+    for seed, texts in samples.items():
+      self.assertEqual([t[0] for t in texts], ['a'] * 3 + ['b'] * 3, seed)
+      self.assertEqual(list(texts), sorted(texts), seed)  # file order
+    self.assertEqual(self._load(max_class_examples=3, data_seed=1).texts, samples[1])
+    self.assertLen(set(samples.values()), 3)
+    # Not the first rows of each class, which a file sorted by date or source would bias.
+    self.assertTrue(any(texts != ('a0', 'a1', 'a2', 'b0', 'b1', 'b2')
+                        for texts in samples.values()))
+    self.assertLen(self._load(max_class_examples=20).texts, 20)
 
 
 class SplitEvenlyTest(absltest.TestCase):
