@@ -21,6 +21,8 @@ CORPORA = ('fortunes', 'sms_spam', 'ag_news', 'table')
 SPLITS = ('even', 'column')
 LOCAL_DP = ('none', 'fixed', 'adaptive')
 CENTRAL_DP = ('none', 'fixed', 'adaptive')
+# K of the top-K accuracy without --top_k (capped at the number of classes).
+DEFAULT_TOP_K = 3
 _field = fields_lib.field
 
 
@@ -106,12 +108,29 @@ class RetrieverConfig:
   # Run.
   output_dir: str = _field('', 'Output folder (metrics, checkpoints); a run started again with '
                            'the same flags resumes.', fingerprint=False)
-  top_k: int = _field(3, 'K of the top-K retrieval accuracy.')
+  top_k: Optional[int] = _field(
+      None, 'K of the top-K retrieval accuracy (default: 3, or the number of classes if fewer); '
+      'more than the number of classes is an error.', fingerprint=False)
   eval_every: int = _field(1, 'Evaluate every this many rounds.', fingerprint=False)
   checkpoint_every: int = _field(1, 'Checkpoint every this many rounds.', fingerprint=False)
   release_client_diagnostics: bool = _field(False, 'Under DP, also release the clients\' '
                                             'un-noised training statistics (outside the '
                                             'guarantee).')
+
+  def retrieval_k(self, num_classes: int) -> int:
+    """K of the top-K accuracy on `num_classes` classes: --top_k, or min(3, num_classes).
+
+    Raises:
+      ValueError: naming --top_k, if it was given larger than `num_classes` (top-K of all the
+        classes would be 100% whatever the model).
+    """
+    if self.top_k is None:
+      return min(DEFAULT_TOP_K, num_classes)
+    if self.top_k > num_classes:
+      raise ValueError(f'--top_k={self.top_k} is more than the corpus\'s {num_classes} classes '
+                       f'(after --min_class_examples and --max_classes); give at most '
+                       f'--top_k={num_classes}.')
+    return self.top_k
 
   def __post_init__(self):
     for name, value, options in (('corpus', self.corpus, CORPORA),
@@ -124,9 +143,11 @@ class RetrieverConfig:
                                   process_lib.DP_GRANULARITIES)):
       if value not in options:
         raise ValueError(f'--{name} must be one of {options}, got {value!r}.')
-    for name in ('num_clients', 'max_length', 'rounds', 'local_epochs', 'batch_size', 'top_k',
+    for name in ('num_clients', 'max_length', 'rounds', 'local_epochs', 'batch_size',
                  'eval_every', 'checkpoint_every', 'min_class_examples'):
       validation.check_positive_integer(name, getattr(self, name))
+    if self.top_k is not None:
+      validation.check_positive_integer('top_k', self.top_k)
     validation.check_open_unit_interval('test_fraction', self.test_fraction)
     if not self.output_dir:
       raise ValueError('`output_dir` is required.')

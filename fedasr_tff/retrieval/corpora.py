@@ -22,9 +22,8 @@ from typing import Optional
 from typing import Sequence
 from typing import Tuple
 
-import numpy as np
-
 from absl import logging
+import numpy as np
 
 from fedasr_tff import validation
 

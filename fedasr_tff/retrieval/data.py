@@ -143,9 +143,11 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
     The run's `RetrievalData`.
 
   Raises:
-    ValueError: if `--client_column` names another number of clients than `num_clients`.
+    ValueError: if `--client_column` names another number of clients than `num_clients`, or
+      --top_k is more than the classes (`RetrieverConfig.retrieval_k`).
   """
   texts = load_corpus(config)
+  config.retrieval_k(texts.num_classes)  # --top_k checked before any work.
   train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
   if config.client_split == 'even':
     parts = corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)

@@ -362,6 +362,7 @@ class _RetrieverRounds(training_loop.Task):
     # and so how often it was sampled).
     self.final_summary = {
         'rounds': config.rounds, 'eval': self._scores(), 'num_classes': data.texts.num_classes,
+        'top_k': config.retrieval_k(data.texts.num_classes),
         'train_examples': int(sum(len(v) for v in data.client_indices.values())),
         'test_examples': int(len(data.test)), 'feature_seconds': self.feature_seconds,
         'median_round_seconds': (float(np.median(self.round_seconds)) if self.round_seconds
@@ -382,7 +383,7 @@ class _RetrieverRounds(training_loop.Task):
             {key: tf.constant(value[i:i + data_lib.FEATURE_BATCH])
              for key, value in self.test_inputs.items()}, training=False).numpy()
         for i in range(0, len(test), data_lib.FEATURE_BATCH)])
-    k = min(self.config.top_k, self.data.texts.num_classes)
+    k = self.config.retrieval_k(self.data.texts.num_classes)
     return {'top1': float(retrieve.top_k_accuracy(logits, labels[test], 1)),
             f'top{k}': float(retrieve.top_k_accuracy(logits, labels[test], k))}
 
@@ -426,7 +427,7 @@ def mips_baseline(config: config_lib.RetrieverConfig) -> Dict[str, float]:
   labels = data.texts.labels
   prototypes = retrieve.class_prototypes(features[train], labels[train], data.texts.num_classes)
   scores = retrieve.mips_scores(features[data.test], prototypes)
-  k = min(config.top_k, data.texts.num_classes)
+  k = config.retrieval_k(data.texts.num_classes)
   return {'top1': float(retrieve.top_k_accuracy(scores, labels[data.test], 1)),
           f'top{k}': float(retrieve.top_k_accuracy(scores, labels[data.test], k))}
 

@@ -30,7 +30,10 @@ class RetrieverBinariesTest(absltest.TestCase):
             *_SMALL)
     result = _run('experiments.train_retriever', *args)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    # K of the top-K accuracy: 3 by default, with 3 classes.
     self.assertIn('final top1', result.stdout)
+    self.assertRegex(result.stdout, r'final top1 [\d.]+% top3 [\d.]+% on \d+ held-out examples '
+                     'of 3 classes')
     self.assertIn('features computed once', result.stdout)
     self.assertIn('Local DP', result.stdout)
     for name in ('metrics.csv', 'summary.json', 'config.json', 'model.npz', 'tensorboard'):

@@ -330,6 +330,20 @@ class LoadCorpusTest(_FilesTest):
                         for texts in samples.values()))
     self.assertLen(self._load(max_class_examples=20).texts, 20)
 
+  def test_top_k_defaults_to_three_or_the_classes_and_more_is_refused_before_any_work(self):
+    config = retrieval_config.RetrieverConfig(output_dir=self.dir)
+    self.assertEqual((config.retrieval_k(2), config.retrieval_k(150)), (2, 3))
+    self.assertEqual(retrieval_config.RetrieverConfig(output_dir=self.dir, top_k=2)
+                     .retrieval_k(2), 2)
+    with self.assertRaisesRegex(ValueError, 'top_k'):
+      retrieval_config.RetrieverConfig(output_dir=self.dir, top_k=0)
+    self.assertLen(self._load().class_names, 2)
+    # The 2-class corpus with --top_k=3: refused before the texts are tokenized (no tokenizer).
+    with self.assertRaisesRegex(ValueError, "--top_k=3 is more than the corpus's 2 classes"):
+      data_lib.prepare_data(retrieval_config.RetrieverConfig(
+          corpus='table', corpus_path=self.path('corpus.csv'), output_dir=self.dir,
+          min_class_examples=1, top_k=3), tokenizer=None)
+
 
 class SplitEvenlyTest(absltest.TestCase):
 
