@@ -18,6 +18,7 @@ from fedasr_tff.retrieval.corpora import read_fortunes
 from fedasr_tff.retrieval.corpora import read_labelled_table
 from fedasr_tff.retrieval.corpora import read_sms_spam
 from fedasr_tff.retrieval.corpora import split_by_client
+from fedasr_tff.retrieval.corpora import split_dirichlet
 from fedasr_tff.retrieval.corpora import split_evenly
 from fedasr_tff.retrieval.corpora import train_test_split
 from fedasr_tff.retrieval.heads import HEADS

@@ -18,7 +18,7 @@ from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import tff_model
 
 CORPORA = ('fortunes', 'sms_spam', 'ag_news', 'table')
-SPLITS = ('even', 'column')
+SPLITS = ('even', 'column', 'dirichlet')
 LOCAL_DP = ('none', 'fixed', 'adaptive')
 CENTRAL_DP = ('none', 'fixed', 'adaptive')
 # K of the top-K accuracy without --top_k (capped at the number of classes).
@@ -53,8 +53,11 @@ class RetrieverConfig:
                                       'of those with --min_class_examples).')
   test_fraction: float = _field(0.2, 'Held-out fraction of each class (the server\'s test set).')
   num_clients: int = _field(3, 'Clients (m); 1 is centralized training.')
-  client_split: str = _field('even', 'Clients as even random splits (the paper\'s) or by '
-                      '--client_column.', SPLITS)
+  client_split: str = _field('even', 'Clients as even random splits (the paper\'s), by '
+                      '--client_column, or skewed by label (dirichlet: each class dealt to the '
+                      'clients in Dirichlet(--dirichlet_alpha) shares, Hsu et al. 2019).', SPLITS)
+  dirichlet_alpha: float = _field(0.5, '--client_split=dirichlet: the concentration α (small: '
+                                  'clients of few classes; large: near the corpus\'s mix).')
   data_seed: int = _field(0, 'Seed of the test split and the client split.')
   # Model.
   checkpoint_dir: Optional[str] = _field(
@@ -149,6 +152,7 @@ class RetrieverConfig:
     if self.top_k is not None:
       validation.check_positive_integer('top_k', self.top_k)
     validation.check_open_unit_interval('test_fraction', self.test_fraction)
+    validation.check_positive('dirichlet_alpha', self.dirichlet_alpha)
     if not self.output_dir:
       raise ValueError('`output_dir` is required.')
     if self.corpus != 'fortunes' and self.corpus_path is None:

@@ -132,6 +132,15 @@ def _tokenize(tokenizer, texts, batch: int = 512) -> Dict[str, np.ndarray]:
   return {key: np.concatenate([p[key].numpy() for p in parts]) for key in parts[0]}
 
 
+def _split_dirichlet(train: corpora.LabelledTexts, config: config_lib.RetrieverConfig):
+  try:
+    return corpora.split_dirichlet(train, config.num_clients, config.dirichlet_alpha,
+                                   config.data_seed)
+  except ValueError as e:  # Named by the flags, not the library's arguments.
+    raise ValueError(f'--client_split=dirichlet with --dirichlet_alpha={config.dirichlet_alpha} '
+                     f'and --num_clients={config.num_clients}: {e}') from e
+
+
 def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData:
   """The corpus split into the test set and the clients, every text tokenized once.
 
@@ -149,8 +158,10 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
   texts = load_corpus(config)
   config.retrieval_k(texts.num_classes)  # --top_k checked before any work.
   train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
-  if config.client_split == 'even':
-    parts = corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
+  if config.client_split in ('even', 'dirichlet'):
+    parts = (corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
+             if config.client_split == 'even' else
+             _split_dirichlet(texts.subset(train), config))
     client_ids = [f'client_{i:03d}' for i in range(config.num_clients)]
     client_indices = {c: train[p] for c, p in zip(client_ids, parts, strict=True)}
   else:

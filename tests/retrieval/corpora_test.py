@@ -1,11 +1,13 @@
 """Readers of labelled text corpora, `LabelledTexts`, and the client and train/test splits."""
 
+import dataclasses
 import os
 import re
 import tempfile
 
 from absl.testing import absltest
 import numpy as np
+import tensorflow as tf
 
 from fedasr_tff import retrieval
 from fedasr_tff.retrieval import config as retrieval_config
@@ -330,6 +332,25 @@ class LoadCorpusTest(_FilesTest):
                         for texts in samples.values()))
     self.assertLen(self._load(max_class_examples=20).texts, 20)
 
+  def test_dirichlet_clients(self):
+    self._load()  # writes corpus.csv
+    config = retrieval_config.RetrieverConfig(
+        corpus='table', corpus_path=self.path('corpus.csv'), output_dir=self.dir,
+        min_class_examples=1, client_split='dirichlet', dirichlet_alpha=0.5, num_clients=2)
+
+    def tokenizer(texts):  # A stand-in: the split is what is checked.
+      return {'token_ids': tf.zeros([len(texts), 2], tf.int32)}
+
+    data = data_lib.prepare_data(config, tokenizer)
+    self.assertEqual(data.client_ids, ['client_000', 'client_001'])
+    train = np.concatenate(list(data.client_indices.values()))
+    self.assertEqual(len(np.unique(train)) + len(data.test), 20)
+    with self.assertRaisesRegex(ValueError, '--client_split=dirichlet with --dirichlet_alpha=0.5 '
+                                'and --num_clients=30: `num_clients`'):
+      data_lib.prepare_data(dataclasses.replace(config, num_clients=30), tokenizer)
+    with self.assertRaisesRegex(ValueError, 'dirichlet_alpha'):
+      dataclasses.replace(config, dirichlet_alpha=0.0)
+
   def test_top_k_defaults_to_three_or_the_classes_and_more_is_refused_before_any_work(self):
     config = retrieval_config.RetrieverConfig(output_dir=self.dir)
     self.assertEqual((config.retrieval_k(2), config.retrieval_k(150)), (2, 3))
@@ -372,6 +393,47 @@ class SplitEvenlyTest(absltest.TestCase):
                           (([0, 1], 1, 0), '`data` must be a LabelledTexts')):
       with self.assertRaisesRegex(ValueError, message):
         retrieval.split_evenly(*args)
+
+
+class SplitDirichletTest(absltest.TestCase):
+
+  _LABELS = np.repeat(np.arange(10), 100)
+
+  def _max_class_share(self, alpha, seed):
+    # Mean over clients of the share of a client's examples that its largest class holds.
+    data = _data(self._LABELS, class_names=tuple('abcdefghij'))
+    parts = retrieval.split_dirichlet(data, 10, alpha, seed)
+    np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.arange(len(data)))
+    self.assertTrue(all(len(part) for part in parts))
+    return np.mean([np.bincount(self._LABELS[part]).max() / len(part) for part in parts])
+
+  def test_skew_follows_alpha(self):
+    shares = {alpha: [self._max_class_share(alpha, seed) for seed in range(3)]
+              for alpha in (0.05, 0.5, 1000.0)}
+    # alpha -> infinity: every client near the corpus's mix (a tenth each); small alpha: clients
+    # dominated by one or two classes.
+    self.assertLess(max(shares[1000.0]), 0.15)
+    self.assertGreater(min(shares[0.05]), 0.5)
+    self.assertGreater(np.mean(shares[0.05]), np.mean(shares[0.5]))
+    self.assertGreater(np.mean(shares[0.5]), np.mean(shares[1000.0]))
+
+  def test_seeded(self):
+    data = _data(self._LABELS, class_names=tuple('abcdefghij'))
+    first, again, other = (retrieval.split_dirichlet(data, 4, 0.5, seed) for seed in (3, 3, 4))
+    for a, b in zip(first, again, strict=True):
+      np.testing.assert_array_equal(a, b)
+    self.assertFalse(all(np.array_equal(a, b) for a, b in zip(first, other, strict=True)))
+
+  def test_argument_errors_name_the_argument(self):
+    data = _data([0, 0, 1, 1, 2, 2])
+    for args, name in (((3, 0.0, 0), 'alpha'), ((0, 1.0, 0), 'num_clients'),
+                       ((7, 1.0, 0), 'num_clients'), ((3, 1.0, -1), 'seed')):
+      with self.assertRaisesRegex(ValueError, name):
+        retrieval.split_dirichlet(data, *args)
+    # Six examples over six clients at a tiny alpha: some client always ends up empty.
+    with self.assertRaisesRegex(ValueError, 'left a client without examples in each of 100 '
+                                'draws over 6 clients and 6 examples'):
+      retrieval.split_dirichlet(data, 6, 1e-3, 0)
 
 
 class SplitByClientTest(absltest.TestCase):
