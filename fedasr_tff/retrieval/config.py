@@ -51,7 +51,12 @@ class RetrieverConfig:
       None, 'Keep at most this many examples per class: a random sample, drawn with --data_seed.')
   max_classes: Optional[int] = _field(None, 'Keep at most this many classes (the first by name '
                                       'of those with --min_class_examples).')
-  test_fraction: float = _field(0.2, 'Held-out fraction of each class (the server\'s test set).')
+  test_fraction: float = _field(0.2, 'Held-out fraction of each class (the server\'s test set), '
+                                'unless --test_path gives the test set.')
+  test_path: Optional[str] = _field(
+      None, 'A separate test file (a dataset\'s official test set), in --corpus\'s format (same '
+      'columns for a table): every example of --corpus_path then trains, and the test examples '
+      'of classes the training set does not keep are left out and counted.')
   num_clients: int = _field(3, 'Clients (m); 1 is centralized training.')
   client_split: str = _field('even', 'Clients as even random splits (the paper\'s), by '
                       '--client_column, or skewed by label (dirichlet: each class dealt to the '
@@ -155,6 +160,9 @@ class RetrieverConfig:
     validation.check_positive('dirichlet_alpha', self.dirichlet_alpha)
     if not self.output_dir:
       raise ValueError('`output_dir` is required.')
+    if self.test_path is not None and self.corpus == 'fortunes':
+      raise ValueError('--test_path needs a file corpus (--corpus=sms_spam, ag_news or table); '
+                       'fortunes are one folder.')
     if self.corpus != 'fortunes' and self.corpus_path is None:
       raise ValueError(f'--corpus={self.corpus} needs --corpus_path.')
     if self.client_split == 'column' and (self.corpus != 'table' or self.client_column is None):

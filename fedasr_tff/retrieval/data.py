@@ -1,8 +1,9 @@
 """A retriever run's data: the labelled corpus, its test split and clients, tokens and features.
 
 The corpus (`corpora`) is filtered to classes of enough examples, split into a held-out test set
-(stratified, the server's own evaluation data) and training examples dealt to clients (evenly,
-the paper's, or by a client column), and tokenized once; the classifier-only mode's pooled
+(stratified, the server's own evaluation data; or a separate test file, --test_path) and
+training examples dealt to clients (evenly, the paper's, by a client column, or by Dirichlet
+shares of each class), and tokenized once; the classifier-only mode's pooled
 features of the frozen backbone are computed once (the paper's mode A).
 """
 
@@ -10,7 +11,9 @@ import collections
 import dataclasses
 from typing import Dict
 from typing import List
+from typing import Tuple
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -32,17 +35,20 @@ class RetrievalData:
   """Tokenized examples, the test indices and each client's training indices.
 
   Attributes:
-    texts: the corpus (`load_corpus`).
+    texts: the corpus (`load_corpus`), followed by --test_path's examples if given.
     tokens: {"token_ids", "mask"}: int32 [N, max_length] of every text.
     test: the indices of the held-out test set.
     client_ids: the clients (`client_000`, ... for even splits, else the sorted column values).
     client_indices: {client: the indices of its training examples}.
+    test_left_out: examples of --test_path left out, their class not among the training
+      corpus's (`with_test_file`).
   """
   texts: corpora.LabelledTexts
   tokens: Dict[str, np.ndarray]
   test: np.ndarray
   client_ids: List[str]
   client_indices: Dict[str, np.ndarray]
+  test_left_out: int = 0
 
 
 def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
@@ -60,17 +66,7 @@ def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
   Raises:
     ValueError: if no class has `min_class_examples` examples.
   """
-  if config.corpus == 'fortunes':
-    data = corpora.read_fortunes(config.corpus_path or corpora.FORTUNES_DIR,
-                                 max_chars=config.max_chars)
-  elif config.corpus == 'sms_spam':
-    data = corpora.read_sms_spam(config.corpus_path)
-  elif config.corpus == 'ag_news':
-    data = corpora.read_ag_news(config.corpus_path)
-  else:
-    data = corpora.read_labelled_table(config.corpus_path, text_column=config.text_column,
-                                       label_column=config.label_column,
-                                       client_column=config.client_column)
+  data = _read(config, config.corpus_path)
   keep = []
   classes = 0
   rng = np.random.default_rng([config.data_seed, _SAMPLING_STREAM])
@@ -92,6 +88,50 @@ def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
   return corpora.LabelledTexts(texts=kept.texts, labels=relabel[kept.labels],
                                class_names=tuple(data.class_names[i] for i in used),
                                clients=kept.clients)
+
+
+def _read(config: config_lib.RetrieverConfig, path) -> corpora.LabelledTexts:
+  """The corpus file (or fortunes folder) `path` in --corpus's format."""
+  if config.corpus == 'fortunes':
+    return corpora.read_fortunes(path or corpora.FORTUNES_DIR, max_chars=config.max_chars)
+  if config.corpus == 'sms_spam':
+    return corpora.read_sms_spam(path)
+  if config.corpus == 'ag_news':
+    return corpora.read_ag_news(path)
+  return corpora.read_labelled_table(path, text_column=config.text_column,
+                                     label_column=config.label_column,
+                                     client_column=config.client_column)
+
+
+def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverConfig
+                   ) -> Tuple[corpora.LabelledTexts, np.ndarray, int]:
+  """`train` followed by the examples of --test_path whose class `train` has.
+
+  Args:
+    train: the kept training corpus (`load_corpus`).
+    config: the run (`test_path`, and --corpus's format and columns).
+
+  Returns:
+    (the joined corpus, the indices of its test examples, how many test examples were left out
+    for a class the training corpus does not have).
+
+  Raises:
+    ValueError: naming --test_path, if none of its examples has a class of the training corpus.
+  """
+  test = _read(config, config.test_path)
+  index = {name: i for i, name in enumerate(train.class_names)}
+  known = [i for i, label in enumerate(test.labels) if test.class_names[label] in index]
+  if not known:
+    raise ValueError(f'--test_path {config.test_path!r}: none of its {len(test)} examples has a '
+                     f'class of the training corpus ({", ".join(train.class_names[:5])}'
+                     f'{", ..." if train.num_classes > 5 else ""}).')
+  texts = train.texts + tuple(test.texts[i] for i in known)
+  labels = np.concatenate([train.labels, [index[test.class_names[test.labels[i]]]
+                                          for i in known]]).astype(np.int32)
+  # Test examples belong to no client; the client split reads the training rows only.
+  clients = None if train.clients is None else train.clients + ('',) * len(known)
+  joined = corpora.LabelledTexts(texts, labels, train.class_names, clients)
+  return joined, np.arange(len(train), len(joined)), len(test) - len(known)
 
 
 def load_backbone(config: config_lib.RetrieverConfig):
@@ -157,7 +197,16 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
   """
   texts = load_corpus(config)
   config.retrieval_k(texts.num_classes)  # --top_k checked before any work.
-  train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
+  test_left_out = 0
+  if config.test_path is None:
+    train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
+  else:
+    train = np.arange(len(texts))
+    texts, test, test_left_out = with_test_file(texts, config)
+    if test_left_out:
+      logging.warning('--test_path %s: %d of its examples are of classes the training corpus '
+                      'does not keep; left out of the test set.', config.test_path,
+                      test_left_out)
   if config.client_split in ('even', 'dirichlet'):
     parts = (corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
              if config.client_split == 'even' else
@@ -171,7 +220,7 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
                        f'set --num_clients={len(ids)}.')
     client_ids, client_indices = list(ids), {c: train[p] for c, p in zip(ids, parts, strict=True)}
   return RetrievalData(texts, _tokenize(tokenizer, texts.texts), test, client_ids,
-                       client_indices)
+                       client_indices, test_left_out)
 
 
 def compute_features(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> np.ndarray:

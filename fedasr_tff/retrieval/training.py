@@ -364,7 +364,8 @@ class _RetrieverRounds(training_loop.Task):
         'rounds': config.rounds, 'eval': self._scores(), 'num_classes': data.texts.num_classes,
         'top_k': config.retrieval_k(data.texts.num_classes),
         'train_examples': int(sum(len(v) for v in data.client_indices.values())),
-        'test_examples': int(len(data.test)), 'feature_seconds': self.feature_seconds,
+        'test_examples': int(len(data.test)), 'test_examples_left_out': data.test_left_out,
+        'feature_seconds': self.feature_seconds,
         'median_round_seconds': (float(np.median(self.round_seconds)) if self.round_seconds
                                  else None),
         'privacy': self._privacy_values(config.rounds) if config.adds_noise else None,

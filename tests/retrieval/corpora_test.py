@@ -351,6 +351,33 @@ class LoadCorpusTest(_FilesTest):
     with self.assertRaisesRegex(ValueError, 'dirichlet_alpha'):
       dataclasses.replace(config, dirichlet_alpha=0.0)
 
+  def test_a_separate_test_file(self):
+    self._load()  # writes corpus.csv: classes a and b, ten rows each
+    test_path = self.write('test.csv', 'label,text\nb,b test\nz,z test\na,a test\nz,z2\n')
+    config = retrieval_config.RetrieverConfig(
+        corpus='table', corpus_path=self.path('corpus.csv'), test_path=test_path,
+        output_dir=self.dir, min_class_examples=1, num_clients=2)
+
+    def tokenizer(texts):  # A stand-in: the split is what is checked.
+      return {'token_ids': tf.zeros([len(texts), 2], tf.int32)}
+
+    with self.assertLogs(level='WARNING') as logs:
+      data = data_lib.prepare_data(config, tokenizer)
+    self.assertIn('2 of its examples are of classes the training corpus does not keep',
+                  logs.output[0])
+    self.assertEqual(data.test_left_out, 2)
+    # Every row of the corpus trains; the test set is the test file's rows of known classes,
+    # labelled by class name (the columns in another order).
+    self.assertEqual(sorted(np.concatenate(list(data.client_indices.values()))), list(range(20)))
+    self.assertEqual([data.texts.texts[i] for i in data.test], ['b test', 'a test'])
+    self.assertEqual([data.texts.class_names[data.texts.labels[i]] for i in data.test],
+                     ['b', 'a'])
+    unknown = self.write('unknown.csv', 'text,label\nz test,z\n')
+    with self.assertRaisesRegex(ValueError, f"--test_path '{unknown}': none of its 1 examples"):
+      data_lib.prepare_data(dataclasses.replace(config, test_path=unknown), tokenizer)
+    with self.assertRaisesRegex(ValueError, '--test_path needs a file corpus'):
+      retrieval_config.RetrieverConfig(output_dir=self.dir, test_path=test_path)
+
   def test_top_k_defaults_to_three_or_the_classes_and_more_is_refused_before_any_work(self):
     config = retrieval_config.RetrieverConfig(output_dir=self.dir)
     self.assertEqual((config.retrieval_k(2), config.retrieval_k(150)), (2, 3))
