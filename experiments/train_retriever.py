@@ -14,6 +14,11 @@ with the same flags and --output_dir, a run resumes from its latest checkpoint. 
 --mips_baseline the binary only prints the MIPS baseline on the frozen model (class prototypes
 of the training queries, scored by inner product; the paper's Sec. 6.2 baseline).
 
+Writes to --output_dir: `report.md` (top-1, top-K and macro-F1, per-class precision and recall,
+the confusion matrix as `confusion.png` up to 20 classes), `predictions.tsv` (each held-out
+example's top-K classes with their probabilities, owner-only), `metrics.csv`, `summary.json`,
+`model.npz` (named tensors) and the checkpoints.
+
 Every flag that configures the run is a field of
 `fedasr_tff.retrieval.retrieval_config.RetrieverConfig` (same name, default and help).
 """
@@ -23,6 +28,7 @@ from absl import flags
 
 from experiments import common
 from experiments import config_flags
+from experiments import report
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import training
@@ -62,6 +68,15 @@ def main(argv):
   if result.round_seconds:
     print(f'median round time {metrics["median_round_seconds"]:.3f} s')
   print(result.privacy_statement)
+  corpus = config.corpus_path or config.corpus
+  path = report.write_retriever_report(
+      config.output_dir, title=f'Classifier-as-retriever on {corpus}', scores=result.scores,
+      class_names=result.class_names, test_examples=metrics['test_examples'],
+      privacy_statement=result.privacy_statement,
+      notes=[f'{metrics["test_examples_left_out"]} examples of --test_path were left out: '
+             'their classes are not among the training corpus\'s.']
+      if metrics.get('test_examples_left_out') else [])
+  print(f'report: {path}')
 
 
 if __name__ == '__main__':

@@ -5,7 +5,9 @@ corpus split into a held-out test set (the server's) and clients; a frozen backb
 features are cached (classifier only) or through which the clients train an adapter; rounds of
 `process.build_retrieval_process` with every client (the paper's full participation) or a
 Poisson cohort, with local DP per client, the project's central DP (`PerLayerDPFactory`) or
-none; top-1 and top-K accuracy on the test set. Modes, corpora and evidence: docs/retrieval.md.
+none; top-1 and top-K accuracy and macro-F1 on the test set (`evaluation`), and the final model's
+top-K classes for each test example (`predictions.tsv`). Modes, corpora and evidence:
+docs/retrieval.md.
 
 Privacy. `seed` is public (initialisation, batch orders, dropout). The DP noise and the cohorts
 come from a separate noise secret, drawn from OS entropy and kept only in the owner-only
@@ -17,6 +19,7 @@ statistics are never noised: under DP they are released only with `release_clien
 
 import dataclasses
 import hashlib
+import os
 import time
 from typing import Any
 from typing import Dict
@@ -35,6 +38,7 @@ from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
 from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import data as data_lib
+from fedasr_tff.retrieval import evaluation
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import retrieve
@@ -42,6 +46,8 @@ from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import frozen as frozen_lib
 
 _FORMAT = 1
+# The final model's top-K classes for each held-out example (`evaluation.write_predictions`).
+PREDICTIONS_FILE = 'predictions.tsv'
 _SHOWN = ('eval/top1', 'privacy/local_epsilon_max', 'privacy/epsilon_run_rdp')
 
 
@@ -78,12 +84,16 @@ class RetrieverResult:
     privacy_statement: the run's privacy statement, in Markdown.
     feature_seconds: the time spent caching features (0 in the adapter mode).
     round_seconds: the wall time of each round run by this process.
+    scores: the final model's `evaluation.Scores` on the held-out test set.
+    class_names: the name of each class (the documents retrieved).
   """
   weights: tff.learning.models.ModelWeights
   metrics: Dict[str, Any]
   privacy_statement: str
   feature_seconds: float
   round_seconds: List[float]
+  scores: evaluation.Scores
+  class_names: Tuple[str, ...]
 
 
 class _DPStates:
@@ -267,8 +277,16 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
                             noise_secret, () if frozen_backbone is None
                             else (frozen_backbone.weights,), feature_seconds)
   training_loop.train(rounds, config.output_dir, show_progress=show_progress, log=log)
+  # The final model's predictions on the held-out examples (the server's own evaluation data).
+  logits = rounds.test_logits()
+  k = config.retrieval_k(num_classes)
+  evaluation.write_predictions(
+      os.path.join(config.output_dir, PREDICTIONS_FILE),
+      [data.texts.texts[i] for i in data.test], data.texts.labels[data.test],
+      data.texts.class_names, logits, k)
   return RetrieverResult(rounds.weights, rounds.final_summary, rounds.final_summary[
-      'privacy_statement'], feature_seconds, rounds.round_seconds)
+      'privacy_statement'], feature_seconds, rounds.round_seconds,
+      evaluation.score(logits, data.texts.labels[data.test], k), data.texts.class_names)
 
 
 def _releases_client_statistics(config: config_lib.RetrieverConfig) -> bool:
@@ -375,18 +393,23 @@ class _RetrieverRounds(training_loop.Task):
     }
     return self.final_summary
 
-  def _scores(self) -> Dict[str, float]:
-    """Top-1 and top-K accuracy of the current model on the held-out test set."""
+  def test_logits(self) -> np.ndarray:
+    """[test examples, classes]: the current model's logits on the held-out test set."""
     _assign(self.eval_model, self.weights)
-    test, labels = self.data.test, self.data.texts.labels
-    logits = np.concatenate([
+    return np.concatenate([
         self.eval_model.predict_on_batch(
             {key: tf.constant(value[i:i + data_lib.FEATURE_BATCH])
              for key, value in self.test_inputs.items()}, training=False).numpy()
-        for i in range(0, len(test), data_lib.FEATURE_BATCH)])
-    k = self.config.retrieval_k(self.data.texts.num_classes)
-    return {'top1': float(retrieve.top_k_accuracy(logits, labels[test], 1)),
-            f'top{k}': float(retrieve.top_k_accuracy(logits, labels[test], k))}
+        for i in range(0, len(self.data.test), data_lib.FEATURE_BATCH)])
+
+  def final_scores(self) -> evaluation.Scores:
+    """The current model's `evaluation.Scores` on the held-out test set."""
+    return evaluation.score(self.test_logits(), self.data.texts.labels[self.data.test],
+                            self.config.retrieval_k(self.data.texts.num_classes))
+
+  def _scores(self) -> Dict[str, float]:
+    """Top-1, top-K accuracy and macro-F1 of the current model on the held-out test set."""
+    return self.final_scores().metrics()
 
   def _privacy_values(self, round_num: int) -> Dict[str, float]:
     if self.local is not None:
@@ -419,7 +442,7 @@ def mips_baseline(config: config_lib.RetrieverConfig) -> Dict[str, float]:
     config: the run (its corpus, backbone and split).
 
   Returns:
-    {'top1': ..., 'topK': ...} on the held-out test set.
+    {'top1': ..., 'topK': ..., 'macro_f1': ...} on the held-out test set.
   """
   backbone, tokenizer = data_lib.load_backbone(config)
   data = data_lib.prepare_data(config, tokenizer)
@@ -428,7 +451,6 @@ def mips_baseline(config: config_lib.RetrieverConfig) -> Dict[str, float]:
   labels = data.texts.labels
   prototypes = retrieve.class_prototypes(features[train], labels[train], data.texts.num_classes)
   scores = retrieve.mips_scores(features[data.test], prototypes)
-  k = config.retrieval_k(data.texts.num_classes)
-  return {'top1': float(retrieve.top_k_accuracy(scores, labels[data.test], 1)),
-          f'top{k}': float(retrieve.top_k_accuracy(scores, labels[data.test], k))}
+  return evaluation.score(scores, labels[data.test],
+                          config.retrieval_k(data.texts.num_classes)).metrics()
 

@@ -9,6 +9,7 @@ from PIL import Image
 import tensorflow_federated as tff
 
 from experiments import report
+from fedasr_tff.retrieval import evaluation
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 _BLOCK_LAYERS = ('ln1/gamma', 'ln1/beta', 'wqkv/kernel', 'wf/kernel', 'ln2/gamma', 'ln2/beta',
@@ -319,6 +320,41 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(re.findall(r'!\[[^\]]*\]\(([^)]+)\)', text), ['error_rates.png'])
     self.assertIn('| FL | 50.0 |', text)
     self.assertCountEqual(os.listdir(out_dir), ['report.md', 'error_rates.png'])
+
+
+  def test_retriever_report(self):
+    logits = np.array([[3.0, 1.0, 0.0], [0.0, 3.0, 1.0], [3.0, 0.0, 2.0], [1.0, 3.0, 2.0]])
+    scores = evaluation.score(logits, np.array([0, 1, 2, 0]), 2)
+    path = report.write_retriever_report(
+        self.dir, title='Retriever', scores=scores, class_names=('ham', 'spam', 'eggs'),
+        test_examples=4, privacy_statement='No DP.', notes=['a note'])
+    with open(path) as f:
+      text = f.read()
+    self.assertIn('**Top-1 50.0%, top-2 75.0% (K = 2: the documents retrieved per query), '
+                  'macro-F1 38.9% on 4 held-out examples of 3 classes.**', text)
+    self.assertIn('| spam | 1 | 50.0 | 100.0 | 66.7 |', text)
+    self.assertIn('![Confusion matrix](confusion.png)', text)
+    self.assertIn('## Privacy\n\nNo DP.', text)
+    self.assertIn('- a note', text)
+    self.assertPng(self.path('confusion.png'))
+
+  def test_retriever_report_lists_confusions_beyond_twenty_classes(self):
+    names = tuple(f'class{i}' for i in range(21))
+    labels = np.arange(21).repeat(2)
+    logits = np.eye(21)[labels]
+    logits[0] = np.eye(21)[5]   # class0 -> class5, twice
+    logits[1] = np.eye(21)[5]
+    logits[2] = np.eye(21)[0]   # class1 -> class0, once
+    scores = evaluation.score(logits, labels, 3)
+    out_dir = os.path.join(self.dir, 'many')
+    os.makedirs(out_dir)
+    with open(report.write_retriever_report(
+        out_dir, title='Many', scores=scores, class_names=names, test_examples=42,
+        privacy_statement='-')) as f:
+      text = f.read()
+    self.assertIn('Not drawn for more than 20 classes', text)
+    self.assertIn('- class0 → class5: 2\n- class1 → class0: 1\n\n## Privacy', text)
+    self.assertNotIn('confusion.png', os.listdir(out_dir))
 
 
 if __name__ == '__main__':

@@ -3,6 +3,7 @@
 baseline, and a two-cell, one-seed `experiments.retriever_study`."""
 
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -32,12 +33,20 @@ class RetrieverBinariesTest(absltest.TestCase):
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     # K of the top-K accuracy: 3 by default, with 3 classes.
     self.assertIn('final top1', result.stdout)
-    self.assertRegex(result.stdout, r'final top1 [\d.]+% top3 [\d.]+% on \d+ held-out examples '
-                     'of 3 classes')
+    self.assertRegex(result.stdout, r'final top1 [\d.]+% top3 [\d.]+% macro_f1 [\d.]+% on \d+ '
+                     'held-out examples of 3 classes')
     self.assertIn('features computed once', result.stdout)
     self.assertIn('Local DP', result.stdout)
-    for name in ('metrics.csv', 'summary.json', 'config.json', 'model.npz', 'tensorboard'):
+    for name in ('metrics.csv', 'summary.json', 'config.json', 'model.npz', 'tensorboard',
+                 'report.md', 'confusion.png', 'predictions.tsv'):
       self.assertTrue(os.path.exists(os.path.join(output_dir, name)), name)
+    with open(os.path.join(output_dir, 'report.md')) as f:
+      self.assertRegex(f.read(), r'macro-F1 [\d.]+% on \d+ held-out examples of 3 classes')
+    # The held-out texts with the model's top-K classes: owner-only.
+    predictions = os.path.join(output_dir, 'predictions.tsv')
+    self.assertEqual(stat.S_IMODE(os.stat(predictions).st_mode), 0o600)
+    with open(predictions) as f:
+      self.assertTrue(f.readline().startswith('text\tlabel\tcorrect\tclass_1\tscore_1\t'))
     # Started again with more rounds: resumes from the checkpoint of round 2.
     resumed = _run('experiments.train_retriever', *args, '--rounds=3')
     self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
