@@ -2,12 +2,13 @@ r"""The classifier-as-retriever paper's comparisons in miniature, over several s
 
   python -m experiments.retriever_study --output_dir=/tmp/retriever_study --seeds=0,1,2
 
-Runs, on Debian's fortunes (category = document to retrieve) with the pretrained
+Runs, on any corpus `train_retriever` reads (its flags: --corpus, --corpus_path, ...; by
+default Debian's fortunes, category = document to retrieve) with the pretrained
 all-MiniLM-L6-v2, every cell of `CELLS` for each seed (the seed fixes the test split, the client
 split, the initialisation and the batch orders) through `fedasr_tff.retrieval.training.train`,
-and prints and writes (`results.md`, `results.csv`) held-out top-1 and top-K accuracy, mean ± std
-over the seeds, with each DP cell's ε. The cells (Fofonjka et al., webAI 2025,
-Sec. 6):
+and prints and writes (`results.md`, `results.csv`) held-out top-1 and top-K accuracy and
+macro-F1, mean ± std over the seeds, with each DP cell's ε. The cells (Fofonjka et al., webAI
+2025, Sec. 6):
 
 * E1: MIPS on the frozen model (class prototypes; no training) < classifier-only <= adapter +
   classifier;
@@ -29,6 +30,7 @@ from absl import app
 from absl import flags
 
 from experiments import common
+from experiments import config_flags
 from fedasr_tff import private_files
 from fedasr_tff.program import study
 from fedasr_tff.retrieval import config as retrieval_config
@@ -40,9 +42,13 @@ _CLIENTS = flags.DEFINE_integer('clients', 3, 'FL clients (the paper\'s AG News 
                                 lower_bound=2)
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'FL rounds.', lower_bound=1)
 _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 2, 'Local epochs a round.', lower_bound=1)
-_MAX_CLASSES = flags.DEFINE_integer('max_classes', 10, 'Fortunes categories.', lower_bound=2)
-_CLASS_EXAMPLES = flags.DEFINE_integer('class_examples', 40, 'Examples per category.',
-                                       lower_bound=5)
+# The corpus: any that `train_retriever` reads, by the trainer's flags of the same names
+# (`RetrieverConfig`); by default the study's fortunes, the first 10 categories of 40 entries or
+# more, 40 of each.
+CORPUS_FLAGS = ('corpus', 'corpus_path', 'text_column', 'label_column', 'test_path', 'max_chars',
+                'min_class_examples', 'max_class_examples', 'max_classes', 'test_fraction')
+config_flags.define_flags(retrieval_config.RetrieverConfig, CORPUS_FLAGS, defaults={
+    'max_classes': 10, 'min_class_examples': 40, 'max_class_examples': 40})
 _LR = flags.DEFINE_float('client_learning_rate', 0.1, 'Local SGD learning rate of the head.')
 _ADAPTER_LR = flags.DEFINE_float('adapter_learning_rate', 0.1,
                                  'Local SGD learning rate of adapter + classifier.')
@@ -82,9 +88,8 @@ def cells():
 
 
 def _config(name, overrides, seed, output_dir):
-  base = dict(max_length=_MAX_LENGTH.value, max_classes=_MAX_CLASSES.value,
-              max_class_examples=_CLASS_EXAMPLES.value,
-              min_class_examples=_CLASS_EXAMPLES.value, num_clients=_CLIENTS.value,
+  base = dict({name: flags.FLAGS[name].value for name in CORPUS_FLAGS},
+              max_length=_MAX_LENGTH.value, num_clients=_CLIENTS.value,
               local_epochs=_LOCAL_EPOCHS.value, client_learning_rate=_LR.value,
               data_seed=seed, seed=seed, output_dir=os.path.join(output_dir, f'{name}_{seed}'))
   # Centralized is one client holding all the training data, for the same rounds x local
@@ -137,7 +142,8 @@ def main(argv):
   seeds = [int(s) for s in _SEEDS.value]
   rows = []
   for name, (description, overrides) in chosen.items():
-    results = [_run(name, overrides, seed, output_dir) for seed in seeds]
+    with config_flags.flag_errors():  # A corpus or flag error as one line naming it.
+      results = [_run(name, overrides, seed, output_dir) for seed in seeds]
     metrics = sorted(results[0]['eval'])
     row = {'cell': name, 'description': description, 'seeds': len(seeds),
            'epsilon': _epsilon(results[0])}
@@ -153,7 +159,8 @@ def main(argv):
     writer = csv.DictWriter(f, keys)
     writer.writeheader()
     writer.writerows(rows)
-  metric_keys = [k for k in keys if k.startswith('top') and not k.endswith('_values')]
+  metric_keys = [k for k in keys if (k.startswith('top') or k == 'macro_f1')
+                 and not k.endswith('_values')]
   lines = ['| cell | ' + ' | '.join(f'{m} (%)' for m in metric_keys) + ' | ε |',
            '|---|' + '---|' * (len(metric_keys) + 1)]
   for row in rows:

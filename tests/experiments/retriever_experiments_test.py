@@ -2,6 +2,7 @@
 `experiments.train_retriever` on the real fortunes corpus and MiniLM, its flag errors and MIPS
 baseline, and a two-cell, one-seed `experiments.retriever_study`."""
 
+import json
 import os
 import stat
 import subprocess
@@ -62,23 +63,29 @@ class RetrieverBinariesTest(absltest.TestCase):
     self.assertEqual(mips.returncode, 0, mips.stderr[-3000:])
     self.assertIn('MIPS on the frozen model', mips.stdout)
 
-  def test_study_runs_two_cells_and_writes_the_table(self):
+  def test_study_runs_two_cells_on_a_table_corpus_and_writes_the_table(self):
+    # Any corpus the trainer reads, by its flags: here a CSV table of three topics.
     output_dir = tempfile.mkdtemp()
-    result = _run('experiments.retriever_study', '--output_dir=' + output_dir, '--seeds=0',
-                  '--cells=mips,fl', '--rounds=1', '--max_classes=3', '--class_examples=5',
-                  '--max_length=16')
+    corpus = os.path.join(output_dir, 'topics.csv')
+    with open(corpus, 'w') as f:
+      f.write('text,label\n')
+      for topic in ('weather', 'football', 'cooking'):
+        f.writelines(f'a short note about {topic} number {i},{topic}\n' for i in range(8))
+    args = ('--output_dir=' + output_dir, '--seeds=0', '--cells=mips,fl', '--rounds=1',
+            '--corpus=table', f'--corpus_path={corpus}', '--min_class_examples=5',
+            '--max_class_examples=6', '--max_length=16')
+    result = _run('experiments.retriever_study', *args)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     with open(os.path.join(output_dir, 'results.md')) as f:
       table = f.read()
     self.assertIn('E1 MIPS on the frozen model', table)
     self.assertIn('FL, classifier only', table)
+    with open(os.path.join(output_dir, 'fl_0', 'summary.json')) as f:
+      self.assertEqual(json.load(f)['num_classes'], 3)
     # A second start reads the finished cells back instead of running them.
-    again = _run('experiments.retriever_study', '--output_dir=' + output_dir, '--seeds=0',
-                 '--cells=mips,fl', '--rounds=1', '--max_classes=3', '--class_examples=5',
-                 '--max_length=16')
+    again = _run('experiments.retriever_study', *args)
     self.assertEqual(again.returncode, 0, again.stderr[-3000:])
     self.assertNotIn('round 1/1', again.stdout)
-
 
 if __name__ == '__main__':
   absltest.main()
