@@ -63,8 +63,12 @@ def main(argv):
   metrics = result.metrics
   print('final ' + ' '.join(f'{k} {100 * v:.2f}%' for k, v in metrics['eval'].items()) +
         f' on {metrics["test_examples"]} held-out examples of {metrics["num_classes"]} classes')
-  if result.feature_seconds:
-    print(f'features computed once in {result.feature_seconds:.1f} s')
+  if result.features_cached:
+    print(f'features read from the cache ({config.feature_cache}) in '
+          f'{result.feature_seconds:.1f} s')
+  elif result.feature_seconds:
+    print(f'features computed once in {result.feature_seconds:.1f} s' + (
+        f', cached in {config.feature_cache}' if config.feature_cache else ''))
   if result.round_seconds:
     print(f'median round time {metrics["median_round_seconds"]:.3f} s')
   print(result.privacy_statement)

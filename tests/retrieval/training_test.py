@@ -69,7 +69,8 @@ class TrainingTest(absltest.TestCase):
     values = dict(corpus_path=self.corpus, checkpoint_dir=self.model, max_length=_MAX_LENGTH,
                   min_class_examples=5, num_clients=3, rounds=4, local_epochs=2,
                   client_learning_rate=0.5, test_fraction=0.25,
-                  output_dir=os.path.join(self.root, name))
+                  output_dir=os.path.join(self.root, name),
+                  feature_cache_dir=os.path.join(self.root, 'features'))
     values.update(overrides)
     return retrieval_config.RetrieverConfig(**values)
 
