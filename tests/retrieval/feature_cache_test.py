@@ -1,6 +1,7 @@
 """The classifier-only mode's feature cache: keyed by backbone weights, tokens and pooling;
 owner-only; a damaged entry computed again."""
 
+import dataclasses
 import os
 import stat
 import tempfile
@@ -8,6 +9,7 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
+from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import feature_cache
 from tests.retrieval import backbones
@@ -80,9 +82,13 @@ class FeatureCacheTest(absltest.TestCase):
     self.assertFalse(hit)
     self.assertEqual(features.shape, (2, 16))
 
-  def test_default_dir_follows_xdg_cache_home(self):
+  def test_the_configuration_chooses_the_folder(self):
     with absltest.mock.patch.dict(os.environ, {'XDG_CACHE_HOME': '/somewhere'}):
       self.assertEqual(feature_cache.default_dir(), '/somewhere/fedasr_tff/retriever_features')
+      config = retrieval_config.RetrieverConfig(output_dir=self.dir)
+      self.assertEqual(config.feature_cache, '/somewhere/fedasr_tff/retriever_features')
+    self.assertEqual(dataclasses.replace(config, feature_cache_dir='/x').feature_cache, '/x')
+    self.assertIsNone(dataclasses.replace(config, feature_cache_dir='').feature_cache)
 
 
 if __name__ == '__main__':
