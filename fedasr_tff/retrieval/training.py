@@ -19,6 +19,7 @@ statistics are never noised: under DP they are released only with `release_clien
 
 import dataclasses
 import hashlib
+import json
 import os
 import time
 from typing import Any
@@ -377,6 +378,15 @@ class _RetrieverRounds(training_loop.Task):
     # The frozen backbone is public and not part of the model's weights (`tff_model`).
     names = [model_io.tensor_name(v) for v in self.eval_model.trainable_variables]
     return (names, []), self.weights
+
+  def model_metadata(self) -> Dict[str, str]:
+    # What rebuilds the retriever from `model.npz` alone: the classes it retrieves (the
+    # server's catalogue of documents, public like the model) and how its inputs are made.
+    config = self.config
+    return {'class_names': json.dumps(list(self.data.texts.class_names)), 'mode': config.mode,
+            'head': config.head, 'pooling': config.pooling,
+            'max_length': str(config.max_length),
+            'checkpoint_dir': config.checkpoint_dir or ''}
 
   def summary(self) -> Dict[str, Any]:
     config, data = self.config, self.data

@@ -11,6 +11,8 @@ import tempfile
 
 from absl.testing import absltest
 
+from fedasr_tff.program import model_io
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _CACHE_HOME = tempfile.mkdtemp()
 # Three categories of five fortunes each, 16 tokens: seconds, not minutes.
@@ -45,6 +47,11 @@ class RetrieverBinariesTest(absltest.TestCase):
     for name in ('metrics.csv', 'summary.json', 'config.json', 'model.npz', 'tensorboard',
                  'report.md', 'confusion.png', 'predictions.tsv'):
       self.assertTrue(os.path.exists(os.path.join(output_dir, name)), name)
+    # model.npz names its tensors and records what rebuilds the retriever.
+    metadata = model_io.read_metadata(os.path.join(output_dir, 'model.npz'))
+    self.assertLen(json.loads(metadata['class_names']), 3)
+    self.assertEqual((metadata['mode'], metadata['pooling'], metadata['max_length']),
+                     ('classifier_only', 'mean', '16'))
     with open(os.path.join(output_dir, 'report.md')) as f:
       self.assertRegex(f.read(), r'macro-F1 [\d.]+% on \d+ held-out examples of 3 classes')
     # The held-out texts with the model's top-K classes: owner-only.
