@@ -86,8 +86,8 @@ def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
     metadata: {key: string} stored beside them (`read_metadata`).
 
   Raises:
-    ValueError: if `names` and `weights` hold different numbers of tensors, or for metadata
-      that is not a string.
+    ValueError: if `names` and `weights` hold different numbers of tensors, two tensors have one
+      name, or for metadata that is not a string.
   """
   arrays = {}
   for key, value in (metadata or {}).items():
@@ -101,6 +101,8 @@ def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
       raise ValueError(f'The weights have {len(values)} tensors where the model has '
                        f'{len(tensor_names_)}.')
     for name, value in zip(tensor_names_, values, strict=True):
+      if prefix + name in arrays:  # A second tensor of a name would silently replace the first.
+        raise ValueError(f'Two tensors are named {prefix + name!r}.')
       arrays[prefix + name] = np.asarray(value)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   partial = f'{path}.{os.getpid()}.partial.npz'

@@ -8,6 +8,8 @@ the final norm) is frozen, so the trainable variables are exactly the adapter's 
 head's theta_c.
 """
 
+from typing import List
+
 import tensorflow as tf
 
 from fedasr_tff import validation
@@ -144,3 +146,33 @@ class FeatureClassifier(tf.keras.Model):
       [B, num_classes] logits.
     """
     return heads.apply_head(self.head, features, training, seed)
+
+
+def trainable_weight_names(model: tf.keras.Model) -> List[str]:
+  """Unique names of an `AdapterClassifier`'s or `FeatureClassifier`'s trainable weights, in
+  `model.trainable_variables` order: `adapter/kernel` (the adapter mode's W_a), then
+  `head/<layer>/<weight>` (e.g. `head/classifier/kernel`), the same for both classes, so a
+  classifier-only head loads into either.
+
+  Keras names the adapter's weight and the linear head's kernel alike (`kernel`), so the names
+  are built from the model's structure rather than the variables' own.
+
+  Args:
+    model: a built `AdapterClassifier` or `FeatureClassifier`.
+
+  Returns:
+    The names.
+
+  Raises:
+    ValueError: if the model has trainable weights outside its adapter and head.
+  """
+  adapter = getattr(model, 'adapter', None)
+  named = []
+  if adapter is not None:
+    named += [(f'adapter/{v.name.split(":")[0].split("/")[-1]}', v)
+              for v in adapter.trainable_variables]
+  named += [(f'head/{v.name.split(":")[0]}', v) for v in model.head.trainable_variables]
+  if [id(v) for _, v in named] != [id(v) for v in model.trainable_variables]:
+    raise ValueError(f'{type(model).__name__} has trainable weights outside its adapter and '
+                     'head.')
+  return [name for name, _ in named]

@@ -33,7 +33,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff.program import cohorts
-from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
@@ -41,6 +40,7 @@ from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import evaluation
 from fedasr_tff.retrieval import local_dp as local_dp_lib
+from fedasr_tff.retrieval import model as model_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import retrieve
 from fedasr_tff.retrieval import tff_model
@@ -376,7 +376,7 @@ class _RetrieverRounds(training_loop.Task):
 
   def final_weights(self):
     # The frozen backbone is public and not part of the model's weights (`tff_model`).
-    names = [model_io.tensor_name(v) for v in self.eval_model.trainable_variables]
+    names = model_lib.trainable_weight_names(self.eval_model.keras_model)
     return (names, []), self.weights
 
   def model_metadata(self) -> Dict[str, str]:

@@ -3,6 +3,7 @@
 import io
 import os
 import tempfile
+import types
 
 from absl.testing import absltest
 import numpy as np
@@ -48,6 +49,14 @@ class ModelIoTest(absltest.TestCase):
     np.savez(path, **arrays, **{'metadata:feature_normalization': np.zeros(2)})
     with self.assertRaisesRegex(ValueError, "'metadata:feature_normalization' is not a string"):
       model_io.read_metadata(path)
+
+  def test_two_tensors_of_one_name_are_refused(self):
+    # (The retriever's adapter and linear head both had a Keras weight named `kernel`.)
+    path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'model.npz')
+    weights = types.SimpleNamespace(trainable=[np.eye(2), np.ones([2, 3])], non_trainable=[])
+    with self.assertRaisesRegex(ValueError, "Two tensors are named 'kernel'"):
+      model_io.save_named_weights(path, (['kernel', 'kernel'], []), weights)
+    self.assertFalse(os.path.exists(path))
 
   def _saved_tiny(self):
     path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), 'model.npz')

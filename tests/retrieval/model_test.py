@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff import retrieval
+from fedasr_tff.retrieval import model as model_lib
 from tests.retrieval import backbones
 
 _KINDS = (('bert',), ('llama',))
@@ -44,6 +45,15 @@ class AdapterClassifierTest(parameterized.TestCase):
     self.assertEqual(_size(classifier_only.trainable_variables), head_size)
     self.assertEqual(len(classifier_only.trainable_variables),
                      len(classifier_only.head.trainable_variables))
+    # Unique names, the same head names in every mode and class (Keras names W_a and the linear
+    # head's kernel alike).
+    names = model_lib.trainable_weight_names(model)
+    self.assertLen(set(names), len(names))
+    self.assertEqual(names[0], 'adapter/kernel')
+    features_only = retrieval.FeatureClassifier(16, 5, head=head)
+    features_only(tf.zeros([1, 16]))
+    self.assertEqual(model_lib.trainable_weight_names(classifier_only), names[1:])
+    self.assertEqual(model_lib.trainable_weight_names(features_only), names[1:])
 
   @parameterized.parameters(*_KINDS)
   def test_cached_features_give_the_end_to_end_logits(self, kind):

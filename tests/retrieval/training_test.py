@@ -133,6 +133,10 @@ class TrainingTest(absltest.TestCase):
     self.assertGreater(np.abs(adapter - np.eye(d)).max(), 0)
     with open(os.path.join(self.root, 'adapter', 'summary.json')) as f:
       self.assertEqual(json.load(f)['rounds'], 2)
+    # model.npz holds W_a and the head under names of their own (Keras calls both `kernel`).
+    with np.load(os.path.join(self.root, 'adapter', 'model.npz')) as saved:
+      np.testing.assert_array_equal(saved['adapter/kernel'], adapter)
+      self.assertEqual(saved['head/classifier/kernel'].shape, (d, 3))
 
   def test_central_dp_reports_the_ledger(self):
     result = training.train(
