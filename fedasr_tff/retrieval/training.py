@@ -384,8 +384,8 @@ class _RetrieverRounds(training_loop.Task):
     # server's catalogue of documents, public like the model) and how its inputs are made.
     config = self.config
     return {'class_names': json.dumps(list(self.data.texts.class_names)), 'mode': config.mode,
-            'head': config.head, 'pooling': config.pooling,
-            'max_length': str(config.max_length),
+            'head': config.head, 'hidden_size': str(config.hidden_size or ''),
+            'pooling': config.pooling, 'max_length': str(config.max_length),
             'checkpoint_dir': config.checkpoint_dir or ''}
 
   def summary(self) -> Dict[str, Any]:
