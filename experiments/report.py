@@ -599,8 +599,13 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
   if runs:
     sections += ['## Metrics files',
                  '\n'.join(f'- {label}: `{path}`' for label, path in runs.items())]
+  return _write_sections(output_dir, sections, notes)
+
+
+def _write_sections(output_dir: str, sections: Sequence[str], notes: Sequence[str]) -> str:
+  """Writes `output_dir/report.md`: the sections, then "Notes" (a bullet each) if any."""
   if notes:
-    sections += ['## Notes', '\n'.join(f'- {note}' for note in notes)]
+    sections = [*sections, '## Notes', '\n'.join(f'- {note}' for note in notes)]
   report_path = os.path.join(output_dir, 'report.md')
   with open(report_path, 'w') as f:
     f.write('\n\n'.join(sections) + '\n')
@@ -686,9 +691,4 @@ def write_retriever_report(output_dir: str, *, title: str, scores, class_names: 
     sections.append(f'Not drawn for more than {MAX_CONFUSION_CLASSES} classes. The most '
                     f'frequent confusions (true → predicted: examples):\n\n{listed}')
   sections += ['## Privacy', privacy_statement.strip()]
-  if notes:
-    sections += ['## Notes', '\n'.join(f'- {note}' for note in notes)]
-  report_path = os.path.join(output_dir, 'report.md')
-  with open(report_path, 'w') as f:
-    f.write('\n\n'.join(sections) + '\n')
-  return report_path
+  return _write_sections(output_dir, sections, notes)
