@@ -41,6 +41,8 @@ from fedasr_tff.retrieval.retrieve import class_prototypes
 from fedasr_tff.retrieval.retrieve import mips_scores
 from fedasr_tff.retrieval.retrieve import top_k
 from fedasr_tff.retrieval.retrieve import top_k_accuracy
+from fedasr_tff.retrieval.retriever import Retriever
+from fedasr_tff.retrieval.retriever import load_retriever
 from fedasr_tff.retrieval.tff_model import ADAPTER_CLASSIFIER
 from fedasr_tff.retrieval.tff_model import CLASSIFIER_ONLY
 from fedasr_tff.retrieval.tff_model import MODES

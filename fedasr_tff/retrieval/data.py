@@ -11,6 +11,7 @@ import collections
 import dataclasses
 from typing import Dict
 from typing import List
+from typing import Optional
 from typing import Tuple
 
 from absl import logging
@@ -136,13 +137,21 @@ def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverCon
 
 
 def load_backbone(config: config_lib.RetrieverConfig):
+  """(frozen backbone, tokenizer) of the run: `load_backbone_from` its `checkpoint_dir`,
+  `max_length` and `mode`."""
+  return load_backbone_from(config.checkpoint_dir, config.max_length, config.mode)
+
+
+def load_backbone_from(checkpoint_dir: Optional[str], max_length: int, mode: str):
   """(frozen backbone, tokenizer) of `checkpoint_dir` (BERT or Llama family), or MiniLM.
 
   A Llama checkpoint too large to travel in a TFF computation is refused for the adapter mode
   before its weights are read (`text_models.frozen.check_fits`, from config.json's sizes).
 
   Args:
-    config: the run (`checkpoint_dir`, `max_length`, `mode`).
+    checkpoint_dir: a Hugging Face checkpoint folder, or None for the pretrained MiniLM.
+    max_length: tokens per text.
+    mode: the training mode (`tff_model.MODES`).
 
   Returns:
     (the frozen backbone, its tokenizer of `max_length` tokens).
@@ -151,20 +160,20 @@ def load_backbone(config: config_lib.RetrieverConfig):
     ValueError: if the checkpoint's `model_type` is not bert, llama or mistral, or a Llama or
       Mistral backbone is too large for the adapter mode.
   """
-  if config.checkpoint_dir is None:
-    return minilm.load_minilm(config.max_length)
-  hf_config = checkpoints.read_config(config.checkpoint_dir)
+  if checkpoint_dir is None:
+    return minilm.load_minilm(max_length)
+  hf_config = checkpoints.read_config(checkpoint_dir)
   model_type = hf_config.get('model_type')
-  if model_type in ('llama', 'mistral') and config.mode == tff_model.ADAPTER_CLASSIFIER:
+  if model_type in ('llama', 'mistral') and mode == tff_model.ADAPTER_CLASSIFIER:
     size = 4 * text_models.LlamaConfig.from_hf_config(hf_config).num_parameters
-    frozen_lib.check_fits(size, f'The float32 backbone of {config.checkpoint_dir!r}')
+    frozen_lib.check_fits(size, f'The float32 backbone of {checkpoint_dir!r}')
   if model_type == 'bert':
-    return (text_models.build_bert_encoder(config.checkpoint_dir),
-            text_models.build_wordpiece_tokenizer(config.checkpoint_dir, config.max_length))
+    return (text_models.build_bert_encoder(checkpoint_dir),
+            text_models.build_wordpiece_tokenizer(checkpoint_dir, max_length))
   if model_type in ('llama', 'mistral'):
-    return (text_models.build_llama_decoder(config.checkpoint_dir),
-            text_models.build_llama_tokenizer(config.checkpoint_dir, config.max_length))
-  raise ValueError(f'--checkpoint_dir {config.checkpoint_dir!r}: config.json has model_type '
+    return (text_models.build_llama_decoder(checkpoint_dir),
+            text_models.build_llama_tokenizer(checkpoint_dir, max_length))
+  raise ValueError(f'--checkpoint_dir {checkpoint_dir!r}: config.json has model_type '
                    f'{model_type!r}; supported are bert, llama and mistral.')
 
 

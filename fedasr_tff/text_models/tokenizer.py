@@ -36,8 +36,11 @@ def read_vocab(vocab_file: str) -> list:
     return [line.rstrip('\n') for line in f]
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(tf.Module):
   """Texts -> {'token_ids': [B, max_length] int32, 'mask': [B, max_length] int32}.
+
+  TensorFlow ops throughout (tensorflow-text), and a `tf.Module`, so a module that holds it saves
+  it with its vocabulary table in a SavedModel (loading one needs `import tensorflow_text`).
 
   A text is split on whitespace and punctuation (optionally lower-cased with accents stripped),
   each word into the longest vocabulary pieces left to right (continuations prefixed `##`, [UNK]
@@ -63,6 +66,7 @@ class WordPieceTokenizer:
     Raises:
       ValueError: for `max_length` < 2 or a special token not in the vocabulary.
     """
+    super().__init__(name='wordpiece_tokenizer')
     validation.check_positive_integer('max_length', max_length)
     if max_length < 2:
       raise ValueError(f'`max_length` must be >= 2 ([CLS] and [SEP]), got {max_length}.')

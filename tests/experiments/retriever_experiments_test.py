@@ -10,8 +10,12 @@ import sys
 import tempfile
 
 from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
 from fedasr_tff.program import model_io
+from fedasr_tff.retrieval import retriever as retriever_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _CACHE_HOME = tempfile.mkdtemp()
@@ -59,12 +63,39 @@ class RetrieverBinariesTest(absltest.TestCase):
     self.assertEqual(stat.S_IMODE(os.stat(predictions).st_mode), 0o600)
     with open(predictions) as f:
       self.assertTrue(f.readline().startswith('text\tlabel\tcorrect\tclass_1\tscore_1\t'))
+    self._retrieves(os.path.join(output_dir, 'model.npz'))
     # Started again with more rounds: resumes from the checkpoint of round 2.
     resumed = _run('experiments.train_retriever', *args, '--rounds=3')
     self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
     self.assertIn('Resuming from the checkpoint of round 2', resumed.stdout + resumed.stderr)
     # The second run reads the frozen backbone's features back instead of computing them.
     self.assertIn(f'features read from the cache ({cache})', resumed.stdout)
+
+  def _retrieves(self, model):
+    queries = ['computers crash all the time', 'a recipe for cookies']
+    result = _run('experiments.retrieve', f'--model={model}', '--format=jsonl', *queries)
+    self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    self.assertEqual([a['query'] for a in answers], queries)
+    retriever = retriever_lib.load_retriever(model)
+    for answer, expected in zip(answers, retriever.retrieve_texts(queries), strict=True):
+      self.assertEqual([d['rank'] for d in answer['documents']], [1, 2, 3])  # K = 3 classes
+      self.assertEqual([d['name'] for d in answer['documents']], [d['name'] for d in expected])
+      scores = [d['score'] for d in answer['documents']]
+      self.assertEqual(scores, sorted(scores, reverse=True))
+    refused = _run('experiments.retrieve', f'--model={model}', '--top_k=4', 'q')
+    self.assertNotEqual(refused.returncode, 0)
+    self.assertIn('--top_k: `k` (4) must be between 1 and the 3 classes', refused.stderr)
+    # The SavedModel: plain tf.saved_model.load (with tensorflow-text's ops) gives the same.
+    export_dir = os.path.join(os.path.dirname(model), 'saved_model')
+    exported = _run('experiments.retrieve', f'--model={model}', f'--export_dir={export_dir}')
+    self.assertEqual(exported.returncode, 0, exported.stderr[-3000:])
+    loaded = tf.saved_model.load(export_dir)
+    out = loaded.signatures['serving_default'](tf.constant(queries))
+    library = retriever.retrieve(tf.constant(queries))
+    np.testing.assert_array_equal(out['ids'].numpy(), library['ids'].numpy())
+    np.testing.assert_array_equal(out['names'].numpy(), library['names'].numpy())
+    np.testing.assert_allclose(out['scores'].numpy(), library['scores'].numpy(), rtol=1e-5)
 
   def test_flag_errors_name_the_flags_and_mips_baseline_prints(self):
     result = _run('experiments.train_retriever', '--output_dir=' + tempfile.mkdtemp(),
