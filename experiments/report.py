@@ -648,8 +648,7 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], png_path: 
 
 
 def write_retriever_report(output_dir: str, *, title: str, scores, class_names: Sequence[str],
-                           test_examples: int, privacy_statement: str,
-                           notes: Sequence[str] = ()) -> str:
+                           privacy_statement: str, notes: Sequence[str] = ()) -> str:
   """Writes `output_dir/report.md` of a retriever run: top-1, top-K and macro-F1 first, the
   per-class precision, recall and F1, the confusion matrix (`confusion.png`, up to
   `MAX_CONFUSION_CLASSES` classes; the most confused pairs beyond), the privacy statement.
@@ -659,7 +658,6 @@ def write_retriever_report(output_dir: str, *, title: str, scores, class_names: 
     title: the report's title.
     scores: the final model's `fedasr_tff.retrieval.evaluation.Scores`.
     class_names: the name of each class.
-    test_examples: the held-out examples scored.
     privacy_statement: Markdown, inserted as it is.
     notes: one bullet each.
 
@@ -668,8 +666,8 @@ def write_retriever_report(output_dir: str, *, title: str, scores, class_names: 
   """
   lead = (f'**Top-1 {100 * scores.top1:.1f}%, top-{scores.k} {100 * scores.topk:.1f}% (K = '
           f'{scores.k}: the documents retrieved per query), macro-F1 {100 * scores.macro_f1:.1f}%'
-          f' on {test_examples} held-out examples of {len(class_names)} classes.** Each '
-          "example's top-K classes: `predictions.tsv`.")
+          f' on {int(scores.support.sum())} held-out examples of {len(class_names)} classes.** '
+          "Each example's top-K classes: `predictions.tsv`.")
   rows = ['| class | held-out examples | precision (%) | recall (%) | F1 (%) |',
           '|---|---|---|---|---|']
   for name, support, precision, recall, f1 in zip(class_names, scores.support, scores.precision,

@@ -75,8 +75,7 @@ def main(argv):
   corpus = config.corpus_path or config.corpus
   path = report.write_retriever_report(
       config.output_dir, title=f'Classifier-as-retriever on {corpus}', scores=result.scores,
-      class_names=result.class_names, test_examples=metrics['test_examples'],
-      privacy_statement=result.privacy_statement,
+      class_names=result.class_names, privacy_statement=result.privacy_statement,
       notes=[f'{metrics["test_examples_left_out"]} examples of --test_path were left out: '
              'their classes are not among the training corpus\'s.']
       if metrics.get('test_examples_left_out') else [])

@@ -17,7 +17,6 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff import private_files
-from fedasr_tff import validation
 from fedasr_tff.retrieval import retrieve
 
 
@@ -74,9 +73,7 @@ def score(logits, labels, k: int) -> Scores:
     raise ValueError(f'`logits` must be [N, C] and `labels` [N] with N > 0, got shapes '
                      f'{logits.shape} and {labels.shape}.')
   num_classes = logits.shape[1]
-  validation.check_positive_integer('k', k)
-  if k > num_classes:
-    raise ValueError(f'`k` ({k}) must be at most the number of classes ({num_classes}).')
+  topk = float(retrieve.top_k_accuracy(logits, labels, k))  # checks `k` (`retrieve.top_k`)
   predicted = retrieve.top_k(logits, 1).numpy()[:, 0]
   confusion = tf.math.confusion_matrix(labels, predicted, num_classes=num_classes).numpy()
   support = confusion.sum(axis=1)
@@ -89,7 +86,7 @@ def score(logits, labels, k: int) -> Scores:
                  where=precision + recall > 0)
   present = (support > 0) | (predicted_count > 0)
   return Scores(k=k, top1=float(correct.sum() / len(labels)),
-                topk=float(retrieve.top_k_accuracy(logits, labels, k)),
+                topk=topk,
                 macro_f1=float(f1[present].mean()), precision=precision, recall=recall, f1=f1,
                 support=support, confusion=confusion)
 

@@ -25,8 +25,10 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff.program import model_io
+from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import model as model_lib
+from fedasr_tff.retrieval import retrieve
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import tokenizer as tokenizer_lib
 
@@ -55,10 +57,10 @@ class Retriever(tf.Module):
                                 input_signature=[tf.TensorSpec([None], tf.string)])
 
   def _retrieve(self, queries):
-    logits = self.classifier(self.tokenizer(queries), training=False)
-    top = tf.math.top_k(tf.nn.softmax(logits), k=self.k, sorted=True)
-    return {'ids': top.indices, 'names': tf.gather(self._names, top.indices),
-            'scores': top.values}
+    probabilities = tf.nn.softmax(self.classifier(self.tokenizer(queries), training=False))
+    ids = retrieve.top_k(probabilities, self.k)  # ranked as the evaluation ranks them
+    return {'ids': ids, 'names': tf.gather(self._names, ids),
+            'scores': tf.gather(probabilities, ids, batch_dims=1)}
 
   def retrieve_texts(self, queries: Sequence[str]) -> List[List[Dict[str, object]]]:
     """For each query, its K documents best first: [{'id', 'name', 'score'}, ...].
@@ -115,7 +117,7 @@ def load_retriever(model_path: str, k: Optional[int] = None) -> Retriever:
                        'as its metadata describes the model.')
     variable.assign(arrays[name])
   return Retriever(classifier, tokenizer, class_names,
-                   min(3, len(class_names)) if k is None else k)
+                   min(config_lib.DEFAULT_TOP_K, len(class_names)) if k is None else k)
 
 
 def export_saved_model(retriever: Retriever, directory: str) -> None:

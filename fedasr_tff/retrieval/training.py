@@ -283,17 +283,15 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
                             noise_secret, () if frozen_backbone is None
                             else (frozen_backbone.weights,), feature_seconds)
   training_loop.train(rounds, config.output_dir, show_progress=show_progress, log=log)
-  # The final model's predictions on the held-out examples (the server's own evaluation data).
-  logits = rounds.test_logits()
-  k = config.retrieval_k(num_classes)
+  # The final model's predictions on the held-out examples (the server's own evaluation data),
+  # from the logits its summary scored.
   evaluation.write_predictions(
       os.path.join(config.output_dir, PREDICTIONS_FILE),
       [data.texts.texts[i] for i in data.test], data.texts.labels[data.test],
-      data.texts.class_names, logits, k)
+      data.texts.class_names, rounds.final_logits, rounds.final_scores.k)
   return RetrieverResult(rounds.weights, rounds.final_summary, rounds.final_summary[
-      'privacy_statement'], feature_seconds, rounds.round_seconds,
-      evaluation.score(logits, data.texts.labels[data.test], k), data.texts.class_names,
-      features_cached)
+      'privacy_statement'], feature_seconds, rounds.round_seconds, rounds.final_scores,
+      data.texts.class_names, features_cached)
 
 
 def _releases_client_statistics(config: config_lib.RetrieverConfig) -> bool:
@@ -322,7 +320,8 @@ class _RetrieverRounds(training_loop.Task):
     self.test_inputs = {key: value[data.test] for key, value in inputs.items()}
     self.weights = state['model']
     self.round_seconds = []
-    self.final_summary = None
+    # Set by `summary`, once the last round is trained.
+    self.final_summary = self.final_logits = self.final_scores = None
 
   def program_state(self):
     """The process state, every client's local DP state and the noise secret."""
@@ -394,9 +393,11 @@ class _RetrieverRounds(training_loop.Task):
                                   config.rounds)
     # Owner-only (`training_loop`): it lists every client by ID (with local DP, each one's ε
     # and so how often it was sampled).
+    self.final_logits = self.test_logits()
+    self.final_scores = self._score(self.final_logits)
     self.final_summary = {
-        'rounds': config.rounds, 'eval': self._scores(), 'num_classes': data.texts.num_classes,
-        'top_k': config.retrieval_k(data.texts.num_classes),
+        'rounds': config.rounds, 'eval': self.final_scores.metrics(),
+        'num_classes': data.texts.num_classes, 'top_k': self.final_scores.k,
         'train_examples': int(sum(len(v) for v in data.client_indices.values())),
         'test_examples': int(len(data.test)), 'test_examples_left_out': data.test_left_out,
         'feature_seconds': self.feature_seconds,
@@ -418,14 +419,14 @@ class _RetrieverRounds(training_loop.Task):
              for key, value in self.test_inputs.items()}, training=False).numpy()
         for i in range(0, len(self.data.test), data_lib.FEATURE_BATCH)])
 
-  def final_scores(self) -> evaluation.Scores:
-    """The current model's `evaluation.Scores` on the held-out test set."""
-    return evaluation.score(self.test_logits(), self.data.texts.labels[self.data.test],
+  def _score(self, logits: np.ndarray) -> evaluation.Scores:
+    """The `evaluation.Scores` of held-out `logits` (`test_logits`)."""
+    return evaluation.score(logits, self.data.texts.labels[self.data.test],
                             self.config.retrieval_k(self.data.texts.num_classes))
 
   def _scores(self) -> Dict[str, float]:
     """Top-1, top-K accuracy and macro-F1 of the current model on the held-out test set."""
-    return self.final_scores().metrics()
+    return self._score(self.test_logits()).metrics()
 
   def _privacy_values(self, round_num: int) -> Dict[str, float]:
     if self.local is not None:

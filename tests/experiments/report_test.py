@@ -327,7 +327,7 @@ class ReportTest(absltest.TestCase):
     scores = evaluation.score(logits, np.array([0, 1, 2, 0]), 2)
     path = report.write_retriever_report(
         self.dir, title='Retriever', scores=scores, class_names=('ham', 'spam', 'eggs'),
-        test_examples=4, privacy_statement='No DP.', notes=['a note'])
+        privacy_statement='No DP.', notes=['a note'])
     with open(path) as f:
       text = f.read()
     self.assertIn('**Top-1 50.0%, top-2 75.0% (K = 2: the documents retrieved per query), '
@@ -349,8 +349,7 @@ class ReportTest(absltest.TestCase):
     out_dir = os.path.join(self.dir, 'many')
     os.makedirs(out_dir)
     with open(report.write_retriever_report(
-        out_dir, title='Many', scores=scores, class_names=names, test_examples=42,
-        privacy_statement='-')) as f:
+        out_dir, title='Many', scores=scores, class_names=names, privacy_statement='-')) as f:
       text = f.read()
     self.assertIn('Not drawn for more than 20 classes', text)
     self.assertIn('- class0 → class5: 2\n- class1 → class0: 1\n\n## Privacy', text)
