@@ -45,8 +45,9 @@ _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 2, 'Local epochs a round.',
 # The corpus: any that `train_retriever` reads, by the trainer's flags of the same names
 # (`RetrieverConfig`); by default the study's fortunes, the first 10 categories of 40 entries or
 # more, 40 of each.
-CORPUS_FLAGS = ('corpus', 'corpus_path', 'text_column', 'label_column', 'test_path', 'max_chars',
-                'min_class_examples', 'max_class_examples', 'max_classes', 'test_fraction')
+CORPUS_FLAGS = ('corpus', 'corpus_path', 'text_column', 'label_column', 'package_label',
+                'test_path', 'max_chars', 'min_class_examples', 'max_class_examples',
+                'max_classes', 'test_fraction')
 config_flags.define_flags(retrieval_config.RetrieverConfig, CORPUS_FLAGS, defaults={
     'max_classes': 10, 'min_class_examples': 40, 'max_class_examples': 40})
 _LR = flags.DEFINE_float('client_learning_rate', 0.1, 'Local SGD learning rate of the head.')

@@ -66,6 +66,10 @@ class Task(abc.ABC):
     """Lines logged when the loop starts (for example, releases outside the guarantee)."""
     return ()
 
+  def initialize(self) -> None:
+    """A new run's work before its round 0 (e.g. a DP release that starts the model); not
+    called on a resume, since round 0's checkpoint holds its result."""
+
   @abc.abstractmethod
   def run_round(self, round_num: int) -> Values:
     """Trains round `round_num` (from 1) and returns its released values.
@@ -189,6 +193,7 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
 
   try:
     if restored is None:
+      task.initialize()
       values, line = task.evaluate(0, {})
       journal.hold(0, values, (line,))
       checkpoint_and_release(0)

@@ -14,6 +14,7 @@ from fedasr_tff.retrieval.corpora import AG_NEWS_CLASSES
 from fedasr_tff.retrieval.corpora import FORTUNES_DIR
 from fedasr_tff.retrieval.corpora import LabelledTexts
 from fedasr_tff.retrieval.corpora import read_ag_news
+from fedasr_tff.retrieval.corpora import read_debian_packages
 from fedasr_tff.retrieval.corpora import read_fortunes
 from fedasr_tff.retrieval.corpora import read_labelled_table
 from fedasr_tff.retrieval.corpora import read_sms_spam

@@ -15,10 +15,11 @@ from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import feature_cache as feature_cache_lib
 from fedasr_tff.retrieval import local_dp as local_dp_lib
+from fedasr_tff.retrieval import noise_check
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import tff_model
 
-CORPORA = ('fortunes', 'sms_spam', 'ag_news', 'table')
+CORPORA = ('fortunes', 'sms_spam', 'ag_news', 'table', 'debian_packages')
 SPLITS = ('even', 'column', 'dirichlet')
 LOCAL_DP = ('none', 'fixed', 'adaptive')
 CENTRAL_DP = ('none', 'fixed', 'adaptive')
@@ -39,13 +40,18 @@ class RetrieverConfig:
   """
   # Data.
   corpus: str = _field('fortunes', 'Corpus format: Debian fortunes (category = class), SMS Spam '
-                       'Collection (label<TAB>text), AG News CSV, or a CSV/TSV table.', CORPORA)
+                       'Collection (label<TAB>text), AG News CSV, a CSV/TSV table, or Debian '
+                       'package descriptions (`apt-cache dumpavail` output; class '
+                       '--package_label, client the Maintainer).', CORPORA)
   corpus_path: Optional[str] = _field(None, 'Corpus file (or fortunes folder; default '
                                       f'{corpora.FORTUNES_DIR}).')
   text_column: str = _field('text', 'Text column of --corpus=table.')
   label_column: str = _field('label', 'Label column of --corpus=table.')
   client_column: Optional[str] = _field(None, 'Client column of --corpus=table '
                                         '(--client_split=column).')
+  package_label: str = _field('debtag', '--corpus=debian_packages: label a package by its most '
+                              'specific debtag or by its archive section.',
+                              corpora.DEBIAN_LABELS)
   max_chars: Optional[int] = _field(400, 'Fortunes: drop entries longer than this.')
   min_class_examples: int = _field(20, 'Drop classes with fewer examples.')
   max_class_examples: Optional[int] = _field(
@@ -60,7 +66,7 @@ class RetrieverConfig:
       'of classes the training set does not keep are left out and counted.')
   num_clients: int = _field(3, 'Clients (m); 1 is centralized training.')
   client_split: str = _field('even', 'Clients as even random splits (the paper\'s), by '
-                      '--client_column, or skewed by label (dirichlet: each class dealt to the '
+                      '--client_column (by Maintainer for debian_packages), or skewed by label (dirichlet: each class dealt to the '
                       'clients in Dirichlet(--dirichlet_alpha) shares, Hsu et al. 2019).', SPLITS)
   dirichlet_alpha: float = _field(0.5, '--client_split=dirichlet: the concentration α (small: '
                                   'clients of few classes; large: near the corpus\'s mix).')
@@ -116,6 +122,13 @@ class RetrieverConfig:
                                               'declared epsilon (default the run\'s).')
   declared_cohort_size: Optional[int] = _field(None, 'Central DP: cohort S\' for the declared '
                                                'epsilon (default the run\'s).')
+  dp_prototypes: bool = _field(
+      False, 'Start the linear head from class prototypes (per-class sums of the clients\' '
+      'unit-normalised features) released through the run\'s central DP aggregator on a '
+      'cohort drawn like a round\'s: one more round of its mechanism, accounted (without '
+      '--central_dp, a plain mean and no DP).')
+  prototype_clip: float = _field(2.0, '--dp_prototypes: a client\'s clip, in examples (each '
+                                 'example adds a unit vector to its class\'s sum).')
   noise_seed: Optional[int] = _field(None, 'Seed of the DP noise and the cohorts (voids the '
                                      'guarantee; simulations only). Default OS entropy.')
   delta: float = _field(1e-5, 'delta of the reported epsilons.')
@@ -156,6 +169,7 @@ class RetrieverConfig:
   def __post_init__(self):
     for name, value, options in (('corpus', self.corpus, CORPORA),
                                  ('client_split', self.client_split, SPLITS),
+                                 ('package_label', self.package_label, corpora.DEBIAN_LABELS),
                                  ('mode', self.mode, tff_model.MODES),
                                  ('weighting', self.weighting, process_lib.WEIGHTINGS),
                                  ('local_dp', self.local_dp, LOCAL_DP),
@@ -174,12 +188,16 @@ class RetrieverConfig:
     if not self.output_dir:
       raise ValueError('`output_dir` is required.')
     if self.test_path is not None and self.corpus == 'fortunes':
-      raise ValueError('--test_path needs a file corpus (--corpus=sms_spam, ag_news or table); '
+      raise ValueError('--test_path needs a file corpus (--corpus=sms_spam, ag_news, table or '
+                       'debian_packages); '
                        'fortunes are one folder.')
     if self.corpus != 'fortunes' and self.corpus_path is None:
       raise ValueError(f'--corpus={self.corpus} needs --corpus_path.')
-    if self.client_split == 'column' and (self.corpus != 'table' or self.client_column is None):
-      raise ValueError('--client_split=column needs --corpus=table and --client_column.')
+    if self.client_split == 'column' and not (
+        self.corpus == 'debian_packages' or
+        (self.corpus == 'table' and self.client_column is not None)):
+      raise ValueError('--client_split=column needs --corpus=table with --client_column, or '
+                       '--corpus=debian_packages (clients by Maintainer).')
     if self.local_dp != 'none' and self.central_dp != 'none':
       raise ValueError('--local_dp and --central_dp are two alternative mechanisms: set one.')
     if self.central_dp != 'none' and self.weighting != 'uniform':
@@ -188,6 +206,12 @@ class RetrieverConfig:
     if self.cohort_size is not None and not 1 <= self.cohort_size <= self.num_clients:
       raise ValueError(f'--cohort_size must be in [1, --num_clients={self.num_clients}], got '
                        f'{self.cohort_size}.')
+    validation.check_positive('prototype_clip', self.prototype_clip)
+    if self.dp_prototypes and self.local_dp != 'none':
+      raise ValueError('--dp_prototypes releases through the central aggregator: use it with '
+                       '--central_dp (or no DP), not --local_dp.')
+    if self.dp_prototypes and self.head != 'linear':
+      raise ValueError('--dp_prototypes starts a linear head: set --head=linear.')
     if self.warmup_rounds and self.local_dp == 'none':
       raise ValueError('--warmup_rounds applies to --local_dp only.')
     self.local_dp_config()   # Checks the local DP arguments, naming them.
@@ -203,6 +227,34 @@ class RetrieverConfig:
   @property
   def adds_noise(self) -> bool:
     return self.local_dp != 'none' or self.central_dp != 'none'
+
+  def noise_std(self) -> float:
+    """σ of `noise_check`: the per-coordinate noise std of a round's averaged update over the
+    clip (0 without noise)."""
+    if self.local_dp != 'none':
+      return noise_check.averaged_noise_std(
+          cohort_size=self.cohort,
+          local_noise_multiplier=self.local_dp_config().release_noise_multiplier)
+    if self.central_dp != 'none':
+      return noise_check.averaged_noise_std(
+          cohort_size=self.cohort, central_noise_multiplier=self.central_noise_multiplier)
+    return 0.0
+
+  @property
+  def classes_per_client(self) -> Optional[int]:
+    """D_c of `noise_check`: None (all) for even splits; 1, the worst case, for label-skewed
+    ones (a client column, Dirichlet shares), whose class mix the server cannot know."""
+    return None if self.client_split == 'even' else 1
+
+  def noise_to_gap_ratio(self, num_classes: int) -> float:
+    """`noise_check.noise_to_gap_ratio` of the run on `num_classes` >= 2 classes."""
+    return noise_check.noise_to_gap_ratio(self.noise_std(), num_classes, self.rounds,
+                                          self.classes_per_client)
+
+  def noise_warning(self, num_classes: int) -> Optional[str]:
+    """`noise_check.swamp_warning` of the run on `num_classes` classes, or None."""
+    return noise_check.swamp_warning(self.noise_std(), num_classes, self.rounds,
+                                     self.classes_per_client)
 
   def local_dp_config(self) -> Optional[local_dp_lib.LocalDPConfig]:
     """The clients' `LocalDPConfig` (σ_b defaults to the paper's m/20 for m clients)."""
@@ -238,6 +290,12 @@ def central_dp(config: RetrieverConfig, noise_secret: int) -> Optional[dp_config
         noise_multiplier=config.central_noise_multiplier, delta=config.delta,
         population=config.declared_population,
         population_cohort_size=config.declared_cohort_size, noise_seed=noise_secret % 2**63)
+
+
+def prototype_dp(dp: dp_config.DPConfig, prototype_clip: float) -> dp_config.DPConfig:
+  """The run's central DP for the prototype release: the same noise, a fixed clip of
+  `prototype_clip` (the prototypes' units are examples, not model deltas)."""
+  return dataclasses.replace(dp, clip=prototype_clip, adaptive_clipping=False)
 
 
 def naming_central_dp_flags():

@@ -10,6 +10,7 @@ error naming the file and line; nothing is skipped silently but blank lines (and
 corpus (`LabelledTexts.subset` applies them).
 """
 
+import collections
 import csv
 import dataclasses
 import io
@@ -428,6 +429,115 @@ def read_labelled_table(path: str, *, text_column: str = 'text', label_column: s
     names.append(values['label_column'])
     clients.append(values.get('client_column'))
   return _from_string_labels(path, texts, names, None if client_column is None else clients)
+
+
+# Debtag facets that say what a package is made of or how it is built or used, not what it is
+# about (`read_debian_packages`).
+DEBTAG_FORM_FACETS = frozenset({'role', 'interface', 'implemented-in', 'uitoolkit', 'scope',
+                                'made-of', 'x11', 'special'})
+DEBIAN_LABELS = ('debtag', 'section')
+
+
+def _deb822_stanzas(path: str) -> Iterator[Tuple[int, dict]]:
+  """(line where it starts, {field: value}) for each stanza of a Debian control file.
+
+  Stanzas are separated by blank lines; a field is `Name: value`, continued by lines that start
+  with a space or tab (joined with newlines, as Debian policy 5.1 writes them).
+  """
+  fields, start, name = {}, None, None
+  for line_number, line in enumerate(_read_text(path).split('\n'), start=1):
+    line = line.rstrip('\r')
+    if not line.strip():
+      if fields:
+        yield start, fields
+      fields, start, name = {}, None, None
+      continue
+    if line[0] in ' \t':
+      if name is None:
+        raise ValueError(f'{path}:{line_number}: a continuation line outside any field.')
+      fields[name] += '\n' + line.strip()
+      continue
+    name, colon, value = line.partition(':')
+    name = name.strip()
+    if not colon or not name or ' ' in name:
+      raise ValueError(f'{path}:{line_number}: expected `Field: value`, got {line[:60]!r}.')
+    if start is None:
+      start = line_number
+    fields[name] = value.strip()
+  if fields:
+    yield start, fields
+
+
+def _debian_description(value: str) -> str:
+  """A Description field as one text: the synopsis, then the long description's paragraphs
+  (its ` .` lines are paragraph breaks)."""
+  lines = [line for line in value.split('\n') if line.strip() != '.']
+  return '\n'.join(line.strip() for line in lines if line.strip())
+
+
+def read_debian_packages(path: str, label: str = 'debtag') -> LabelledTexts:
+  """Debian package descriptions, labelled by debtag or section, with maintainers as clients.
+
+  `apt-cache dumpavail > packages.txt` (or any Debian `Packages` file): one stanza per package
+  (Debian policy 5.1). The text is the package's Description (its synopsis, and its long
+  description where the file has one; `apt-cache dumpavail` on Debian 12 has synopses only, the
+  long ones living in Translation files). The client is the Maintainer field (a person or team
+  who uploads its packages: the natural FL client of this corpus). A package listed more than
+  once (several versions or architectures) is read once, at its first stanza.
+
+  Labels:
+  - `debtag`: the package's most specific debtag (Debian's faceted tags, the `Tag` field) about
+    what it is: of its tags outside `DEBTAG_FORM_FACETS` (role, interface, implementation
+    language, toolkit, ...) and placeholders (`facet::TODO`), the one the fewest packages of the
+    file carry (ties by name).
+  - `section`: the archive section (`contrib/` and `non-free/` prefixes dropped): 57 with 20 or
+    more packages on Debian 12.
+  Packages without such a label (no tag, or only form tags; no Section) are skipped and counted
+  in a warning.
+
+  Args:
+    path: the file.
+    label: one of `DEBIAN_LABELS`.
+
+  Returns:
+    The `LabelledTexts`, class names sorted, with `clients`.
+
+  Raises:
+    ValueError: naming the line of a malformed stanza or one without Package or Description, or
+      for a file with no labelled package.
+  """
+  if label not in DEBIAN_LABELS:
+    raise ValueError(f'`label` must be one of {DEBIAN_LABELS}, got {label!r}.')
+  packages, seen = [], set()
+  for line, fields in _deb822_stanzas(path):
+    for required in ('Package', 'Description'):
+      if not fields.get(required, '').strip():
+        raise ValueError(f'{path}:{line}: the stanza has no {required} field.')
+    if fields['Package'] in seen:
+      continue
+    seen.add(fields['Package'])
+    tags = [tag.strip() for tag in fields.get('Tag', '').replace('\n', ' ').split(',')]
+    # `facet::TODO` marks a package still to be tagged, not a topic.
+    topics = [tag for tag in tags if tag and tag.split('::')[0] not in DEBTAG_FORM_FACETS
+              and not tag.endswith('::TODO')]
+    packages.append((_debian_description(fields['Description']), topics,
+                     fields.get('Section', '').split('/')[-1].strip(),
+                     fields.get('Maintainer', '').strip() or '(no maintainer)'))
+  if label == 'debtag':
+    carried = collections.Counter(tag for _, topics, _, _ in packages for tag in set(topics))
+    labels = [min(topics, key=lambda tag: (carried[tag], tag)) if topics else ''
+              for _, topics, _, _ in packages]
+  else:
+    labels = [section for _, _, section, _ in packages]
+  kept = [i for i, name in enumerate(labels) if name]
+  if len(kept) < len(packages):
+    logging.warning('%s: %d of %d packages have no %s and are skipped.', path,
+                    len(packages) - len(kept), len(packages),
+                    'debtag outside the form facets' if label == 'debtag' else 'Section')
+  if not kept:
+    raise ValueError(f'{path}: no package has a {label} label.')
+  return _from_string_labels(path, [packages[i][0] for i in kept], [labels[i] for i in kept],
+                             [packages[i][3] for i in kept])
 
 
 def _check_data(data) -> None:

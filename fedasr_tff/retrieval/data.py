@@ -100,6 +100,8 @@ def _read(config: config_lib.RetrieverConfig, path) -> corpora.LabelledTexts:
     return corpora.read_sms_spam(path)
   if config.corpus == 'ag_news':
     return corpora.read_ag_news(path)
+  if config.corpus == 'debian_packages':
+    return corpora.read_debian_packages(path, config.package_label)
   return corpora.read_labelled_table(path, text_column=config.text_column,
                                      label_column=config.label_column,
                                      client_column=config.client_column)
@@ -226,8 +228,9 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
   else:
     ids, parts = corpora.split_by_client(texts.subset(train))
     if len(ids) != config.num_clients:
-      raise ValueError(f'--client_column {config.client_column!r} names {len(ids)} clients; '
-                       f'set --num_clients={len(ids)}.')
+      column = ('the Maintainer field' if config.corpus == 'debian_packages'
+                else f'--client_column {config.client_column!r}')
+      raise ValueError(f'{column} names {len(ids)} clients; set --num_clients={len(ids)}.')
     client_ids, client_indices = list(ids), {c: train[p] for c, p in zip(ids, parts, strict=True)}
   return RetrievalData(texts, _tokenize(tokenizer, texts.texts), test, client_ids,
                        client_indices, test_left_out)

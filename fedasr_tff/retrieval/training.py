@@ -28,6 +28,7 @@ from typing import List
 from typing import Optional
 from typing import Tuple
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -38,6 +39,7 @@ from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
 from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import data as data_lib
+from fedasr_tff.retrieval import dp_prototypes
 from fedasr_tff.retrieval import evaluation
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import model as model_lib
@@ -192,6 +194,11 @@ def privacy_statement(config: config_lib.RetrieverConfig, releases: np.ndarray,
                  f'δ = {ledger.delta:g} after {rounds} rounds' +
                  (', with no amplification: every client takes part every round.'
                   if config.full_participation else ', Poisson sampling.'))
+    if config.dp_prototypes:
+      lines.append(f'- The head started from class prototypes released by this mechanism on a '
+                   f'cohort drawn as a round\'s (a client\'s per-class sums of unit features '
+                   f'clipped to {config.prototype_clip:g} examples): one of the {rounds} '
+                   'rounds accounted.')
     lines.append(f'- Declared population (K\' = {ledger.declared_population}, S\' = '
                  f'{ledger.declared_cohort_size}; assumes quality depends on σ_DP only): ε = '
                  f'{m["epsilon_declared_rdp"]:.4g} (RDP) / {m["epsilon_declared_pld"]:.4g} (PLD).')
@@ -254,13 +261,28 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
         pooling=config.pooling, max_length=config.max_length, **head_args)
   noise_secret = (cohorts.new_run_secret() if config.noise_seed is None else config.noise_seed)
   dp = config_lib.central_dp(config, noise_secret)
-  aggregator = noise = None
+  # The prototype release is one more round of the run's mechanism (`dp_prototypes`).
+  releases = config.rounds + int(config.dp_prototypes)
+  aggregator = noise = prototype_release = None
   if dp is not None:
     with config_lib.naming_central_dp_flags():
       noise = dp.noise_level(config.cohort, dp.population_cohort_size or config.cohort,
-                             dp.population or config.num_clients, config.rounds)
+                             dp.population or config.num_clients, releases)
       aggregator = dp.aggregator(noise.noise_multiplier, config.cohort, None,
                                  diagnostics=False)
+  if config.dp_prototypes:
+    prototype_features = (inputs['features'] if config.mode == tff_model.CLASSIFIER_ONLY
+                          else data_lib.features(backbone, data.tokens, config)[0])
+    prototype_aggregator = tff.aggregators.UnweightedMeanFactory()
+    if dp is not None:
+      prototype_dp = config_lib.prototype_dp(
+          config_lib.central_dp(config, dp_prototypes.release_secret(noise_secret)),
+          config.prototype_clip)
+      prototype_aggregator = prototype_dp.aggregator(noise.noise_multiplier, config.cohort, None,
+                                                     diagnostics=False)
+    prototype_release = _PrototypeRelease(
+        dp_prototypes.build_prototype_release(prototype_features.shape[1], num_classes,
+                                              prototype_aggregator), prototype_features)
   process = process_lib.build_retrieval_process(
       model_fn, client_learning_rate=config.client_learning_rate,
       local_epochs=config.local_epochs, local_dp=config.local_dp_config(),
@@ -276,12 +298,12 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
     ledger = dp.ledger(noise, cohort_size=config.cohort, population=config.num_clients,
                        declared_cohort_size=dp.population_cohort_size or config.cohort,
                        declared_population=dp.population or config.num_clients,
-                       rounds=config.rounds, sampling='poisson')
+                       rounds=releases, sampling='poisson')
     ledger = dataclasses.replace(ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(
         state['aggregator']))
   rounds = _RetrieverRounds(config, data, inputs, process, state, eval_model, ledger,
                             noise_secret, () if frozen_backbone is None
-                            else (frozen_backbone.weights,), feature_seconds)
+                            else (frozen_backbone.weights,), feature_seconds, prototype_release)
   training_loop.train(rounds, config.output_dir, show_progress=show_progress, log=log)
   # The final model's predictions on the held-out examples (the server's own evaluation data),
   # from the logits its summary scored.
@@ -299,6 +321,13 @@ def _releases_client_statistics(config: config_lib.RetrieverConfig) -> bool:
   return (not config.adds_noise) or config.release_client_diagnostics
 
 
+@dataclasses.dataclass(frozen=True)
+class _PrototypeRelease:
+  """The DP prototype release of a run (`dp_prototypes`) and every example's features."""
+  release: Any
+  features: np.ndarray
+
+
 class _RetrieverRounds(training_loop.Task):
   """The rounds of a retriever run, as `training_loop` drives them (module docstring)."""
 
@@ -307,11 +336,15 @@ class _RetrieverRounds(training_loop.Task):
   def __init__(self, config: config_lib.RetrieverConfig, data: data_lib.RetrievalData,
                inputs: Dict[str, np.ndarray], process, state, eval_model,
                ledger: Optional[privacy_ledger.PrivacyLedger], noise_secret: int,
-               round_arguments: Tuple[Any, ...], feature_seconds: float):
+               round_arguments: Tuple[Any, ...], feature_seconds: float,
+               prototype_release: Optional[_PrototypeRelease] = None):
     self.config, self.data, self.inputs, self.process = config, data, inputs, process
     self.state, self.eval_model, self.ledger = state, eval_model, ledger
     self.noise_secret, self.round_arguments = noise_secret, round_arguments
     self.feature_seconds = feature_seconds
+    self.prototype_release = prototype_release
+    # Releases of the mechanism before round 1: the prototype release, accounted as a round.
+    self.initial_releases = int(prototype_release is not None)
     self.rounds = config.rounds
     self.eval_every = config.eval_every
     self.checkpoint_every = config.checkpoint_every
@@ -331,6 +364,38 @@ class _RetrieverRounds(training_loop.Task):
     self.state, arrays, words = saved
     self.dp_states.arrays = [np.asarray(a).copy() for a in arrays]
     self.noise_secret = cohorts.secret_from_words(words)
+    self.weights = self.state['model']
+
+  def opening_lines(self) -> List[str]:
+    warning = self.config.noise_warning(self.data.texts.num_classes)
+    if warning is None:
+      return []
+    logging.warning(warning)
+    return [f'Warning: {warning}']
+
+  def initialize(self) -> None:
+    """Starts the linear head from DP class prototypes (`dp_prototypes`), with a new run only:
+    the checkpoint of round 0 holds the result, so a resumed run never releases them again."""
+    if self.prototype_release is None:
+      return
+    config, data = self.config, self.data
+    # Round 0 of the rounds' secret, Poisson sampling: a cohort drawn as a round's.
+    cohort = (list(data.client_ids) if config.full_participation else cohorts.sample_cohort(
+        data.client_ids, config.cohort, self.noise_secret, 0, 'poisson'))
+    if not cohort:  # An empty Poisson cohort releases only noise; the head keeps its start.
+      return
+    release = self.prototype_release
+    prototypes, aggregator_state, _ = release.release(dp_prototypes.client_datasets(
+        release.features, data.texts.labels, [data.client_indices[c] for c in cohort]))
+    if self.ledger is not None:
+      self.ledger.check_round(aggregator_state)
+    kernel, bias = dp_prototypes.linear_head_weights(prototypes)
+    names = model_lib.trainable_weight_names(self.eval_model.keras_model)
+    trainable = list(self.state['model'].trainable)
+    trainable[names.index('head/classifier/kernel')] = kernel
+    trainable[names.index('head/classifier/bias')] = bias
+    self.state = process_lib.with_model_weights(
+        self.state, tff.learning.models.ModelWeights(trainable=trainable, non_trainable=[]))
     self.weights = self.state['model']
 
   def run_round(self, round_num: int) -> Dict[str, Any]:
@@ -390,7 +455,7 @@ class _RetrieverRounds(training_loop.Task):
   def summary(self) -> Dict[str, Any]:
     config, data = self.config, self.data
     statement = privacy_statement(config, self.dp_states.releases(), self.ledger,
-                                  config.rounds)
+                                  config.rounds + self.initial_releases)
     # Owner-only (`training_loop`): it lists every client by ID (with local DP, each one's ε
     # and so how often it was sampled).
     self.final_logits = self.test_logits()
@@ -404,6 +469,9 @@ class _RetrieverRounds(training_loop.Task):
         'median_round_seconds': (float(np.median(self.round_seconds)) if self.round_seconds
                                  else None),
         'privacy': self._privacy_values(config.rounds) if config.adds_noise else None,
+        # `noise_check`'s ρ, from the configuration alone (no data).
+        'noise_to_gap_ratio': (config.noise_to_gap_ratio(data.texts.num_classes)
+                               if data.texts.num_classes > 1 else None),
         'local_epsilon_per_client': _local_epsilons(config, data.client_ids,
                                                     self.dp_states.releases()),
         'privacy_statement': statement,
@@ -434,7 +502,7 @@ class _RetrieverRounds(training_loop.Task):
       return {} if eps is None else {'local_epsilon_max': max(eps.values()),
                                      'local_epsilon_min': min(eps.values())}
     if self.ledger is not None:
-      return self.ledger.metrics(round_num)
+      return self.ledger.metrics(round_num + self.initial_releases)
     return {}
 
   def _line(self, round_num: int, values) -> str:

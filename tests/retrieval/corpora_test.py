@@ -310,6 +310,95 @@ class LabelledTableTest(_FilesTest):
         retrieval.read_labelled_table(path, **kwargs)
 
 
+class DebianPackagesTest(_FilesTest):
+
+  # `apt-cache dumpavail`'s layout: folded Tag fields, a long description with a ` .` line, a
+  # package listed twice, packages with only form tags or no tags, a contrib section.
+  _PACKAGES = """Package: astro
+Version: 1.0
+Maintainer: Sky Team <sky@example.org>
+Description: star chart
+Tag: field::astronomy, interface::x11, role::program,
+ use::viewing
+Section: science
+
+Package: astro-doc
+Maintainer: Sky Team <sky@example.org>
+Description: star chart (documentation)
+ A long description.
+ .
+ Second paragraph.
+Tag: field::astronomy, made-of::html, role::documentation
+Section: doc
+
+Package: astro
+Version: 0.9
+Maintainer: Someone Else <else@example.org>
+Description: an older star chart
+Tag: game::toys
+Section: games
+
+Package: viewer
+Maintainer: Ann <ann@example.org>
+Description: image viewer
+Tag: interface::x11, role::program, use::viewing, works-with::TODO
+Section: contrib/graphics
+
+Package: lib
+Maintainer: Ann <ann@example.org>
+Description: a library
+Tag: role::shared-lib
+Section: libs
+
+Package: untagged
+Maintainer: Ann <ann@example.org>
+Description: no tags
+Section: utils
+"""
+
+  def test_labels_by_most_specific_topic_tag_with_maintainers_as_clients(self):
+    path = self.write('packages.txt', self._PACKAGES)
+    with self.assertLogs(level='WARNING') as logs:
+      data = retrieval.read_debian_packages(path)
+    # astro: field::astronomy and use::viewing are carried by 2 packages each, a tie broken by
+    # name; viewer's works-with::TODO is a placeholder; lib has only a form tag.
+    self.assertEqual(data.class_names, ('field::astronomy', 'use::viewing'))
+    self.assertEqual(data.texts, ('star chart', 'star chart (documentation)\nA long description.'
+                                  '\nSecond paragraph.', 'image viewer'))
+    self.assertEqual(list(data.labels), [0, 0, 1])
+    self.assertEqual(data.clients, ('Sky Team <sky@example.org>',) * 2 +
+                     ('Ann <ann@example.org>',))
+    self.assertIn('2 of 5 packages have no debtag outside the form facets', logs.output[0])
+
+  def test_labels_by_section(self):
+    path = self.write('packages.txt', self._PACKAGES)
+    data = retrieval.read_debian_packages(path, 'section')
+    self.assertEqual(data.class_names, ('doc', 'graphics', 'libs', 'science', 'utils'))
+    self.assertLen(data, 5)   # The second `astro` is the same package.
+
+  def test_bad_stanzas_name_file_and_line(self):
+    for content, message in (('Package: a\nDescription: x\nno colon here\n', ':3: expected'),
+                             (' leading continuation\n', ':1: a continuation line'),
+                             ('Package: a\nTag: role::program\n\nPackage: b\n',
+                              ':1: the stanza has no Description'),
+                             ('Package: a\nDescription: x\nTag: role::program\n',
+                              'no package has a debtag label')):
+      path = self.write('bad.txt', content)
+      with self.assertRaisesRegex(ValueError, re.escape(path) + '.*' + re.escape(message)):
+        retrieval.read_debian_packages(path)
+    with self.assertRaisesRegex(ValueError, '`label`'):
+      retrieval.read_debian_packages(path, 'priority')
+
+  def test_maintainers_are_the_column_split(self):
+    path = self.write('packages.txt', self._PACKAGES)
+    config = retrieval_config.RetrieverConfig(
+        corpus='debian_packages', corpus_path=path, package_label='section',
+        client_split='column', num_clients=2, min_class_examples=1, test_fraction=0.5,
+        output_dir=self.dir)
+    self.assertEqual(set(data_lib.load_corpus(config).clients),
+                     {'Sky Team <sky@example.org>', 'Ann <ann@example.org>'})
+
+
 class LoadCorpusTest(_FilesTest):
 
   def _load(self, **overrides):

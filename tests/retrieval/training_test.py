@@ -148,6 +148,50 @@ class TrainingTest(absltest.TestCase):
     self.assertLess(result.metrics['privacy']['epsilon_declared_rdp'],
                     result.metrics['privacy']['epsilon_run_rdp'])
 
+  def test_dp_prototypes_start_the_head_and_are_accounted_as_a_round(self):
+    config = self.config('prototypes', central_dp='fixed', weighting='uniform',
+                         central_noise_multiplier=0.5, rounds=1, dp_prototypes=True,
+                         noise_seed=3)
+    lines = []
+    result = training.train(config, show_progress=False, log=lines.append)
+    # The head of round 0 (its checkpoint) is s·F_c/||F_c||: unit columns times the scale.
+    with open(os.path.join(config.output_dir, 'metrics.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertEqual([int(r['key']) for r in rows], [0, 1])
+    # Two releases of the mechanism accounted: the prototypes and round 1.
+    ledger_one_round = training.train(
+        self.config('no_prototypes', central_dp='fixed', weighting='uniform',
+                    central_noise_multiplier=0.5, rounds=2, noise_seed=3),
+        show_progress=False, log=lambda _: None).metrics['privacy']
+    self.assertAlmostEqual(result.metrics['privacy']['epsilon_run_rdp'],
+                           ledger_one_round['epsilon_run_rdp'])
+    self.assertIn('class prototypes', result.privacy_statement)
+    self.assertIn('one of the 2 rounds accounted', result.privacy_statement)
+
+  def test_the_prototype_head_is_the_noised_class_sums_direction(self):
+    # Without noise (no --central_dp) the release is the plain mean, so the round-0 head is the
+    # direction of each class's sum of unit features, scaled by LOGIT_SCALE; no training round
+    # runs (a resume from round 0's checkpoint would not release again).
+    config = self.config('prototypes_plain', rounds=1, dp_prototypes=True,
+                         client_learning_rate=1e-9)
+    result = training.train(config, show_progress=False, log=lambda _: None)
+    kernel = result.weights.trainable[0]
+    np.testing.assert_allclose(np.linalg.norm(kernel, axis=0), 5.0, rtol=1e-3)
+    self.assertGreaterEqual(result.metrics['eval']['top1'], 0.5)
+
+  def test_a_swamping_configuration_is_warned_at_start_up(self):
+    lines = []
+    swamped = self.config('swamped', local_dp='fixed', noise_multiplier=5.0, rounds=1)
+    result = training.train(swamped, show_progress=False, log=lines.append)
+    self.assertTrue([line for line in lines if line.startswith('Warning: The DP noise will '
+                                                               'likely swamp')], lines)
+    self.assertGreater(result.metrics['noise_to_gap_ratio'], 0.25)
+    lines = []
+    quiet = self.config('quiet', local_dp='fixed', noise_multiplier=0.01, rounds=1)
+    result = training.train(quiet, show_progress=False, log=lines.append)
+    self.assertFalse([line for line in lines if 'swamp' in line], lines)
+    self.assertLess(result.metrics['noise_to_gap_ratio'], 0.25)
+
   def test_a_different_configuration_is_not_resumed(self):
     training.train(self.config('fingerprint', rounds=1), show_progress=False,
                    log=lambda _: None)
@@ -210,6 +254,9 @@ class TrainingTest(absltest.TestCase):
         (dict(cohort_size=5), '--cohort_size'),
         (dict(local_dp='adaptive', num_clients=1), 'noise_multiplier'),
         (dict(mode='adapter'), '--mode'),
+        (dict(dp_prototypes=True, local_dp='fixed'), '--dp_prototypes'),
+        (dict(dp_prototypes=True, head='pre_classifier'), '--head=linear'),
+        (dict(prototype_clip=0.0), 'prototype_clip'),
         (dict(output_dir=''), 'output_dir'),
     ):
       with self.assertRaisesRegex(ValueError, message, msg=str(overrides)):
