@@ -43,6 +43,7 @@ from fedasr_tff.retrieval import dp_prototypes
 from fedasr_tff.retrieval import evaluation
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import model as model_lib
+from fedasr_tff.retrieval import noise_check
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import retrieve
 from fedasr_tff.retrieval import tff_model
@@ -367,9 +368,15 @@ class _RetrieverRounds(training_loop.Task):
     self.weights = self.state['model']
 
   def opening_lines(self) -> List[str]:
-    warning = self.config.noise_warning(self.data.texts.num_classes)
-    if warning is None:
+    config, classes = self.config, self.data.texts.num_classes
+    if not config.adds_noise or classes < 2:
       return []
+    warning = config.noise_warning(classes)
+    if warning is None:
+      return [f'DP noise check: ρ = {config.noise_to_gap_ratio(classes):.2f} (the noise in the '
+              'largest competing logit against the largest gap the updates can build; warned '
+              f'above {noise_check.SWAMP_THRESHOLD}, and it costs accuracy below: '
+              'docs/retrieval.md, "DP at many classes").']
     logging.warning(warning)
     return [f'Warning: {warning}']
 

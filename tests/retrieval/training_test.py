@@ -190,6 +190,8 @@ class TrainingTest(absltest.TestCase):
     quiet = self.config('quiet', local_dp='fixed', noise_multiplier=0.01, rounds=1)
     result = training.train(quiet, show_progress=False, log=lines.append)
     self.assertFalse([line for line in lines if 'swamp' in line], lines)
+    self.assertTrue([line for line in lines if line.startswith('DP noise check: ρ = 0.0')],
+                    lines)
     self.assertLess(result.metrics['noise_to_gap_ratio'], 0.25)
 
   def test_a_different_configuration_is_not_resumed(self):
