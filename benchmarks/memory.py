@@ -5,7 +5,8 @@ import psutil
 from fedasr_tff.runtime import execution_context
 
 
-def _workers():
+def worker_processes():
+  """The TFF workers this process started (`psutil.Process`es)."""
   for child in psutil.Process().children(recursive=True):
     try:
       if child.name() == execution_context.WORKER_PROCESS_NAME:
@@ -17,7 +18,7 @@ def _workers():
 def rss_mb():
   """(this process, its TFF workers) resident memory in MB."""
   workers = 0
-  for worker in _workers():
+  for worker in worker_processes():
     try:
       workers += worker.memory_info().rss
     except psutil.NoSuchProcess:
@@ -38,7 +39,7 @@ def peak_rss_mb():
   values of finished calls in batches, so its current RSS swings from round to round; the peak
   is the figure that has to fit in memory."""
   workers = 0
-  for worker in _workers():
+  for worker in worker_processes():
     try:
       workers += _peak_bytes(worker.pid)
     except (OSError, psutil.NoSuchProcess):

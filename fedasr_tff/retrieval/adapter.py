@@ -41,4 +41,7 @@ class EmbeddingAdapter(tf.keras.layers.Layer):
     Returns:
       W_a e for every token embedding e, [..., d].
     """
-    return tf.einsum('...j,ij->...i', token_embeddings, self.kernel)
+    # One [N, d] x [d, d] product over all N tokens. Not einsum('...j,ij->...i'): TF's gradient
+    # of that einsum forms the [..., d, d] outer product of every token before summing it
+    # (151 MB for a batch of 4 x 64 tokens at d = 384), which took ~40% of an adapter-mode step.
+    return tf.tensordot(token_embeddings, self.kernel, axes=[[-1], [1]])

@@ -15,6 +15,7 @@ import tensorflow as tf
 from fedasr_tff import validation
 from fedasr_tff.retrieval import adapter as adapter_lib
 from fedasr_tff.retrieval import heads
+from fedasr_tff.text_models import backbone as backbone_lib
 from fedasr_tff.text_models import pooling as pooling_lib
 
 
@@ -63,6 +64,8 @@ class AdapterClassifier(tf.keras.Model):
                                  dropout_rate=dropout_rate)
 
   def _pooled(self, inputs, with_adapter: bool) -> tf.Tensor:
+    # Every batch padded to its longest sequence, not --max_length (the same states).
+    inputs = backbone_lib.trim_padding(inputs)
     extras = {key: value for key, value in inputs.items() if key not in ('token_ids', 'mask')}
     embeddings = self.backbone.embed(inputs['token_ids'])
     if with_adapter and self.adapter is not None:

@@ -9,6 +9,7 @@ transformer (`encode`), pooled (`pool`) into one vector per text. Usage: `docs/r
 """
 
 from fedasr_tff.text_models.backbone import Backbone
+from fedasr_tff.text_models.backbone import trim_padding
 from fedasr_tff.text_models.bert import ACTIVATIONS
 from fedasr_tff.text_models.bert import BertConfig
 from fedasr_tff.text_models.bert import BertEncoder

@@ -35,6 +35,32 @@ def checked_length(token_embeddings, max_position_embeddings: int) -> tf.Tensor:
     return tf.identity(length)
 
 
+def trim_padding(inputs: Mapping[str, tf.Tensor]) -> dict:
+  """A batch cut after its last token: padded to its longest sequence, not to a fixed length.
+
+  Tokenizers pad every text to their `max_length`, most texts are much shorter, and a backbone's
+  cost grows with the padded length. The columns after the last token of every sequence change
+  nothing that is read: attention gives padding keys a score of -1e9, whose softmax weight is
+  exactly 0, positions count from the first column (BERT) or the tokens (Llama), and pooling
+  reads tokens only. So the pooled states, and their gradients, are those of the full batch up
+  to float rounding. Columns before the first token (left padding) are kept.
+
+  Args:
+    inputs: {'token_ids': [B, T], 'mask': [B, T] (1 for a token, 0 for padding), and any
+      extras [B, T] such as 'token_type_ids'}.
+
+  Returns:
+    A dict of the same entries cut to [B, T'], T' the last column that holds a token in any row
+    (at least 1).
+  """
+  inputs = {key: tf.convert_to_tensor(value) for key, value in inputs.items()}
+  mask = inputs['mask']
+  columns = tf.range(1, tf.shape(mask)[1] + 1)
+  # At least one column, so that a batch of empty sequences still pools (to zeros, or x_0).
+  length = tf.maximum(tf.reduce_max(tf.where(mask > 0, columns[tf.newaxis], 0)), 1)
+  return {key: value[:, :length] for key, value in inputs.items()}
+
+
 class Backbone(tf.keras.Model):
   """A text backbone: inputs are dicts with `token_ids` and `mask` (plus whatever extra keyword
   arguments the subclass's `encode` takes); the output is the hidden states [B, T, d]."""
@@ -89,6 +115,7 @@ class Backbone(tf.keras.Model):
     Returns:
       [B, d].
     """
+    inputs = trim_padding(inputs)
     return pooling_lib.pool(self(inputs), inputs['mask'], pooling)
 
   def build_weights(self) -> None:

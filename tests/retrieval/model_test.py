@@ -1,5 +1,8 @@
 """AdapterClassifier on tiny random BERT and Llama backbones: identity adapter, trainable
-variables, cached features, padding invariance, frozen backbone under Keras training."""
+variables, cached features, padding invariance, batches trimmed to their longest sequence,
+frozen backbone under Keras training."""
+
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -8,6 +11,7 @@ import tensorflow as tf
 
 from fedasr_tff import retrieval
 from fedasr_tff.retrieval import model as model_lib
+from fedasr_tff.text_models import backbone as backbone_lib
 from tests.retrieval import backbones
 
 _KINDS = (('bert',), ('llama',))
@@ -73,6 +77,26 @@ class AdapterClassifierTest(parameterized.TestCase):
     padded_mask = np.pad(mask, [[0, 0], [0, 3]])
     np.testing.assert_allclose(model(backbones.inputs(padded_ids, padded_mask)).numpy(),
                                model(backbones.inputs(ids, mask)).numpy(), rtol=0, atol=1e-5)
+
+  @parameterized.parameters(*_KINDS)
+  def test_trimmed_batches_give_the_untrimmed_logits_and_gradients(self, kind):
+    backbone = backbones.tiny_backbone(kind)
+    # Right padding to 11 columns; the longest sequence has 6 tokens.
+    inputs = backbones.inputs(np.pad(backbones.IDS, [[0, 0], [0, 5]]),
+                              np.pad(backbones.MASK, [[0, 0], [0, 5]]))
+    labels = np.array([2, 0])
+    for pooling in ('mean', 'last'):
+      model = retrieval.AdapterClassifier(backbone, 3, pooling=pooling)
+      model.adapter.kernel.assign(model.adapter.kernel + 0.1)  # Not the identity.
+      results = []
+      for trim in (backbone_lib.trim_padding, lambda inputs: inputs):
+        with mock.patch.object(backbone_lib, 'trim_padding', trim), tf.GradientTape() as tape:
+          logits = model(inputs, training=False)
+          loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        results.append([logits] + tape.gradient(loss, model.trainable_variables))
+      for trimmed, full in zip(*results, strict=True):
+        np.testing.assert_allclose(trimmed.numpy(), full.numpy(), rtol=0, atol=1e-5,
+                                   err_msg=pooling)
 
   def test_keras_training_changes_adapter_and_head_only(self):
     backbone = backbones.tiny_backbone('bert', seed=3)

@@ -1,6 +1,7 @@
 """The retrieval process on small synthetic data: payload, the no-DP reduction, aggregation
 weights, centralized equivalence, determinism, local and central DP wiring, argument errors, and
-the adapter + classifier mode through TFF over a frozen tiny BERT.
+the adapter + classifier mode through TFF over a frozen tiny BERT (batches trimmed to their
+longest sequence).
 
 The processes are built once per configuration (`_process`) and shared by the tests.
 """
@@ -9,6 +10,7 @@ import collections
 import functools
 import math
 from typing import NamedTuple
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -21,6 +23,7 @@ from fedasr_tff import retrieval
 from fedasr_tff import runtime
 from fedasr_tff import text_models
 from fedasr_tff.retrieval import process as process_lib
+from fedasr_tff.text_models import backbone as backbone_lib
 from tests.retrieval import backbones
 
 _DIM, _CLASSES, _BATCH = 8, 3, 4
@@ -432,7 +435,8 @@ class ArgumentErrorTest(parameterized.TestCase):
 _LENGTH = 6
 
 
-def _token_dataset(size, seed):
+def _token_dataset(size, seed, extra_padding=0):
+  """Batches of 3 of `_LENGTH` tokens or one fewer, then `extra_padding` padding columns."""
   rng = np.random.default_rng(seed)
   labels = (np.arange(size) % _CLASSES).astype(np.int32)
   ids = rng.integers(4, 40, size=(size, _LENGTH)).astype(np.int32)
@@ -440,6 +444,7 @@ def _token_dataset(size, seed):
   ids[:, 1:5] = 10 * (labels[:, None] + 1)
   mask = np.ones_like(ids)
   mask[::2, -1] = 0   # some padding
+  ids, mask = (np.pad(a, [[0, 0], [0, extra_padding]]) for a in (ids, mask))
   batches = tf.data.Dataset.from_tensor_slices(
       collections.OrderedDict(token_ids=ids, mask=mask, label=labels)).batch(3)
   return batches.enumerate().map(lambda i, batch: collections.OrderedDict(
@@ -464,6 +469,37 @@ class AdapterClassifierProcessTest(absltest.TestCase):
   @classmethod
   def process(cls):
     return cls._built()[2]
+
+  @classmethod
+  @functools.cache
+  def _untrimmed_process(cls):
+    """The process of `_built` over batches kept at their padded length (no `trim_padding`)."""
+    _, model_fn, _, frozen = cls._built()
+    with mock.patch.object(backbone_lib, 'trim_padding', lambda inputs: inputs):
+      return retrieval.build_retrieval_process(model_fn, client_learning_rate=0.5,
+                                               local_epochs=2, frozen_backbone=frozen,
+                                               diagnostics=True)
+
+  def test_a_round_on_trimmed_batches_equals_the_untrimmed_round(self):
+    _, _, process, frozen = self._built()
+    untrimmed = self._untrimmed_process()
+    # 6 columns of padding after every batch's longest sequence.
+    data = [_token_dataset(6, seed, extra_padding=6) for seed in (0, 1)]
+    dp_states = [retrieval.initial_client_dp_state(None)] * 2
+    seeds = [np.array([0, i], np.int64) for i in range(2)]
+    state = process.initialize()
+    # The rounds run the computations built above: no client, batch or length traces them again.
+    with mock.patch.object(backbone_lib, 'trim_padding',
+                           wraps=backbone_lib.trim_padding) as traced:
+      trimmed = process.next(state, data, dp_states, seeds, frozen.weights)
+      full = untrimmed.next(state, data, dp_states, seeds, frozen.weights)
+    self.assertEqual(traced.call_count, 0)
+    _assert_weights_close([np.asarray(w) for w in trimmed.state['model'].trainable],
+                          [np.asarray(w) for w in full.state['model'].trainable], atol=1e-5)
+    self.assertGreater(_max_difference(trimmed.state['model'].trainable,
+                                       state['model'].trainable), 1e-3)
+    np.testing.assert_allclose(trimmed.metrics['client_work']['loss'],
+                               full.metrics['client_work']['loss'], rtol=1e-5)
 
   def test_the_backbone_weights_are_an_argument_not_part_of_the_computation(self):
     _, _, process, frozen = self._built()
