@@ -69,6 +69,7 @@ class Task(abc.ABC):
   def initialize(self) -> None:
     """A new run's work before its round 0 (e.g. a DP release that starts the model); not
     called on a resume, since round 0's checkpoint holds its result."""
+    return None  # Most tasks start from their initial state as it is.
 
   @abc.abstractmethod
   def run_round(self, round_num: int) -> Values:

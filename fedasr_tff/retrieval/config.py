@@ -66,8 +66,9 @@ class RetrieverConfig:
       'of classes the training set does not keep are left out and counted.')
   num_clients: int = _field(3, 'Clients (m); 1 is centralized training.')
   client_split: str = _field('even', 'Clients as even random splits (the paper\'s), by '
-                      '--client_column (by Maintainer for debian_packages), or skewed by label (dirichlet: each class dealt to the '
-                      'clients in Dirichlet(--dirichlet_alpha) shares, Hsu et al. 2019).', SPLITS)
+                             '--client_column (by Maintainer for debian_packages), or skewed by '
+                             'label (dirichlet: each class dealt to the clients in '
+                             'Dirichlet(--dirichlet_alpha) shares, Hsu et al. 2019).', SPLITS)
   dirichlet_alpha: float = _field(0.5, '--client_split=dirichlet: the concentration α (small: '
                                   'clients of few classes; large: near the corpus\'s mix).')
   data_seed: int = _field(0, 'Seed of the test split and the client split.')

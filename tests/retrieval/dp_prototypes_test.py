@@ -49,8 +49,10 @@ class ReleaseTest(absltest.TestCase):
     features = np.zeros([2, 4], np.float32)
     labels = np.zeros(2, np.int32)
     clients = [np.array([0]), np.array([1])]
-    noise = lambda seed: _release(features, labels, clients, noise_multiplier=1.0,
-                                  noise_seed=seed)
+
+    def noise(seed):
+      return _release(features, labels, clients, noise_multiplier=1.0, noise_seed=seed)
+
     np.testing.assert_array_equal(noise(5), noise(5))   # Replayed, the same release.
     secret = dp_prototypes.release_secret(5)
     self.assertEqual(secret, dp_prototypes.release_secret(5))

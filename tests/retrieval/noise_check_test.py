@@ -69,8 +69,11 @@ class SwampWarningTest(absltest.TestCase):
     # 213 classes over 1,115 Debian maintainers (one or two classes each), 30 rounds, z on the
     # sum of S: S = 200 at z = 1 fell to 8.9% top-1 (docs/retrieval.md); every client at z = 2
     # keeps σ = z/S an eighth as large.
-    config = lambda **kw: _config(num_clients=1115, client_split='dirichlet',
-                                  central_dp='fixed', weighting='uniform', rounds=30, **kw)
+
+    def config(**overrides):
+      return _config(num_clients=1115, client_split='dirichlet', central_dp='fixed',
+                     weighting='uniform', rounds=30, **overrides)
+
     self.assertIsNotNone(config(cohort_size=200, central_noise_multiplier=1.0)
                          .noise_warning(213))
     self.assertIsNone(config(central_noise_multiplier=2.0).noise_warning(213))
