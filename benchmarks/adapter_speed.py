@@ -34,8 +34,8 @@ import psutil
 import tensorflow as tf
 
 from benchmarks import memory
+from benchmarks import retriever_inputs
 from fedasr_tff.retrieval import corpora
-from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.runtime import execution_context
@@ -52,7 +52,6 @@ _MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Tokens per text at most.',
 _MAX_CHARS = flags.DEFINE_integer('max_chars', 400, 'Fortunes longer than this are left out '
                                   '(the retriever\'s default; 160 for SMS-length texts).',
                                   lower_bound=1)
-_BATCH = 4
 _LEARNING_RATE = 0.1
 
 
@@ -61,12 +60,6 @@ def _texts(count, max_chars):
   data = corpora.read_fortunes(max_chars=max_chars)
   chosen = np.sort(np.random.default_rng(0).choice(len(data), count, replace=False))
   return data.subset(chosen)
-
-
-def _datasets(tokens, labels, clients, round_num):
-  parts = np.array_split(np.arange(len(labels)), clients)
-  return [data_lib.client_dataset({k: v[p] for k, v in tokens.items()}, labels[p], _BATCH,
-                                  seed=1000 * round_num + i) for i, p in enumerate(parts)]
 
 
 def _trimmed(batch):
@@ -142,10 +135,12 @@ def main(argv):
   count = len(labels)
   example_epochs = count * epochs
   lengths = tokens['mask'].sum(axis=1)
-  batches = [b for d in _datasets(tokens, labels, clients, 0) for b in d.as_numpy_iterator()]
+  batches = [b for d in retriever_inputs.client_datasets(tokens, labels, clients, 0)
+             for b in d.as_numpy_iterator()]
   padded = np.mean([b['mask'].shape[1] for b in map(_trimmed, batches)])
   print(f'{count} fortunes (at most {_MAX_CHARS.value} characters) of {texts.num_classes} '
-        f'categories, {clients} client(s) x {_EXAMPLES.value}, batch {_BATCH}, {epochs} local '
+        f'categories, {clients} client(s) x {_EXAMPLES.value}, batch '
+        f'{retriever_inputs.BATCH}, {epochs} local '
         f'epoch(s), MiniLM, max_length {_MAX_LENGTH.value}')
   print(f'tokens per text: quartiles {np.percentile(lengths, [25, 50, 75]).tolist()}, mean '
         f'{lengths.mean():.1f}, {np.mean(lengths == _MAX_LENGTH.value):.0%} at max_length; '
@@ -166,13 +161,13 @@ def main(argv):
   seeds = [np.array([0, i], np.int64) for i in range(clients)]
 
   def run_round(round_num, batches=None):
-    datasets = _datasets(tokens, labels, clients, round_num)
+    datasets = retriever_inputs.client_datasets(tokens, labels, clients, round_num)
     if batches is not None:
       datasets = [dataset.take(batches) for dataset in datasets]
     return process.next(state, datasets, dp_states, seeds, backbone_weights).state
 
   def run_floor(round_num):
-    for dataset in _datasets(tokens, labels, clients, round_num):
+    for dataset in retriever_inputs.client_datasets(tokens, labels, clients, round_num):
       feed = [{k: tf.constant(v) for k, v in _trimmed(b).items()}
               for b in dataset.as_numpy_iterator()]
       for _ in range(epochs):

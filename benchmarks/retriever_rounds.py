@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import memory
+from benchmarks import retriever_inputs
 from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import process as process_lib
@@ -56,7 +57,6 @@ _MAX_LENGTH = flags.DEFINE_integer('max_length', 64, 'Tokens per text.', lower_b
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients TFF\'s worker trains concurrently (default: no '
     'limit); each runs in its own session of the client computation.', lower_bound=1)
-_BATCH = 4
 _EPOCHS = 1
 
 
@@ -68,19 +68,13 @@ def _texts(count):
   return data.subset(np.sort(chosen))
 
 
-def _datasets(inputs, labels, clients, round_num):
-  parts = np.array_split(np.arange(len(labels)), clients)
-  return [data_lib.client_dataset({k: v[p] for k, v in inputs.items()}, labels[p], _BATCH,
-                                  seed=1000 * round_num + i) for i, p in enumerate(parts)]
-
-
 def _time_rounds(process, inputs, labels, clients, rounds, *extra_arguments):
   state = process.initialize()
   dp_states = [process_lib.initial_client_dp_state(None)] * clients
   seeds = [np.array([0, i], np.int64) for i in range(clients)]
   times = []
   for round_num in range(rounds + 1):
-    datasets = _datasets(inputs, labels, clients, round_num)
+    datasets = retriever_inputs.client_datasets(inputs, labels, clients, round_num)
     start = time.perf_counter()
     state = process.next(state, datasets, dp_states, seeds, *extra_arguments).state
     if round_num:   # The first round compiles.
@@ -103,7 +97,7 @@ def main(argv):
   num_classes = texts.num_classes
   count = len(labels)
   print(f'{count} fortunes texts of {num_classes} classes, {_CLIENTS.value} clients, batch '
-        f'{_BATCH}, {_EPOCHS} local epoch, max_length {_MAX_LENGTH.value}, MiniLM '
+        f'{retriever_inputs.BATCH}, {_EPOCHS} local epoch, max_length {_MAX_LENGTH.value}, MiniLM '
         f'({backbone.parameter_bytes / 2**20:.1f} MiB of float32 weights)')
 
   feature_times = []

@@ -9,10 +9,12 @@ with one global clip, so every task builds its DP aggregator, noise level and le
 import dataclasses
 from typing import Optional
 
+from fedasr_tff import privacy
 from fedasr_tff import validation
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import corpora
+from fedasr_tff.retrieval import dp_prototypes
 from fedasr_tff.retrieval import feature_cache as feature_cache_lib
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import noise_check
@@ -230,15 +232,15 @@ class RetrieverConfig:
     return self.local_dp != 'none' or self.central_dp != 'none'
 
   def noise_std(self) -> float:
-    """σ of `noise_check`: the per-coordinate noise std of a round's averaged update over the
-    clip (0 without noise)."""
+    """σ of `noise_check`: σ_DP, the per-coordinate noise std of a round's averaged update over
+    the clip: z/S for central DP; for local DP the uploads' own noise z_rel averaged over the
+    cohort, z_rel/√S (with equal weights, the least noise S uploads can average to); 0 without
+    noise."""
     if self.local_dp != 'none':
-      return noise_check.averaged_noise_std(
-          cohort_size=self.cohort,
-          local_noise_multiplier=self.local_dp_config().release_noise_multiplier)
+      return privacy.sigma_dp_from_client_noise_stddev(
+          self.local_dp_config().release_noise_multiplier, self.cohort)
     if self.central_dp != 'none':
-      return noise_check.averaged_noise_std(
-          cohort_size=self.cohort, central_noise_multiplier=self.central_noise_multiplier)
+      return privacy.sigma_dp_from_noise_multiplier(self.central_noise_multiplier, self.cohort)
     return 0.0
 
   @property
@@ -293,10 +295,20 @@ def central_dp(config: RetrieverConfig, noise_secret: int) -> Optional[dp_config
         population_cohort_size=config.declared_cohort_size, noise_seed=noise_secret % 2**63)
 
 
-def prototype_dp(dp: dp_config.DPConfig, prototype_clip: float) -> dp_config.DPConfig:
-  """The run's central DP for the prototype release: the same noise, a fixed clip of
-  `prototype_clip` (the prototypes' units are examples, not model deltas)."""
-  return dataclasses.replace(dp, clip=prototype_clip, adaptive_clipping=False)
+def prototype_dp(config: RetrieverConfig, noise_secret: int) -> Optional[dp_config.DPConfig]:
+  """The central DP of the `--dp_prototypes` release, or None without --central_dp: the run's
+  noise multiplier with a fixed clip of --prototype_clip (the prototypes' units are examples,
+  not model deltas), its noise seeded from `dp_prototypes.release_secret`, apart from the
+  rounds'.
+
+  Args:
+    config: the run.
+    noise_secret: the run's noise secret.
+  """
+  dp = central_dp(config, dp_prototypes.release_secret(noise_secret))
+  if dp is None:
+    return None
+  return dataclasses.replace(dp, clip=config.prototype_clip, adaptive_clipping=False)
 
 
 def naming_central_dp_flags():

@@ -6,8 +6,9 @@ clients collapse (92.6% to 3.0% top-1). What matters is the noise in the quantit
 by, a query's logit gaps, against the largest gap the clipped updates can build:
 
 - Each round adds to every head weight noise of std σ·C, σ the per-coordinate noise std of the
-  round's averaged update in units of the clip C (central DP: z/S; local DP: z_rel/√m over m
-  uploads averaged with equal weights, the least noise m uploads can have), times the server
+  round's averaged update in units of the clip C, the σ_DP of `privacy.conventions` (central
+  DP: z/S; local DP: z_rel/√m over m uploads averaged with equal weights, the least noise m
+  uploads can have), times the server
   learning rate η. After T rounds a class row holds noise of std η σ C √T in every direction,
   so a query x's logit moves by η σ C √T ||x||, independently per class.
 - A client's clipped update (norm ≤ C) is spread over the rows of the D_c classes it holds,
@@ -70,37 +71,12 @@ def noise_to_gap_ratio(noise_std: float, num_classes: int, rounds: int,
           num_classes / math.sqrt(classes_per_client * rounds))
 
 
-def averaged_noise_std(*, cohort_size: float, local_noise_multiplier: Optional[float] = None,
-                       central_noise_multiplier: Optional[float] = None) -> float:
-  """σ: the per-coordinate noise std of a round's averaged update, in units of the clip.
-
-  Args:
-    cohort_size: the (expected) clients a round, S or m.
-    local_noise_multiplier: z_rel of local DP (each upload's noise std over its clip), or None.
-    central_noise_multiplier: z of central DP (noise std on the sum over the clip), or None.
-
-  Returns:
-    z_rel / √m for local DP (equal weights: the least noise m uploads can average to), z / S
-    for central DP, 0 without noise.
-  """
-  validation.check_positive('cohort_size', cohort_size)
-  if local_noise_multiplier is not None and central_noise_multiplier is not None:
-    raise ValueError('Give `local_noise_multiplier` or `central_noise_multiplier`, not both.')
-  if local_noise_multiplier is not None:
-    validation.check_non_negative('local_noise_multiplier', local_noise_multiplier)
-    return local_noise_multiplier / math.sqrt(cohort_size)
-  if central_noise_multiplier is not None:
-    validation.check_non_negative('central_noise_multiplier', central_noise_multiplier)
-    return central_noise_multiplier / cohort_size
-  return 0.0
-
-
 def swamp_warning(noise_std: float, num_classes: int, rounds: int,
                   classes_per_client: Optional[int] = None) -> Optional[str]:
   """The start-up warning of a run whose noise will swamp its head, or None.
 
   Args:
-    noise_std: σ (`averaged_noise_std`).
+    noise_std: σ (`RetrieverConfig.noise_std`).
     num_classes: D.
     rounds: T.
     classes_per_client: D_c (`noise_to_gap_ratio`).

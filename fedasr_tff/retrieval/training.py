@@ -274,13 +274,10 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
   if config.dp_prototypes:
     prototype_features = (inputs['features'] if config.mode == tff_model.CLASSIFIER_ONLY
                           else data_lib.features(backbone, data.tokens, config)[0])
-    prototype_aggregator = tff.aggregators.UnweightedMeanFactory()
-    if dp is not None:
-      prototype_dp = config_lib.prototype_dp(
-          config_lib.central_dp(config, dp_prototypes.release_secret(noise_secret)),
-          config.prototype_clip)
-      prototype_aggregator = prototype_dp.aggregator(noise.noise_multiplier, config.cohort, None,
-                                                     diagnostics=False)
+    prototype_dp = config_lib.prototype_dp(config, noise_secret)
+    prototype_aggregator = (tff.aggregators.UnweightedMeanFactory() if prototype_dp is None else
+                            prototype_dp.aggregator(noise.noise_multiplier, config.cohort, None,
+                                                    diagnostics=False))
     prototype_release = _PrototypeRelease(
         dp_prototypes.build_prototype_release(prototype_features.shape[1], num_classes,
                                               prototype_aggregator), prototype_features)

@@ -26,11 +26,12 @@ class NoiseToGapRatioTest(absltest.TestCase):
                            noise_check.noise_to_gap_ratio(0.1, 100, 4), 10.0)
 
   def test_noise_std_of_the_averaged_update(self):
-    self.assertAlmostEqual(noise_check.averaged_noise_std(cohort_size=4,
-                                                          local_noise_multiplier=0.2), 0.1)
-    self.assertAlmostEqual(noise_check.averaged_noise_std(cohort_size=100,
-                                                          central_noise_multiplier=1.0), 0.01)
-    self.assertEqual(noise_check.averaged_noise_std(cohort_size=3), 0.0)
+    local = _config(num_clients=4, local_dp='fixed', noise_multiplier=0.2)
+    self.assertAlmostEqual(local.noise_std(), 0.1)   # z/√m
+    central = _config(num_clients=100, central_dp='fixed', weighting='uniform',
+                      central_noise_multiplier=1.0)
+    self.assertAlmostEqual(central.noise_std(), 0.01)   # z/S
+    self.assertEqual(_config(num_clients=3).noise_std(), 0.0)
 
   def test_argument_errors_name_the_argument(self):
     for kwargs, name in ((dict(noise_std=-1.0, num_classes=3, rounds=1), 'noise_std'),
@@ -40,9 +41,8 @@ class NoiseToGapRatioTest(absltest.TestCase):
                           'classes_per_client')):
       with self.assertRaisesRegex(ValueError, name):
         noise_check.noise_to_gap_ratio(**kwargs)
-    with self.assertRaisesRegex(ValueError, 'not both'):
-      noise_check.averaged_noise_std(cohort_size=2, local_noise_multiplier=0.1,
-                                     central_noise_multiplier=1.0)
+    with self.assertRaisesRegex(ValueError, '--local_dp and --central_dp'):
+      _config(local_dp='fixed', central_dp='fixed', weighting='uniform')
 
 
 class SwampWarningTest(absltest.TestCase):
