@@ -27,6 +27,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff.runtime import DEFAULT_WORKER_TIMEOUT_SECONDS
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.runtime import subrounds
 
 
 def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False) -> str:
@@ -335,6 +336,4 @@ def create_distributed_execution_context(
     stub = tff.framework.RemoteExecutorGrpcStub(grpc.intercept_channel(channel, watch))
     contexts.append(_ThreadedContext(execution_context.remote_context(stub, asynchronous=True)))
     watches.append(watch)
-  return DistributedContext(
-      workers, tff.backends.native.create_mergeable_comp_execution_context(contexts, num_subrounds),
-      watches)
+  return DistributedContext(workers, subrounds.SubroundContext(contexts, num_subrounds), watches)

@@ -138,8 +138,9 @@ class DistributedRoundsTest(absltest.TestCase):
     context = runtime.set_distributed_execution_context(self.workers.addresses)
     state, metrics = _run()
     # The same noise (drawn once, after the merge, from the same seed) and the same adaptive
-    # clip; the partial sums are merged in completion order, so float sums may differ in the
-    # last bits: 1e-6 is far below the noise (std 0.5 x clip / 5 clients, about 0.01 here).
+    # clip; the partial sums are merged block by block, so float sums may differ from the local
+    # run's in the last bits: 1e-6 is far below the noise (std 0.5 x clip / 5 clients, about
+    # 0.01 here).
     for a, b in zip(local_state.global_model_weights.trainable,
                     state.global_model_weights.trainable, strict=True):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
