@@ -164,7 +164,8 @@ def main(argv):
     datasets = retriever_inputs.client_datasets(tokens, labels, clients, round_num)
     if batches is not None:
       datasets = [dataset.take(batches) for dataset in datasets]
-    return process.next(state, datasets, dp_states, seeds, backbone_weights).state
+    return process_lib.run_round(process, state, datasets, dp_states, seeds,
+                                 backbone_weights).state
 
   def run_floor(round_num):
     for dataset in retriever_inputs.client_datasets(tokens, labels, clients, round_num):

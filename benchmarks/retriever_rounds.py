@@ -76,7 +76,8 @@ def _time_rounds(process, inputs, labels, clients, rounds, *extra_arguments):
   for round_num in range(rounds + 1):
     datasets = retriever_inputs.client_datasets(inputs, labels, clients, round_num)
     start = time.perf_counter()
-    state = process.next(state, datasets, dp_states, seeds, *extra_arguments).state
+    state = process_lib.run_round(process, state, datasets, dp_states, seeds,
+                                  *extra_arguments).state
     if round_num:   # The first round compiles.
       times.append(time.perf_counter() - start)
   return times

@@ -38,6 +38,7 @@ from fedasr_tff.retrieval.process import DP_GRANULARITIES
 from fedasr_tff.retrieval.process import WEIGHTINGS
 from fedasr_tff.retrieval.process import build_retrieval_process
 from fedasr_tff.retrieval.process import initial_client_dp_state
+from fedasr_tff.retrieval.process import run_round
 from fedasr_tff.retrieval.retrieve import class_prototypes
 from fedasr_tff.retrieval.retrieve import mips_scores
 from fedasr_tff.retrieval.retrieve import top_k

@@ -13,7 +13,10 @@ Algorithm 1 (App. A), on TFF templates:
                  ->  server SGD, θ <- θ − η_s · mean Δ (η_s = 1 is FedAvg's plain average).
 
 The server side is `fed_avg.build_server_components`, as for speech; the client side is our own,
-since local DP keeps a state per client (`build_retrieval_process`).
+since local DP keeps a state per client (`build_retrieval_process`). A round returns those states
+through the round's one aggregation, keyed by each client's position in the cohort, so that TFF's
+distributed runtime (`runtime.subrounds`) runs it as it runs FedAvg: client training once, on the
+worker that holds the client, and every state back with its client.
 """
 
 import collections
@@ -38,11 +41,13 @@ _SEED_TYPE = tff.TensorType(np.int64, [2])
 
 
 class RetrievalOutput(NamedTuple):
-  """What `next` returns.
+  """What `next` returns (and `run_round`, with the states unstacked).
 
   Attributes:
     state: the server state (model, aggregator, finalizer).
-    client_dp_states: each cohort client's next `LocalDPState`, placed at the clients.
+    client_dp_states: the cohort's next `LocalDPState`s: from `next`, an OrderedDict of
+      `position` and the state's fields, each a vector over the cohort sorted by position (SERVER
+      placed); from `run_round`, a list of `LocalDPState`s in cohort order.
     metrics: the round's metrics (`build_retrieval_process`).
   """
   state: object
@@ -50,10 +55,65 @@ class RetrievalOutput(NamedTuple):
   metrics: object
 
 
+_DP_STATE_SPEC = local_dp_lib.LocalDPState(
+    clip=tf.TensorSpec([], tf.float32), smoothed_norm=tf.TensorSpec([], tf.float32),
+    round=tf.TensorSpec([], tf.int32))
+
+
 def _dp_state_type() -> tff.Type:
-  return tff.types.tensorflow_to_type(local_dp_lib.LocalDPState(
-      clip=tf.TensorSpec([], tf.float32), smoothed_norm=tf.TensorSpec([], tf.float32),
-      round=tf.TensorSpec([], tf.int32)))
+  return tff.types.tensorflow_to_type(_DP_STATE_SPEC)
+
+
+def _keyed_spec(length):
+  """The spec of DP states stacked over `length` clients, each with its cohort position."""
+  fields = [('position', tf.int32)] + [(name, spec.dtype)
+                                       for name, spec in _DP_STATE_SPEC._asdict().items()]
+  return collections.OrderedDict((name, tf.TensorSpec([length], dtype)) for name, dtype in fields)
+
+
+def _build_state_return():
+  """The aggregation that hands each client's next DP state back keyed by its cohort position:
+  rows are concatenated (in any order: blocks of a cohort are merged as they come) and sorted
+  by position once, in the report.
+
+  The states stay in the simulation: a deployment keeps C_i on the client, so the program only
+  stores them (keyed by client id) for that client's next round, and releases none of them.
+  """
+  row_spec, keyed_spec = _keyed_spec(1), _keyed_spec(None)
+  keyed_type = tff.types.tensorflow_to_type(keyed_spec)
+
+  @tff.tensorflow.computation(np.int32, _dp_state_type())
+  def to_row(position, dp_state):
+    return collections.OrderedDict(
+        position=tf.reshape(position, [1]),
+        **{name: tf.reshape(value, [1])
+           for name, value in zip(local_dp_lib.LocalDPState._fields, dp_state, strict=True)})
+
+  @tff.tensorflow.computation
+  def no_rows():
+    # A [None] shape (not [0]), the type rows accumulate into.
+    return collections.OrderedDict(
+        (name, tf.raw_ops.PlaceholderWithDefault(input=tf.zeros([0], spec.dtype),
+                                                 shape=[None]))
+        for name, spec in keyed_spec.items())
+
+  concatenate = tff.tensorflow.computation(
+      lambda a, b: collections.OrderedDict((k, tf.concat([a[k], b[k]], 0)) for k in a),
+      keyed_type, keyed_type)
+  accumulate = tff.tensorflow.computation(
+      lambda a, row: collections.OrderedDict((k, tf.concat([a[k], row[k]], 0)) for k in a),
+      keyed_type, tff.types.tensorflow_to_type(row_spec))
+
+  @tff.tensorflow.computation(keyed_type)
+  def sort_by_position(rows):
+    order = tf.argsort(rows['position'], stable=True)
+    return collections.OrderedDict((k, tf.gather(v, order)) for k, v in rows.items())
+
+  def state_return(positions, next_dp_states):
+    rows = tff.federated_map(to_row, (positions, next_dp_states))
+    return tff.federated_aggregate(rows, no_rows(), accumulate, concatenate, sort_by_position)
+
+  return state_return
 
 
 def _build_client_update(model, local_epochs: int, local_dp: Optional[local_dp_lib.LocalDPConfig],
@@ -148,14 +208,17 @@ def build_retrieval_process(
 ) -> tff.templates.IterativeProcess:
   """Builds the process of the module docstring.
 
-  A `tff.learning.templates.LearningProcess` returns no CLIENTS-placed values, but local DP keeps
-  a state per client (C_i, the smoothed norm, the release count for warmup). So the process is a
-  `tff.templates.IterativeProcess` whose `next(state, client_data, client_dp_states,
-  client_noise_seeds)` takes each cohort client's `local_dp.LocalDPState` in and returns its next
-  one (a list in simulation); the program keeps them keyed by client id, as a stand-in for state
-  held on the client. `client_noise_seeds` ([2] int64 each) seed the client's noise; local DP's
-  guarantee needs them secret from the server, which holds them only because this is a
-  simulation.
+  Local DP keeps a state per client (C_i, the smoothed norm, the release count for warmup). So
+  the process is a `tff.templates.IterativeProcess` whose `next(state, client_data,
+  client_dp_states, client_noise_seeds, client_positions)` takes each cohort client's
+  `local_dp.LocalDPState` in and returns the next ones stacked over the cohort, keyed by
+  `client_positions` (0, 1, ... in cohort order) through the round's aggregation: no value is
+  returned at the clients, which TFF's distributed runtime would hand back by block and only by
+  training every client twice (`runtime.subrounds`). `run_round` fills in the positions and
+  unstacks the states; the program keeps them keyed by client id, as a stand-in for state held
+  on the client. `client_noise_seeds` ([2] int64 each) seed the client's noise; local DP's
+  guarantee needs them secret from the server, which holds them (and the states) only because
+  this is a simulation.
 
   Args:
     model_fn: a callable returning a `tff_model.RetrieverModel` (or any `VariableModel` whose
@@ -178,7 +241,7 @@ def build_retrieval_process(
       requires `uniform`.
     frozen_backbone: the `text_models.FrozenBackbone` that `model_fn` takes the weights of
       (`tff_model.build_model_fn`'s adapter + classifier mode); `next` then takes them as its
-      fifth argument, `backbone_weights` (SERVER-placed, the value `frozen_backbone.weights`),
+      last argument, `backbone_weights` (SERVER-placed, the value `frozen_backbone.weights`),
       broadcast to the clients: one tensor per weight that every client's session reads
       (`text_models.frozen`), at the cost of a transfer of the weights per round.
     diagnostics: also measure the clients' un-noised statistics under `client_work` (below),
@@ -269,13 +332,15 @@ def build_retrieval_process(
 
   sums_type = client_update.type_signature.result[2]
   finalize = tff.tensorflow.computation(_finalize, sums_type)
+  return_states = _build_state_return()
 
-  def round_fn(state, client_inputs):
+  def round_fn(state, client_inputs, positions):
     """The round, given the clients' inputs after `model` (client data, DP states, noise
-    seeds and, with a frozen backbone, its weights)."""
+    seeds and, with a frozen backbone, its weights) and their cohort positions."""
     weights = tff.federated_broadcast(state.model)
     results, next_dp_states, sums = tff.federated_map(client_update,
                                                       (weights,) + tuple(client_inputs))
+    keyed_dp_states = return_states(positions, next_dp_states)
     aggregated = aggregator.next(state.aggregator, results.update, results.update_weight)
     finalized = finalizer.next(state.finalizer, state.model, aggregated.result)
     next_state = tff.federated_zip(collections.OrderedDict(
@@ -286,22 +351,58 @@ def build_retrieval_process(
     metrics = tff.federated_zip(collections.OrderedDict(
         client_work=client_work,
         aggregator=aggregated.measurements, finalizer=finalized.measurements))
-    return RetrievalOutput(next_state, next_dp_states, metrics)
+    return RetrievalOutput(next_state, keyed_dp_states, metrics)
 
   next_types = (state_type, tff.FederatedType(data_type, tff.CLIENTS),
                 tff.FederatedType(dp_state_type, tff.CLIENTS),
-                tff.FederatedType(_SEED_TYPE, tff.CLIENTS))
+                tff.FederatedType(_SEED_TYPE, tff.CLIENTS),
+                tff.FederatedType(np.int32, tff.CLIENTS))
   if frozen_backbone is None:
     @tff.federated_computation(*next_types)
-    def next_fn(state, client_data, client_dp_states, client_noise_seeds):
-      return round_fn(state, (client_data, client_dp_states, client_noise_seeds))
+    def next_fn(state, client_data, client_dp_states, client_noise_seeds, client_positions):
+      return round_fn(state, (client_data, client_dp_states, client_noise_seeds),
+                      client_positions)
   else:
     @tff.federated_computation(*next_types, tff.FederatedType(backbone_type, tff.SERVER))
-    def next_fn(state, client_data, client_dp_states, client_noise_seeds, backbone_weights):
+    def next_fn(state, client_data, client_dp_states, client_noise_seeds, client_positions,
+                backbone_weights):
       return round_fn(state, (client_data, client_dp_states, client_noise_seeds,
-                              tff.federated_broadcast(backbone_weights)))
+                              tff.federated_broadcast(backbone_weights)), client_positions)
 
   return tff.templates.IterativeProcess(initialize_fn, next_fn)
+
+
+def run_round(process: tff.templates.IterativeProcess, state, client_data, client_dp_states,
+              client_noise_seeds, *backbone_weights) -> RetrievalOutput:
+  """One round of a `build_retrieval_process` process, with each client's DP state in and out.
+
+  Args:
+    process: the process.
+    state: its state.
+    client_data: the cohort's datasets, in cohort order.
+    client_dp_states: their `LocalDPState`s, in the same order.
+    client_noise_seeds: their noise seeds ([2] int64 each), in the same order.
+    *backbone_weights: the frozen backbone's weights, for a process built with one.
+
+  Returns:
+    The `RetrievalOutput`, `client_dp_states` a list of `LocalDPState`s in cohort order.
+
+  Raises:
+    ValueError: if the states that came back are not one per cohort position (which a runtime
+      that lost or repeated clients would cause).
+  """
+  positions = [np.int32(i) for i in range(len(client_data))]
+  output = process.next(state, client_data, client_dp_states, client_noise_seeds, positions,
+                        *backbone_weights)
+  keyed = output.client_dp_states
+  returned = np.asarray(keyed['position'])
+  if not np.array_equal(returned, np.arange(len(client_data))):
+    raise ValueError(f'The round returned DP states for cohort positions {returned.tolist()}, '
+                     f'not one for each of the {len(client_data)} clients.')
+  fields = local_dp_lib.LocalDPState._fields
+  states = [local_dp_lib.LocalDPState(*(np.asarray(keyed[name])[i] for name in fields))
+            for i in range(len(client_data))]
+  return RetrievalOutput(output.state, states, output.metrics)
 
 
 def initial_client_dp_state(local_dp: Optional[local_dp_lib.LocalDPConfig]):

@@ -420,7 +420,8 @@ class _RetrieverRounds(training_loop.Task):
       seeds.append(np.array([seed, round_num], np.int64))
     metrics = None
     if cohort:
-      output = self.process.next(self.state, datasets, states, seeds, *self.round_arguments)
+      output = process_lib.run_round(self.process, self.state, datasets, states, seeds,
+                                     *self.round_arguments)
       self.state = output.state
       for client, client_state in zip(cohort, output.client_dp_states, strict=True):
         self.dp_states.put(client, client_state)

@@ -93,7 +93,7 @@ def _run(process, data, rounds, *, local_dp=None, head='linear', noise_seed=0, i
   history = []
   for r in range(rounds):
     seeds = [np.array([noise_seed, 10 * r + i], np.int64) for i in range(len(data))]
-    state, dp_states, metrics = process.next(state, data, dp_states, seeds)
+    state, dp_states, metrics = retrieval.run_round(process, state, data, dp_states, seeds)
     history.append(_Round([np.asarray(w) for w in state['model'].trainable], list(dp_states),
                           metrics))
   return history
@@ -146,8 +146,9 @@ class PayloadTest(parameterized.TestCase):
                      shapes)
     self.assertEmpty(state_type.model.non_trainable)
     # Every other tensor in `next` (DP states, seeds, metrics, optimizer and aggregator state)
-    # is a scalar or a seed, except the frozen backbone's weights: an input from the server,
-    # broadcast, never in the state, the clients' results or anything returned.
+    # is a scalar or a seed, except the frozen backbone's weights (an input from the server,
+    # broadcast, never in the state, the clients' results or anything returned) and the DP
+    # states returned, a scalar per client.
     payload = 0
     for path, tensor_type in _tensor_types(process.next.type_signature):
       if path[1:4] == ('state', 'model', 'trainable'):
@@ -155,6 +156,9 @@ class PayloadTest(parameterized.TestCase):
       elif path[:2] == ('parameter', 'backbone_weights'):
         self.assertEqual(process.next.type_signature.parameter.backbone_weights.placement,
                          tff.SERVER)
+      elif path[:2] == ('result', 'client_dp_states'):
+        # The cohort's next DP states, a scalar field per client (`run_round` unstacks them).
+        self.assertEqual(tuple(tensor_type.shape), (None,), msg=str(path))
       else:
         self.assertLessEqual(_size(tensor_type), 2, msg=str(path))
     return payload // 2   # the state is both in the parameter and in the result
@@ -491,8 +495,8 @@ class AdapterClassifierProcessTest(absltest.TestCase):
     # The rounds run the computations built above: no client, batch or length traces them again.
     with mock.patch.object(backbone_lib, 'trim_padding',
                            wraps=backbone_lib.trim_padding) as traced:
-      trimmed = process.next(state, data, dp_states, seeds, frozen.weights)
-      full = untrimmed.next(state, data, dp_states, seeds, frozen.weights)
+      trimmed = retrieval.run_round(process, state, data, dp_states, seeds, frozen.weights)
+      full = retrieval.run_round(untrimmed, state, data, dp_states, seeds, frozen.weights)
     self.assertEqual(traced.call_count, 0)
     _assert_weights_close([np.asarray(w) for w in trimmed.state['model'].trainable],
                           [np.asarray(w) for w in full.state['model'].trainable], atol=1e-5)
@@ -503,7 +507,7 @@ class AdapterClassifierProcessTest(absltest.TestCase):
 
   def test_the_backbone_weights_are_an_argument_not_part_of_the_computation(self):
     _, _, process, frozen = self._built()
-    self.assertLen(process.next.type_signature.parameter, 5)
+    self.assertLen(process.next.type_signature.parameter, 6)
     serialised = tff.framework.ConcreteComputation.get_proto(process.next).SerializeToString()
     serialised += tff.framework.ConcreteComputation.get_proto(
         process.initialize).SerializeToString()
@@ -524,9 +528,10 @@ class AdapterClassifierProcessTest(absltest.TestCase):
     dp_states = [retrieval.initial_client_dp_state(None)] * 2
     seeds = [np.array([0, i], np.int64) for i in range(2)]
     weights = frozen.weights
-    runs = [process.next(state, data, dp_states, seeds, weights) for _ in range(2)]
+    runs = [retrieval.run_round(process, state, data, dp_states, seeds, weights)
+            for _ in range(2)]
     scaled = collections.OrderedDict((key, 0.5 * value) for key, value in weights.items())
-    other = process.next(state, data, dp_states, seeds, scaled)
+    other = retrieval.run_round(process, state, data, dp_states, seeds, scaled)
     trained = [[np.asarray(w) for w in run.state['model'].trainable] for run in runs]
     for a, b in zip(*trained, strict=True):
       np.testing.assert_array_equal(a, b)
@@ -550,7 +555,8 @@ class AdapterClassifierProcessTest(absltest.TestCase):
     losses = []
     for r in range(4):
       seeds = [np.array([r, i], np.int64) for i in range(2)]
-      state, dp_states, metrics = process.next(state, data, dp_states, seeds, frozen.weights)
+      state, dp_states, metrics = retrieval.run_round(process, state, data, dp_states, seeds,
+                                                      frozen.weights)
       losses.append(metrics['client_work']['loss'])
     trained = [np.asarray(w) for w in state['model'].trainable]
     self.assertGreater(np.abs(trained[0] - np.eye(16)).max(), 1e-4)
