@@ -127,6 +127,24 @@ def start_binary(max_concurrent_computation_calls=None,
   return remote
 
 
+def with_trust_statement(statement: str, workers: Optional[List[str]]) -> str:
+  """A run's privacy statement with, for a run on --workers, the line on its workers and
+  their channels (`runtime.trust_statement`).
+
+  Args:
+    statement: the privacy statement.
+    workers: what `start_binary` returned (None: a local run, returned unchanged).
+
+  Returns:
+    The statement.
+  """
+  if workers is None:
+    return statement
+  return statement + '\n' + runtime.trust_statement(
+      workers, tls=WORKER_TLS_ROOT_CERTS.value is not None,
+      mutual_tls=WORKER_TLS_CERT.value is not None)
+
+
 def _report_dead_worker(kind, value, traceback) -> None:
   """sys.excepthook: a run ended by its local worker's death gets one line, not a traceback.
 

@@ -128,10 +128,7 @@ def _epsilon(summary):
 
 def main(argv):
   del argv
-  common.start_binary(distributed_refusal=(
-          'the retriever runs on one machine: its rounds return each client\'s local DP '
-          'state, and TFF\'s mergeable form hands such per-client results back out of step '
-          'with the cohort (measured: states went to the wrong clients).'))
+  workers = common.start_binary()
   common.require('output_dir')
   output_dir = common.OUTPUT_DIR.value
   chosen = cells()
@@ -170,6 +167,8 @@ def main(argv):
   with open(os.path.join(output_dir, 'results.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
   print('\n'.join(lines))
+  if workers is not None:
+    print(common.with_trust_statement('', workers).strip())
 
 
 if __name__ == '__main__':

@@ -47,7 +47,6 @@ from absl import flags
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
-from fedasr_tff import runtime
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
@@ -91,9 +90,6 @@ def main(argv):
                     else None)
     validation_data = (config.central.load(config.data, vocab, training=False)
                        if config.dga.rl else None)
-    refusal = federated_training.distributed_refusal(config)
-    if workers is not None and refusal is not None:
-      raise app.UsageError(f'--workers: {refusal}')
     run = federated_training.build_run(config, train_data, vocab, common.OUTPUT_DIR.value,
                                        eval_data=eval_data, initial_weights=initial_weights,
                                        central_data=central_data,
@@ -106,12 +102,7 @@ def main(argv):
   if result.evaluation is not None:
     print(f'final WER {100 * result.evaluation.overall.wer:.2f}% CER '
           f'{100 * result.evaluation.overall.cer:.2f}% on {config.data.eval_split}')
-  statement = result.privacy_statement()
-  if workers is not None:
-    statement += '\n' + runtime.trust_statement(
-        workers, tls=common.WORKER_TLS_ROOT_CERTS.value is not None,
-        mutual_tls=common.WORKER_TLS_CERT.value is not None)
-  print(statement)
+  print(common.with_trust_statement(result.privacy_statement(), workers))
 
 
 if __name__ == '__main__':

@@ -47,12 +47,7 @@ _MIPS = flags.DEFINE_bool('mips_baseline', False, 'Print the MIPS baseline (clas
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  common.start_binary(
-      max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value,
-      distributed_refusal=(
-          'the retriever runs on one machine: its rounds return each client\'s local DP '
-          'state, and TFF\'s mergeable form hands such per-client results back out of step '
-          'with the cohort (measured: states went to the wrong clients).'))
+  workers = common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
   common.require('output_dir')
   with config_flags.flag_errors():
     config = config_flags.config_from_flags(retrieval_config.RetrieverConfig)
@@ -71,11 +66,12 @@ def main(argv):
         f', cached in {config.feature_cache}' if config.feature_cache else ''))
   if result.round_seconds:
     print(f'median round time {metrics["median_round_seconds"]:.3f} s')
-  print(result.privacy_statement)
+  statement = common.with_trust_statement(result.privacy_statement, workers)
+  print(statement)
   corpus = config.corpus_path or config.corpus
   path = report.write_retriever_report(
       config.output_dir, title=f'Classifier-as-retriever on {corpus}', scores=result.scores,
-      class_names=result.class_names, privacy_statement=result.privacy_statement,
+      class_names=result.class_names, privacy_statement=statement,
       notes=[f'{metrics["test_examples_left_out"]} examples of --test_path were left out: '
              'their classes are not among the training corpus\'s.']
       if metrics.get('test_examples_left_out') else [])

@@ -353,27 +353,6 @@ class FederatedRun:
                            self.ledger, _disclosures(self.config, self.evaluated_clients))
 
 
-def distributed_refusal(config: config_lib.FederatedConfig) -> Optional[str]:
-  """Why a run of `config` cannot use TFF's distributed runtime (`runtime.distributed`,
-  `--workers`), or None.
-
-  Each algorithm was run on two workers against the local worker (docs/distributed.md): FedAvg
-  with DP (fixed or adaptive, per-layer or global clips, server or client noise), DGA softmax,
-  rehearsal and DGA-RL ended bit-identical; mixed FL did not.
-
-  Args:
-    config: the run.
-
-  Returns:
-    The reason, naming the flag, or None if the run may be distributed.
-  """
-  if config.mixed.enabled:
-    return ('--mixed runs on one machine: under TFF\'s mergeable form its server-side central '
-            'step runs, but the model moves off the local run\'s (by 0.023 in a weight of the '
-            'tiny model after 2 rounds of --mixed=two_way).')
-  return None
-
-
 def build_run(config: config_lib.FederatedConfig,
               train_data: pipeline.SpeechClientData,
               vocabulary: text_lib.Vocabulary,
