@@ -26,6 +26,7 @@ import tensorflow_federated as tff
 from fedasr_tff import private_files
 from fedasr_tff import validation
 from fedasr_tff.data import audio as audio_lib
+from fedasr_tff.data import client_store
 from fedasr_tff.data import corpora
 from fedasr_tff.data import features as features_lib
 from fedasr_tff.data import text as text_lib
@@ -35,8 +36,6 @@ _FRAMES_PER_SECOND = features_lib.SAMPLE_RATE / features_lib.FRAME_STEP
 _FEATURE_VERSION = (f'log-mel v1 {features_lib.SAMPLE_RATE} {features_lib.FRAME_LENGTH} '
                     f'{features_lib.FRAME_STEP} {features_lib.FFT_LENGTH} '
                     f'{features_lib.NUM_MELS}')
-# Stream of the seeded utterance order, apart from the batches' element seeds.
-_ORDER_STREAM = 1
 
 
 def group_by_speaker(utterances: Sequence[corpora.Utterance]) -> Dict[str, List[corpora.Utterance]]:
@@ -213,18 +212,38 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       raise ValueError(f'Unknown client id {client_id!r}.')
     return list(self._by_speaker[client_id])
 
+  def example(self, utterance: corpora.Utterance) -> Optional[Tuple[np.ndarray, List[int]]]:
+    """One utterance as the batches hold it, or None if it is skipped (counted in `report`).
+
+    Args:
+      utterance: one of the corpus's utterances.
+
+    Returns:
+      (log-mels [T, 80] float32, label ids), or None.
+    """
+    text = text_lib.normalize_transcript(utterance.transcript, self._vocabulary.language)
+    labels, unknown = self._vocabulary.encode(text)
+    self.unknown_characters.update(unknown)
+    if not [t for t in labels if self._vocabulary.tokens[t - 1] != text_lib.WORD_BOUNDARY]:
+      self.report.add(utterance.path, 'transcript has no in-vocabulary letters', self._strict)
+      return None
+    feats = self._features(utterance.path)
+    return None if feats is None else (feats, labels)
+
   def _examples(self, utterances: Sequence[corpora.Utterance]
                 ) -> Iterator[Tuple[np.ndarray, List[int]]]:
     for utterance in utterances:
-      text = text_lib.normalize_transcript(utterance.transcript, self._vocabulary.language)
-      labels, unknown = self._vocabulary.encode(text)
-      self.unknown_characters.update(unknown)
-      if not [t for t in labels if self._vocabulary.tokens[t - 1] != text_lib.WORD_BOUNDARY]:
-        self.report.add(utterance.path, 'transcript has no in-vocabulary letters', self._strict)
-        continue
-      feats = self._features(utterance.path)
-      if feats is not None:
-        yield feats, labels
+      example = self.example(utterance)
+      if example is not None:
+        yield example
+
+  @property
+  def feature_description(self) -> Dict[str, object]:
+    """What a client's examples depend on besides its audio and transcripts (JSON values): the
+    features' parameters, the vocabulary and the utterance limit (`client_store`'s manifest)."""
+    return {'features': self._feature_version, 'vocabulary': list(self._vocabulary.tokens),
+            'language': self._vocabulary.language,
+            'max_utterance_samples': self._max_utterance_samples}
 
   def _cache_path(self, path: str) -> Optional[str]:
     if self._feature_cache_dir is None:
@@ -335,7 +354,8 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
     utterances = self.utterances(client_id)
     if max_batches is not None:
       validation.check_positive_integer('max_batches', max_batches)
-      order = np.random.default_rng([seed, _ORDER_STREAM]).permutation(len(utterances))
+      # A stateless TF draw, which a worker building the batches from a client store repeats.
+      order = client_store.utterance_order(seed, len(utterances)).numpy()
       utterances = [utterances[i] for i in order]
     batches = [collections.OrderedDict(batch, seed=np.array([seed, index], np.int64))
                for index, batch in enumerate(self._batches(utterances, max_batches))]

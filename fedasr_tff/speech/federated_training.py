@@ -198,11 +198,15 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
 # config.json layout: 2 holds the grouped configuration (`config.FederatedConfig`); 3 adds
 # --spec_augment. A run of format 2 cannot say whether it applied SpecAugment (train_federated and
 # the studies always did, the demo as its own --spec_augment said), so it is refused, not resumed
-# with a guess. (A field added since, such as --feature_normalization, takes its default in a
-# saved run that lacks it, `run_record.check`: that default is what those runs did.)
-_CONFIG_FORMAT = 3
-_FORMAT_NOTE = ('it records --spec_augment, which runs before it did not: train_federated then '
-                'always applied SpecAugment, which its default (--preset=cpu) no longer does')
+# with a guess. 4: a client's seeded sample of utterances is drawn by a stateless TF op
+# (`client_store.utterance_order`, which workers building batches from a client store repeat),
+# not NumPy's generator, so a run of format 3 would resume with other samples: refused. (A field
+# added since, such as --feature_normalization, takes its default in a saved run that lacks it,
+# `run_record.check`: that default is what those runs did.)
+_CONFIG_FORMAT = 4
+_FORMAT_NOTE = ('it draws each client\'s sample of utterances with a TensorFlow op instead of '
+                'NumPy\'s generator, so a resumed run of the older version would train on other '
+                'samples than it started with')
 
 
 def _run_record(config: config_lib.FederatedConfig, client_ids: List[str],

@@ -172,7 +172,7 @@ class SpeechClientDataTest(absltest.TestCase):
     # Over rounds (seeds), the samples differ and cover the client's data.
     samples = [self._texts(client_data.create_tf_dataset_for_client(client, seed=seed,
                                                                     max_batches=2), vocab)
-               for seed in range(20)]
+               for seed in range(40)]
     self.assertGreater(len({tuple(t) for t in samples}), 1)
     self.assertEqual(sorted({t for texts in samples for t in texts}), sorted(set(everything)))
     # More batches than the client has: all of its data, in a seeded order.
