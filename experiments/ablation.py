@@ -31,6 +31,9 @@ unfinished cells resume from their checkpoints. Before the cells start it prints
 their wall time: from the finished cells' measured times when there are any, else from the
 calibration flags (--seconds_per_client_step, --cell_overhead_seconds, measured on a 2-core
 machine running 2 cells at once).
+
+It runs its cells on this machine: `--workers` is refused (experiments.train_federated runs one
+cell's configuration on TFF workers).
 """
 
 import csv

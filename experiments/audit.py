@@ -14,6 +14,8 @@ its claim or a check fails (a VIOLATION: the mechanism breaks its guarantee).
 
 The audited population is the canaries (K = --canaries, cohort --cohort_size); --seed fixes the
 sampling secret and --audit_seed the canaries, for a reproducible audit.
+
+It runs on one machine (a local worker): `--workers` is refused.
 """
 
 import json

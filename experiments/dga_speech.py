@@ -24,6 +24,9 @@ on the server's data after every step. Here, with the speech runner (`train_fede
   python -m experiments.dga_speech --output_dir=/tmp/dga_speech --seed=0
 
 Finished runs are reused when run again (seed model, federated runs resume from checkpoints).
+
+It runs on one machine: `--workers` is refused (experiments.train_federated --aggregation=...
+runs one of its configurations on TFF workers).
 """
 
 import json

@@ -18,6 +18,9 @@ FL is good on both. Here, with the speech runner (`train_federated --mixed`):
   python -m experiments.mixed_fl_speech --output_dir=/tmp/mixed_speech
 
 Finished runs are reused when run again (seed model, federated runs resume from checkpoints).
+
+It runs on one machine: `--workers` is refused (experiments.train_federated --mixed=... runs one
+of its configurations on TFF workers).
 """
 
 import json

@@ -53,6 +53,9 @@ conditions").
 --synthetic_speakers=N runs the recipe on a synthetic espeak-ng corpus (the demo's): N training
 speakers and a held-out split of --held_out_speakers (default 8) other speakers, written to
 --corpus_dir (default OUTPUT_DIR/corpus) if it has none.
+
+It runs on one machine: `--workers` is refused (experiments.train_federated runs the recipe's
+federated stage on TFF workers).
 """
 
 import json
