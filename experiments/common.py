@@ -127,13 +127,15 @@ def start_binary(max_concurrent_computation_calls=None,
   return remote
 
 
-def with_trust_statement(statement: str, workers: Optional[List[str]]) -> str:
+def with_trust_statement(statement: str, workers: Optional[List[str]],
+                         client_store: Optional[str] = None) -> str:
   """A run's privacy statement with, for a run on --workers, the line on its workers and
   their channels (`runtime.trust_statement`).
 
   Args:
     statement: the privacy statement.
     workers: what `start_binary` returned (None: a local run, returned unchanged).
+    client_store: the --client_store_dir the workers read, or None.
 
   Returns:
     The statement.
@@ -142,7 +144,7 @@ def with_trust_statement(statement: str, workers: Optional[List[str]]) -> str:
     return statement
   return statement + '\n' + runtime.trust_statement(
       workers, tls=WORKER_TLS_ROOT_CERTS.value is not None,
-      mutual_tls=WORKER_TLS_CERT.value is not None)
+      mutual_tls=WORKER_TLS_CERT.value is not None, client_store=client_store)
 
 
 def _report_dead_worker(kind, value, traceback) -> None:

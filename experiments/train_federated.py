@@ -102,7 +102,8 @@ def main(argv):
   if result.evaluation is not None:
     print(f'final WER {100 * result.evaluation.overall.wer:.2f}% CER '
           f'{100 * result.evaluation.overall.cer:.2f}% on {config.data.eval_split}')
-  print(common.with_trust_statement(result.privacy_statement(), workers))
+  print(common.with_trust_statement(result.privacy_statement(), workers,
+                                    client_store=config.data.client_store_dir or None))
 
 
 if __name__ == '__main__':

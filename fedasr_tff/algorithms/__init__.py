@@ -2,6 +2,7 @@
 federated learning with its server-side central training, and dynamic gradient aggregation."""
 
 from fedasr_tff.algorithms.central_work import build_central_work
+from fedasr_tff.algorithms.client_datasets import with_dataset_computation
 from fedasr_tff.algorithms.dga import build_dga_process
 from fedasr_tff.algorithms.fed_avg import build_evaluation_process
 from fedasr_tff.algorithms.fed_avg import build_fed_avg_process

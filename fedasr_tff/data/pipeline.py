@@ -395,12 +395,37 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       dataset = dataset.concatenate(other)
     return dataset
 
+  def store_dataset_computation(self, store_dir: str,
+                                max_batches: Optional[int] = None) -> tff.Computation:
+    """The TFF computation that builds a client's batches from the client store at `store_dir`
+    (`client_store`), where it runs: (index in the store, seed) -> the batches
+    `create_tf_dataset_for_client(client, seed, max_batches)` makes, bit for bit.
+
+    Args:
+      store_dir: the store, written by `client_store.write_client_store` from this data, at a
+        path every worker reaches.
+      max_batches: as in `create_tf_dataset_for_client`.
+
+    Returns:
+      A `tff.tensorflow.computation` of (int32, int64).
+    """
+    frames, spec_augment = self._max_batch_frames, self._spec_augment
+
+    @tff.tensorflow.computation(np.int32, np.int64)
+    def dataset_computation(index, seed):
+      return client_store.client_dataset(store_dir, index, seed, max_batch_frames=frames,
+                                         max_batches=max_batches, spec_augment=spec_augment)
+
+    return dataset_computation
+
   @property
   def serializable_dataset_fn(self):
-    """Not available: the datasets decode audio in Python (raises `NotImplementedError`)."""
+    """Not available: the datasets decode audio in Python (raises `NotImplementedError`); a
+    client store serves workers instead (`store_dataset_computation`)."""
     raise NotImplementedError(
         'SpeechClientData decodes audio in Python, so its datasets cannot be traced into a TFF '
-        'computation; build them with create_tf_dataset_for_client.')
+        'computation; build them with create_tf_dataset_for_client, or write a client store '
+        '(data.client_store) and use store_dataset_computation.')
 
   @property
   def element_type_structure(self):

@@ -30,13 +30,16 @@ from fedasr_tff.runtime import execution_context
 from fedasr_tff.runtime import subrounds
 
 
-def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False) -> str:
+def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False,
+                    client_store: Optional[str] = None) -> str:
   """The privacy statement's line on the workers of a distributed run and their channels.
 
   Args:
     workers: The run's workers, as given to `set_distributed_execution_context`.
     tls: Whether the channels use TLS (`tls` credentials were given).
     mutual_tls: Whether the driver also presented its own certificate (mutual TLS).
+    client_store: the client store the workers read the clients' data from
+      (`data.client_store`), or None when the driver sends it with each round.
 
   Returns:
     One line, naming the workers, what their channels protect and what the guarantee assumes.
@@ -53,11 +56,14 @@ def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False)
   else:
     channel = ('plaintext, unauthenticated gRPC: whoever reaches a worker can use it and read '
                'what it is sent')
+  data = ('' if client_store is None else
+          f' They read the clients\' features from the client store {client_store}: each '
+          'can read every client in it, not only the clients of its rounds.')
   return (f'- Workers: the rounds ran on {len(workers)} TFF workers ({", ".join(workers)}), '
           f'over {channel}. A worker runs the client computation on raw client data and holds '
           'un-noised partial sums; the guarantee assumes the workers are trusted like the '
           'server (the noise is added once, after their sums are merged) and reachable only by '
-          'the driver, through mutual TLS or on a private network.')
+          f'the driver, through mutual TLS or on a private network.{data}')
 
 
 class WorkerUnavailableError(RuntimeError):

@@ -122,6 +122,15 @@ class DataConfig:
       'back after (owner-only, as it holds features of client audio; runs on the same corpus may '
       f'share one). Default: OUTPUT_DIR/{FEATURE_CACHE_SUBDIR}; "{NO_FEATURE_CACHE}": none.',
       fingerprint=False)
+  client_store_dir: Optional[str] = field(
+      None, 'Folder of a client store (docs/distributed.md, "Workers read their clients\' '
+      'data"): before the first round every training client\'s features and labels are written '
+      'there (owner-only; kept while current), and each round sends the cohort\'s store indices '
+      'and seeds instead of their batches; the TFF workers build the batches from the store in '
+      'TensorFlow ops, bit for bit as the driver would. Every worker must reach it at this path '
+      '(a shared filesystem, or a copy per worker), and can then read every client in it, not '
+      'only a round\'s. Default: none (the driver ships each client\'s batches).',
+      fingerprint=False)
   eval_split: Optional[str] = field(None, 'Held-out split to evaluate on (its speakers are all '
                                      'used); empty: no evaluation.')
   spec_augment: bool = field(

@@ -33,8 +33,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import algorithms
 from fedasr_tff import models
 from fedasr_tff.algorithms import dga_rl
+from fedasr_tff.data import client_store
 from fedasr_tff.data import pipeline
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
@@ -300,6 +302,8 @@ class FederatedRun:
     rl: DGA-RL's learner, or None.
     eval_data: the evaluation data, or None.
     evaluated_clients: how many federated clients the evaluation data holds.
+    client_keys: with a client store, each client's index in it (the process then takes
+      (index, seed) per client instead of its dataset); None: the driver ships datasets.
   """
   config: config_lib.FederatedConfig
   train_data: pipeline.SpeechClientData
@@ -314,6 +318,7 @@ class FederatedRun:
   rl: Optional[dga_rl.DGARL] = None
   eval_data: Optional[pipeline.SpeechClientData] = None
   evaluated_clients: int = 0   # Federated clients among the evaluation's speakers.
+  client_keys: Optional[Dict[str, int]] = None
 
   def next(self, state, client_datasets, secret: int, round_num: int):
     """One round of the process; a mixed FL or rehearsing round also takes the server's
@@ -432,6 +437,13 @@ def build_run(config: config_lib.FederatedConfig,
   if initial_weights is None:
     initial_weights = _initial_weights(model_fn, config.run.seed_or_zero)
   state = process.set_model_weights(state, initial_weights)
+  client_keys = None
+  if config.data.client_store_dir:
+    # Written once (kept while current); the workers then build each client's batches there.
+    store_ids = client_store.write_client_store(train_data, config.data.client_store_dir)
+    client_keys = {client: index for index, client in enumerate(store_ids)}
+    process = algorithms.with_dataset_computation(process, train_data.store_dataset_computation(
+        config.data.client_store_dir, config.client.batches_per_round()))
   rl = None
   if config.dga.rl:
     # Made after the process (building it invalidates Keras models made before).
@@ -444,7 +456,7 @@ def build_run(config: config_lib.FederatedConfig,
         seed=config.run.seed_or_zero)
   return FederatedRun(config, train_data, output_dir, model_fn, process,
                       config.server.schedule(), noise, ledger,
-                      state, central, rl, eval_data, evaluated_clients)
+                      state, central, rl, eval_data, evaluated_clients, client_keys)
 
 
 def train(config: config_lib.FederatedConfig,
@@ -542,12 +554,16 @@ class _SpeechRounds(training_loop.Task):
     started = time.perf_counter()
     cohort = cohorts.sample_cohort(run.train_data.client_ids, config.run.cohort_size,
                                    self.secret, round_num, config.effective_sampling)
-    # Only the batches the round uses, drawn from the client's seed (`pipeline`).
-    datasets = [
-        run.train_data.create_tf_dataset_for_client(
-            c, seed=cohorts.client_seed(self.secret, round_num, c), max_batches=self.max_batches)
-        for c in cohort
-    ]
+    seeds = [cohorts.client_seed(self.secret, round_num, c) for c in cohort]
+    if run.client_keys is None:
+      # Only the batches the round uses, drawn from the client's seed (`pipeline`).
+      datasets = [run.train_data.create_tf_dataset_for_client(c, seed=seed,
+                                                              max_batches=self.max_batches)
+                  for c, seed in zip(cohort, seeds, strict=True)]
+    else:
+      # Where each client's batches are built (`client_store`): its index and seed.
+      datasets = [(np.int32(run.client_keys[c]), np.int64(seed))
+                  for c, seed in zip(cohort, seeds, strict=True)]
     output = run.next(self.state, datasets, self.secret, round_num)
     self.state = output.state
     self.ledger.check_round(self.state.aggregator)

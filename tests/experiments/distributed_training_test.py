@@ -123,6 +123,26 @@ class DistributedTrainingTest(absltest.TestCase):
       self.assertAlmostEqual(got_metrics[key], value, delta=1e-5 * max(1.0, abs(value)),
                              msg=key)
 
+  def test_workers_build_batches_from_a_client_store_bit_for_bit(self):
+    # The driver sends each client's store index and seed; the workers read and batch its
+    # features (SpecAugment and the seeded sample of local steps included) as the driver would.
+    workers = f'--workers={",".join(self.workers.addresses)}'
+    models_by_mode = {}
+    store = os.path.join(self.tmp, 'store')
+    for mode, extra in (('shipped', []), ('store', [f'--client_store_dir={store}'])):
+      output_dir = os.path.join(self.tmp, f'from_{mode}')
+      result = _run('train_federated', *self._flags(output_dir, workers, '--rounds=2',
+                                                    '--local_steps=2', *extra))
+      self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
+      with np.load(os.path.join(output_dir, 'model.npz')) as saved:
+        models_by_mode[mode] = dict(saved)
+    self.assertIn(f'client store {store}: each can read every client in it', result.stdout)
+    self.assertTrue(os.path.isfile(os.path.join(store, 'manifest.json')))
+    shipped, stored = models_by_mode['shipped'], models_by_mode['store']
+    self.assertEqual(sorted(shipped), sorted(stored))
+    for name in shipped:
+      np.testing.assert_array_equal(shipped[name], stored[name], err_msg=name)
+
   def _retriever_flags(self, output_dir, *extra):
     return ['--output_dir=' + output_dir, '--noprogress',
             f'--feature_cache_dir={os.path.join(self.tmp, "features")}', '--max_classes=3',
