@@ -21,7 +21,11 @@ For every cohort (`--cohorts`), one process (its DP aggregator divides by the co
 chain of states; every round builds the cohort's datasets once (timed apart: "data"), then runs
 `process.next` in every context in turn, the order rotating from round to round so machine
 noise hits all alike, plus the driver-side serialization of the datasets (`speech_rounds.serialize`,
-as TFF ships them). After `--warmup_rounds` untimed rounds (the first one compiles on every
+as TFF ships them). With `--id_mode` (default on) every distributed context also runs the round
+as a run with `--client_store_dir` does ("N workers ids"): the same cohort sent as (store index,
+seed) per client, the workers building the batches from a client store written before the
+rounds (`data.client_store`, `algorithms.with_dataset_computation`); its driver-side data is the
+list of keys ("keys"). After `--warmup_rounds` untimed rounds (the first one compiles on every
 worker), `--rounds` timed ones. Prints per (context, cohort) the median [min, max] seconds of
 `process.next` and its ratio to the local context's median; for the distributed contexts the
 bytes sent to and received from the workers per round (median; protobuf payloads, the
@@ -44,6 +48,9 @@ clients are split evenly, that the driver's cores keep up, and that transfer and
 overlap (pessimistic). Speed-up is T(1) / T(N); "vs local" is (data + the local median) / T(N).
 
   python -m benchmarks.distributed_rounds --cohorts=32,128 --workers_counts=1,2,4 --rounds=3
+
+The estimate is of the shipped mode; the ID mode's measured bytes and driver time say how far
+it moves the bound (docs/distributed.md).
 """
 
 import os
@@ -60,8 +67,10 @@ import tensorflow_federated as tff
 
 from benchmarks import speech_rounds
 from fedasr_tff import aggregators
+from fedasr_tff import algorithms
 from fedasr_tff import data
 from fedasr_tff import runtime
+from fedasr_tff.data import client_store
 from fedasr_tff.runtime import execution_context
 
 _LOCAL_STEPS = speech_rounds.LOCAL_STEPS
@@ -81,10 +90,13 @@ _ASSUMED_GBPS = flags.DEFINE_float('assumed_gbps', 10.0, 'Bandwidth of the drive
                                    'the estimate, Gbit/s.', lower_bound=1e-3)
 _MACHINES = flags.DEFINE_list('machines', ['1', '2', '4', '8', '16', '32'],
                               'Machine counts N of the estimate.')
+_ID_MODE = flags.DEFINE_bool('id_mode', True, 'Also time every distributed context with the '
+                             'clients built on the workers from a client store.')
 _WORKER_TIMEOUT = flags.DEFINE_float('worker_timeout', 60.0, 'Seconds a started worker may '
                                      'take to serve.', lower_bound=1.0)
 
 _LOCAL = 'local'
+_IDS = ' ids'   # suffix of a distributed context's ID-mode round
 _NOISE_MULTIPLIER = 1.0
 _DP_CLIP = 1.0
 
@@ -122,21 +134,32 @@ def _stop(workers):
     worker.stop()
 
 
-def _measure_cohort(cohort, vocab, cohort_data, contexts):
-  """{'data'|'serialize'|context name: [seconds]}, {distributed context name: [(bytes sent,
-  bytes received)]} of the timed rounds at `cohort`."""
+def _measure_cohort(cohort, vocab, cohort_data, contexts, store_dir):
+  """{'data'|'keys'|'serialize'|round name: [seconds]}, {distributed round name: [(bytes sent,
+  bytes received)]} of the timed rounds at `cohort`; a round name is a context's, or a
+  distributed context's with `_IDS` for the ID mode (`store_dir` not None)."""
   aggregator = aggregators.PerLayerDPFactory.gaussian_fixed(
       _NOISE_MULTIPLIER, cohort, _DP_CLIP, 'dim', diagnostics=False, noise_seed=speech_rounds.SEED)
   process = speech_rounds.build_process(vocab, _LOCAL_STEPS.value, model_aggregator=aggregator)
+  by_key = None
+  rounds = list(contexts)
+  if store_dir is not None:
+    by_key = algorithms.with_dataset_computation(
+        process, cohort_data.client_data.store_dataset_computation(store_dir,
+                                                                   cohort_data.max_batches))
+    rounds += [name + _IDS for name in contexts if name != _LOCAL]
   tff.framework.set_default_context(contexts[_LOCAL])
   state = process.initialize()
-  names = list(contexts) + ['serialize']
-  times = {name: [] for name in names + ['data']}
-  traffic = {name: [] for name in contexts if name != _LOCAL}
+  names = rounds + ['serialize']
+  times = {name: [] for name in names + ['data', 'keys']}
+  traffic = {name: [] for name in rounds if name != _LOCAL}
   for round_num in range(_WARMUP_ROUNDS.value + _ROUNDS.value):
     start = time.perf_counter()
     clients = cohort_data.build(cohort)
     timed, moved = {'data': time.perf_counter() - start}, {}
+    start = time.perf_counter()
+    keys = cohort_data.keys(cohort)
+    timed['keys'] = time.perf_counter() - start
     shift = round_num % len(names)
     for name in names[shift:] + names[:shift]:
       if name == 'serialize':
@@ -144,13 +167,16 @@ def _measure_cohort(cohort, vocab, cohort_data, contexts):
         speech_rounds.serialize(clients)
         timed[name] = time.perf_counter() - start
         continue
-      context = contexts[name]
+      context = contexts[name.removesuffix(_IDS)]
       distributed = isinstance(context, runtime.DistributedContext)
       tff.framework.set_default_context(context.context if distributed else context)
       if distributed:
         before = context.bytes_sent(), context.bytes_received()
       start = time.perf_counter()
-      state = process.next(state, clients).state
+      if name.endswith(_IDS):
+        state = by_key.next(state, keys).state
+      else:
+        state = process.next(state, clients).state
       timed[name] = time.perf_counter() - start
       if distributed:
         moved[name] = (context.bytes_sent() - before[0], context.bytes_received() - before[1])
@@ -240,23 +266,31 @@ def main(argv):
         feature_cache_dir=cache_dir)
     speech_rounds.fill_cache(client_data)
     cohort_data = speech_rounds.Cohorts(client_data, _LOCAL_STEPS.value)
+    store_dir = None
+    if _ID_MODE.value:
+      store_dir = os.path.join(cache_dir, 'client_store')
+      start = time.perf_counter()
+      client_store.write_client_store(client_data, store_dir)
+      print(f'client store written in {time.perf_counter() - start:.1f} s', flush=True)
     print(f'{speech_rounds.MODEL} model, DP FedAvg (PerLayerDPFactory.gaussian_fixed, z '
           f'{_NOISE_MULTIPLIER:g}, clip {_DP_CLIP:g}, dim), {_LOCAL_STEPS.value} local steps; '
           f'{len(client_data.client_ids)} distinct clients of {_UTTERANCES.value} synthetic '
           f'utterances; {_ROUNDS.value} timed rounds per context and cohort after '
           f'{_WARMUP_ROUNDS.value} warm-up, contexts interleaved. The workers share this '
           'machine\'s cores: more of them measure overhead, not speed-up', flush=True)
-    medians = {name: [] for name in list(contexts) + ['data', 'serialize']}
-    round_bytes = {name: {} for name in contexts if name != _LOCAL}
+    rounds = list(contexts) + ([name + _IDS for name in contexts if name != _LOCAL]
+                               if store_dir is not None else [])
+    medians = {name: [] for name in rounds + ['data', 'keys', 'serialize']}
+    round_bytes = {name: {} for name in rounds if name != _LOCAL}
     for cohort in cohorts:
-      times, traffic = _measure_cohort(cohort, vocab, cohort_data, contexts)
+      times, traffic = _measure_cohort(cohort, vocab, cohort_data, contexts, store_dir)
       for name, values in times.items():
         medians[name].append(statistics.median(values))
       local = medians[_LOCAL][-1]
       print(f'cohort {cohort}: process.next seconds, median [min, max]; ratio to local; per '
             'round (median), MB sent to / received from the workers')
-      for name in contexts:
-        line = (f'  {name:10s} {speech_rounds.summary(times[name])}  '
+      for name in rounds:
+        line = (f'  {name:14s} {speech_rounds.summary(times[name])}  '
                 f'{medians[name][-1] / local:5.2f} x local  '
                 f'{medians[name][-1] / cohort * 1e3:6.1f} ms/client')
         if name in traffic:
@@ -264,14 +298,21 @@ def main(argv):
           round_bytes[name][cohort] = statistics.median(a + b for a, b in traffic[name])
           line += f'  sent {sent / 1e6:7.2f} MB, received {received / 1e6:6.3f} MB'
         print(line)
-      for name, where in (('data', 'not in process.next'), ('serialize', 'in process.next')):
-        print(f'  {name:10s} {speech_rounds.summary(times[name])}  (driver, {where})')
+      for name, where in (('data', 'not in process.next'), ('keys', 'ID mode, not in next'),
+                          ('serialize', 'in process.next')):
+        print(f'  {name:14s} {speech_rounds.summary(times[name])}  (driver, {where})')
       print(f'  load average {os.getloadavg()[0]:.1f}', flush=True)
     if len(cohorts) > 1:
       print('lines time = fixed + per_client x cohort (least squares over the cohorts\' medians)')
-      for name in contexts:
+      for name in rounds:
         fixed, per_client = _line(cohorts, medians[name])
-        print(f'  {name:10s} {fixed:7.3f} s + {per_client * 1e3:6.2f} ms x cohort')
+        print(f'  {name:14s} {fixed:7.3f} s + {per_client * 1e3:6.2f} ms x cohort')
+      if store_dir is not None:
+        print('bytes per client, sent + received (slope over the cohorts, per context)')
+        for name in round_bytes:
+          slope = np.polyfit(np.array(cohorts, float),
+                             np.array([round_bytes[name][c] for c in cohorts], float), 1)[0]
+          print(f'  {name:14s} {slope:12,.0f} B/client')
     _estimate(cohorts, machines, medians, round_bytes, workers_counts)
   finally:
     _stop(workers)

@@ -15,6 +15,7 @@ import tempfile
 
 from absl import app
 from absl import flags
+import numpy as np
 import tensorflow as tf
 
 from fedasr_tff import algorithms
@@ -73,6 +74,14 @@ class Cohorts:
     return [self.client_data.create_tf_dataset_for_client(
         ids[i % len(ids)], seed=cohorts_lib.client_seed(SEED, self.round, f'entry{i}'),
         max_batches=self.max_batches) for i in range(size)]
+
+  def keys(self, size):
+    """The same cohort as the last `build(size)`, as (store index, seed) per entry: what a run
+    with a client store sends (`data.client_store`, the store's index being the sorted ids')."""
+    count = len(self.client_data.client_ids)
+    return [(np.int32(i % count), np.int64(cohorts_lib.client_seed(SEED, self.round,
+                                                                    f'entry{i}')))
+            for i in range(size)]
 
 
 @contextlib.contextmanager

@@ -4,13 +4,16 @@ TFF's pattern for simulation at scale: the driver sends each client's key, and a
 dataset computation builds that client's dataset inside the worker
 (`tff.simulation.compose_dataset_computation_with_computation`). Speech clients decode audio in
 Python (`pipeline.SpeechClientData`), which a worker cannot run, so their features are written
-once, before training, to a client store: one TFRecord file per client, `client_NNNNNN.tfrecord`
-(the client's index in the store's sorted ids), holding every one of its utterances in corpus
-order, each with its log-mels (the feature cache's), its label ids, and whether the pipeline
-uses it (an utterance it skips is kept, marked unusable, so that both modes order the same
-list). `manifest.json` records the format, the client ids and what the features depend on.
+once, before training, to a client store: one file per client, `client_NNNNNN.pb` (the client's
+index in the store's sorted ids), a serialized `tf.train.Example` of every one of its utterances
+in corpus order: whether the pipeline uses it (an utterance it skips is kept, marked unusable,
+so that both modes order the same list), its frames and label count, and, concatenated, the
+log-mels (the feature cache's) and label ids. `manifest.json` records the format, the client ids
+and what the features depend on.
 
-`client_dataset` builds a client's batches from its file in TF ops, exactly as
+`client_dataset` builds a client's batches from its file in TF ops (the file read, parsed,
+ordered and cut into batches by the computation's graph; each batch gathered and padded by the
+dataset's one map), exactly as
 `SpeechClientData.create_tf_dataset_for_client` builds them in the driver: the same seeded
 utterance order (`utterance_order`, a stateless TF draw both modes use), dynamic batches filled
 greedily up to the same frames, the same padding, the same element seeds and SpecAugment
@@ -39,11 +42,12 @@ MANIFEST = 'manifest.json'
 # Stream of the seeded utterance order, apart from the batches' element seeds.
 ORDER_STREAM = 1
 
-_RECORD_FEATURES = {
-    'usable': tf.io.FixedLenFeature([], tf.int64),
-    'frames': tf.io.FixedLenFeature([], tf.int64),
-    'features': tf.io.FixedLenFeature([], tf.string),
+_CLIENT_FEATURES = {
+    'usable': tf.io.VarLenFeature(tf.int64),
+    'frames': tf.io.VarLenFeature(tf.int64),
+    'label_lengths': tf.io.VarLenFeature(tf.int64),
     'labels': tf.io.VarLenFeature(tf.int64),
+    'features': tf.io.FixedLenFeature([], tf.string),
 }
 
 
@@ -64,22 +68,25 @@ def utterance_order(seed, count):
 
 def client_file(store_dir: str, index: int) -> str:
   """The file of the client at `index` of the store's ids."""
-  return os.path.join(store_dir, f'client_{index:06d}.tfrecord')
+  return os.path.join(store_dir, f'client_{index:06d}.pb')
 
 
-def _record(example) -> bytes:
-  """One utterance: None (skipped by the pipeline) or (log-mels [T, 80], label ids)."""
-  if example is None:
-    fields = dict(usable=[0], frames=[0], features=[b''], labels=[])
-  else:
-    feats, labels = example
-    fields = dict(usable=[1], frames=[feats.shape[0]],
-                  features=[np.ascontiguousarray(feats, '<f4').tobytes()],
-                  labels=[int(t) for t in labels])
-  feature = {
-      key: (tf.train.Feature(bytes_list=tf.train.BytesList(value=value)) if key == 'features'
-            else tf.train.Feature(int64_list=tf.train.Int64List(value=value)))
-      for key, value in fields.items()}
+def _client_record(examples) -> bytes:
+  """One client's utterances, each None (skipped by the pipeline) or (log-mels [T, 80], label
+  ids), as one serialized `tf.train.Example`."""
+  usable = [int(e is not None) for e in examples]
+  frames = [0 if e is None else e[0].shape[0] for e in examples]
+  labels = [[] if e is None else [int(t) for t in e[1]] for e in examples]
+  features = b''.join(np.ascontiguousarray(e[0], '<f4').tobytes() for e in examples
+                      if e is not None)
+
+  def ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+  feature = {'usable': ints(usable), 'frames': ints(frames),
+             'label_lengths': ints([len(ids) for ids in labels]),
+             'labels': ints([t for ids in labels for t in ids]),
+             'features': tf.train.Feature(bytes_list=tf.train.BytesList(value=[features]))}
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -107,11 +114,10 @@ def write_client_store(client_data, store_dir: str) -> List[str]:
         return ids
   private_files.make_private_directory(store_dir)
   for index, client_id in enumerate(ids):
+    record = _client_record([client_data.example(u) for u in client_data.utterances(client_id)])
     partial = f'{client_file(store_dir, index)}.{os.getpid()}.tmp'
-    with tf.io.TFRecordWriter(partial) as writer:
-      for utterance in client_data.utterances(client_id):
-        writer.write(_record(client_data.example(utterance)))
-    os.chmod(partial, 0o600)
+    with private_files.open_private(partial, 'wb') as f:
+      f.write(record)
     os.replace(partial, client_file(store_dir, index))
   # The manifest last: a store interrupted while written has none and is written again.
   with private_files.open_private(path, 'w') as f:
@@ -138,16 +144,28 @@ def read_client_ids(store_dir: str) -> List[str]:
 
 
 def parse_client(serialized):
-  """A client's records (a string vector) as tensors: `usable` and `frames` [n], `features`
-  ragged [n, (frames), 80] and `labels` ragged [n, (labels)]."""
-  parsed = tf.io.parse_example(serialized, _RECORD_FEATURES)
-  frames = tf.cast(parsed['frames'], tf.int32)
-  values = tf.reshape(tf.io.decode_raw(tf.strings.reduce_join(parsed['features']), tf.float32),
-                      [-1, features_lib.NUM_MELS])
+  """A client's file (`_client_record`) as tensors: `usable`, `frames`, `label_lengths` [n],
+  `features` [sum of frames, 80] and `labels` [sum of label lengths], concatenated in order."""
+  parsed = tf.io.parse_single_example(serialized, _CLIENT_FEATURES)
+  dense = {key: tf.cast(tf.sparse.to_dense(parsed[key]), tf.int32)
+           for key in ('usable', 'frames', 'label_lengths', 'labels')}
   return collections.OrderedDict(
-      usable=parsed['usable'], frames=frames,
-      features=tf.RaggedTensor.from_row_lengths(values, frames),
-      labels=tf.cast(tf.RaggedTensor.from_sparse(parsed['labels']), tf.int32))
+      usable=dense['usable'], frames=dense['frames'], label_lengths=dense['label_lengths'],
+      features=tf.reshape(tf.io.decode_raw(parsed['features'], tf.float32),
+                          [-1, features_lib.NUM_MELS]),
+      labels=dense['labels'])
+
+
+def _padded_rows(values, offsets, lengths):
+  """values[offsets[j] : offsets[j] + lengths[j]] for each j, zero-padded to the longest: the
+  rows gathered at once, padding pointing at a zero row appended to `values`."""
+  zero = tf.zeros_like(values[:1])
+  values = tf.concat([values, zero], 0)
+  positions = tf.range(tf.reduce_max(lengths))
+  inside = positions[tf.newaxis, :] < lengths[:, tf.newaxis]
+  rows = tf.where(inside, offsets[:, tf.newaxis] + positions[tf.newaxis, :],
+                  tf.shape(values)[0] - 1)
+  return tf.gather(values, rows)
 
 
 def batch_ids(frames, max_batch_frames: int):
@@ -172,26 +190,32 @@ def batch_ids(frames, max_batch_frames: int):
 
 def _batches(client, seed, max_batch_frames: int, max_batches: Optional[int],
              spec_augment: bool) -> tf.data.Dataset:
-  """The padded batches of one client's examples (`client`: every record, ragged)."""
-  count = tf.shape(client['usable'], out_type=tf.int32)[0]
+  """The padded batches of one client (`parse_client`'s tensors)."""
+  frames, label_lengths = client['frames'], client['label_lengths']
+  count = tf.shape(frames)[0]
   order = (utterance_order(seed, count) if max_batches is not None
            else tf.range(count, dtype=tf.int32))
   order = tf.boolean_mask(order, tf.gather(client['usable'], order) > 0)
-  batch_of = batch_ids(tf.gather(client['frames'], order), max_batch_frames)
+  batch_of = batch_ids(tf.gather(frames, order), max_batch_frames)
   total = tf.cond(tf.size(batch_of) > 0, lambda: batch_of[-1] + 1, lambda: tf.constant(0))
   if max_batches is not None:
     total = tf.minimum(total, max_batches)
+  # Where each utterance's frames and labels start in the concatenations.
+  frame_offsets = tf.cumsum(frames, exclusive=True)
+  label_offsets = tf.cumsum(label_lengths, exclusive=True)
+  features, labels = client['features'], client['labels']
+  seed = tf.cast(seed, tf.int64)
 
   def batch(index):
     members = tf.boolean_mask(order, tf.equal(batch_of, tf.cast(index, tf.int32)))
-    features = tf.gather(client['features'], members)
-    labels = tf.gather(client['labels'], members)
+    lengths = tf.gather(frames, members)
+    label_counts = tf.gather(label_lengths, members)
     element = collections.OrderedDict(
-        features=features.to_tensor(),
-        feature_lengths=tf.gather(client['frames'], members),
-        labels=labels.to_tensor(),
-        label_lengths=tf.cast(labels.row_lengths(), tf.int32),
-        seed=tf.stack([tf.cast(seed, tf.int64), index]))
+        features=_padded_rows(features, tf.gather(frame_offsets, members), lengths),
+        feature_lengths=lengths,
+        labels=_padded_rows(labels, tf.gather(label_offsets, members), label_counts),
+        label_lengths=label_counts,
+        seed=tf.stack([seed, index]))
     if spec_augment:
       element['features'] = features_lib.spec_augment_batch(
           element['features'], element['feature_lengths'], seed=element['seed'])
@@ -221,14 +245,8 @@ def client_dataset(store_dir, index, seed, *, max_batch_frames: int,
   if max_batches is not None:
     validation.check_positive_integer('max_batches', max_batches)
   path = tf.strings.join([store_dir, '/client_',
-                          tf.strings.as_string(index, width=6, fill='0'), '.tfrecord'])
-
-  def from_file(path):
-    records = tf.data.TFRecordDataset(path)
-    # The whole client as one element (its utterances are ordered and batched together), in a
-    # batch of its exact size: tf.data allocates a batch's full size up front.
-    count = records.reduce(tf.constant(0, tf.int64), lambda total, _: total + 1)
-    return records.batch(tf.maximum(count, 1)).map(parse_client).flat_map(
-        lambda client: _batches(client, seed, max_batch_frames, max_batches, spec_augment))
-
-  return tf.data.Dataset.from_tensors(path).flat_map(from_file)
+                          tf.strings.as_string(index, width=6, fill='0'), '.pb'])
+  # Read, parsed, ordered and batched by the caller's graph (a TFF computation's): the dataset
+  # itself only gathers and pads each batch.
+  client = parse_client(tf.io.read_file(path))
+  return _batches(client, seed, max_batch_frames, max_batches, spec_augment)
