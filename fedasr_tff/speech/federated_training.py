@@ -206,9 +206,11 @@ def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, .
 # added since, such as --feature_normalization, takes its default in a saved run that lacks it,
 # `run_record.check`: that default is what those runs did.)
 _CONFIG_FORMAT = 4
-_FORMAT_NOTE = ('it draws each client\'s sample of utterances with a TensorFlow op instead of '
-                'NumPy\'s generator, so a resumed run of the older version would train on other '
-                'samples than it started with')
+_FORMAT_NOTE = ('format 3 added --spec_augment, which runs before it did not record '
+                '(train_federated then always applied SpecAugment, which its default, '
+                '--preset=cpu, no longer does); format 4 draws each client\'s sample of utterances '
+                'with a TensorFlow op instead of NumPy\'s generator, so an older run resumed here '
+                'would train on other samples than it started with')
 
 
 def _run_record(config: config_lib.FederatedConfig, client_ids: List[str],

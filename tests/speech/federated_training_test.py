@@ -371,6 +371,21 @@ class FederatedTrainingTest(absltest.TestCase):
         self._train('format2', config)
       self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
 
+  def test_a_run_saved_with_the_numpy_sampler_is_refused_naming_it(self):
+    # Issue 35: format 3 runs drew each client's utterance sample with NumPy; this version with
+    # a TF op (which workers repeat from a client store). Resumed, they would train on other
+    # samples: refused, before the process is built.
+    output_dir = os.path.join(self.root, 'format3')
+    os.makedirs(output_dir)
+    config = self._config()
+    with open(os.path.join(output_dir, 'config.json'), 'w') as f:
+      json.dump({'format': 3, 'config': dataclasses.asdict(config),
+                 'seed_model_sha256': None}, f)
+    with self.assertRaisesRegex(ValueError, r'format 3.*TensorFlow op.*new output directory'), \
+         mock.patch.object(models, 'build_tff_model_fn', side_effect=AssertionError('built')):
+      self._train('format3', config)
+    self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
+
   def test_a_run_saved_before_the_features_were_recorded_resumes_only_on_its_features(self):
     # Runs saved before --feature_normalization existed normalised whole utterances, the
     # field's default, which a saved configuration without the field is compared as.
