@@ -2,13 +2,14 @@
 
 `set_distributed_execution_context(['host:port', ...])` connects to TFF C++ workers already
 running elsewhere (`python -m fedasr_tff.runtime.worker --port=N`, the wheel's own
-`worker_binary`) and sets TFF's mergeable-computation context
-(`tff.backends.native.create_mergeable_comp_execution_context`) over them: no scheduler of ours.
-Under DP, the compiler puts everything after the aggregation (a DP factory's noise, the adaptive
-clip's update, the server optimizer) in the part that runs once, on the merged sum, so noise is
-added once per round, exactly as on one worker; the sums the workers hold are un-noised, so the
-workers are trusted like the server. What holds under distribution, what TFF refuses and how to
-secure the channels: `docs/distributed.md` and `docs/privacy.md`, "Security".
+`worker_binary`) and runs each computation in TFF's mergeable form over them, dispatched in
+cohort order by `subrounds.SubroundContext` (TFF 0.87's own mergeable context mis-splits some
+rounds: `subrounds`). Under DP, the compiler puts everything after the aggregation (a DP
+factory's noise, the adaptive clip's update, the server optimizer) in the part that runs once,
+on the merged sum, so noise is added once per round, exactly as on one worker; the sums the
+workers hold are un-noised, so the workers are trusted like the server. What holds under
+distribution and how to secure the channels: `docs/distributed.md` and `docs/privacy.md`,
+"Security".
 
 Not thread-safe: set it once, from the main thread, before the first computation.
 """
@@ -296,11 +297,11 @@ def create_distributed_execution_context(
   A program that switches between contexts passes `.context` to
   `tff.framework.set_default_context`. TFF compiles each federated computation into its
   mergeable form (the work up to the aggregation, a merge of partial aggregates, the work after
-  it), runs the first part on every worker over a contiguous block of the cohort's clients (a
-  subround each, in list order), merges the partial aggregates as subrounds finish (so float
-  sums may differ from a local run's in the last bits), and runs the rest once. Client datasets
-  are built in the driver and sent with the computation, so workers need no data or shared
-  filesystem.
+  it); `subrounds.SubroundContext` runs the first part on every worker over a contiguous block
+  of the cohort's clients (a subround each, in cohort order), merges the partial aggregates in
+  cohort order (float sums may differ from a local run's in the last bits), and runs the rest
+  once. Client datasets are arguments like any other: built in the driver and sent, or built on
+  the workers from keys (`algorithms.with_dataset_computation`, `data.client_store`).
 
   Args:
     workers: 'host:port' of running TFF workers (`parse_workers`).
