@@ -127,10 +127,28 @@ def start_binary(max_concurrent_computation_calls=None,
   return remote
 
 
+def worker_trust_line(workers: Optional[List[str]],
+                      client_store: Optional[str] = None) -> Optional[str]:
+  """The privacy statement's line on a --workers run's workers and their channels
+  (`runtime.trust_statement`), or None for a local run.
+
+  Args:
+    workers: what `start_binary` returned (None: a local run).
+    client_store: the --client_store_dir the workers read, or None.
+
+  Returns:
+    The line, or None.
+  """
+  if workers is None:
+    return None
+  return runtime.trust_statement(
+      workers, tls=WORKER_TLS_ROOT_CERTS.value is not None,
+      mutual_tls=WORKER_TLS_CERT.value is not None, client_store=client_store)
+
+
 def with_trust_statement(statement: str, workers: Optional[List[str]],
                          client_store: Optional[str] = None) -> str:
-  """A run's privacy statement with, for a run on --workers, the line on its workers and
-  their channels (`runtime.trust_statement`).
+  """A run's privacy statement with, for a run on --workers, `worker_trust_line` after it.
 
   Args:
     statement: the privacy statement.
@@ -140,11 +158,8 @@ def with_trust_statement(statement: str, workers: Optional[List[str]],
   Returns:
     The statement.
   """
-  if workers is None:
-    return statement
-  return statement + '\n' + runtime.trust_statement(
-      workers, tls=WORKER_TLS_ROOT_CERTS.value is not None,
-      mutual_tls=WORKER_TLS_CERT.value is not None, client_store=client_store)
+  line = worker_trust_line(workers, client_store)
+  return statement if line is None else f'{statement}\n{line}'
 
 
 def _report_dead_worker(kind, value, traceback) -> None:

@@ -168,7 +168,7 @@ def main(argv):
     f.write('\n'.join(lines) + '\n')
   print('\n'.join(lines))
   if workers is not None:
-    print(common.with_trust_statement('', workers).strip())
+    print(common.worker_trust_line(workers))
 
 
 if __name__ == '__main__':

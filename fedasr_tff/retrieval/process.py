@@ -97,12 +97,13 @@ def _build_state_return():
                                                  shape=[None]))
         for name, spec in keyed_spec.items())
 
-  concatenate = tff.tensorflow.computation(
-      lambda a, b: collections.OrderedDict((k, tf.concat([a[k], b[k]], 0)) for k in a),
-      keyed_type, keyed_type)
-  accumulate = tff.tensorflow.computation(
-      lambda a, row: collections.OrderedDict((k, tf.concat([a[k], row[k]], 0)) for k in a),
-      keyed_type, tff.types.tensorflow_to_type(row_spec))
+  def join(a, b):
+    return collections.OrderedDict((k, tf.concat([a[k], b[k]], 0)) for k in a)
+
+  # A row onto the rows (accumulate), and two blocks' rows (merge).
+  accumulate = tff.tensorflow.computation(join, keyed_type,
+                                          tff.types.tensorflow_to_type(row_spec))
+  concatenate = tff.tensorflow.computation(join, keyed_type, keyed_type)
 
   @tff.tensorflow.computation(keyed_type)
   def sort_by_position(rows):

@@ -11,23 +11,13 @@ from fedasr_tff import algorithms
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import mixed_fl
-
-_FEATURES = 3
-
-
-def _model_fn():
-  keras_model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(_FEATURES,)),
-                                     tf.keras.layers.Dense(1)])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, _FEATURES], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
+from tests.algorithms import linear_model
 
 
 def _client_dataset(key):
   """A client's batches, a function of its key alone (as a worker would build them)."""
   seed = tf.stack([tf.cast(key, tf.int64), tf.constant(0, tf.int64)])
-  x = tf.random.stateless_normal([8, _FEATURES], seed=seed)
+  x = tf.random.stateless_normal([8, linear_model.FEATURES], seed=seed)
   y = tf.random.stateless_normal([8, 1], seed=seed + 1)
   return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
 
@@ -38,13 +28,13 @@ _DATASET_COMPUTATION = tff.tensorflow.computation(_client_dataset, np.int32)
 def _processes():
   sgd = optimizers.build('sgd', 0.5)
   return {
-      'fed_avg': algorithms.build_fed_avg_process(_model_fn, client_learning_rate=0.1,
+      'fed_avg': algorithms.build_fed_avg_process(linear_model.model_fn, client_learning_rate=0.1,
                                                   local_steps=2, server_optimizer=sgd),
       'mixed_fl': mixed_fl.build_mixed_fl_process(
-          _model_fn, algorithm='two_way', central_weight=0.5, client_learning_rate=0.1,
+          linear_model.model_fn, algorithm='two_way', central_weight=0.5, client_learning_rate=0.1,
           local_steps=2, server_optimizer=sgd),
       'dga': dga.build_dga_process(
-          _model_fn, weighting=dga.SoftmaxWeighting(beta=1.0, loss_clip=10.0),
+          linear_model.model_fn, weighting=dga.SoftmaxWeighting(beta=1.0, loss_clip=10.0),
           client_learning_rate=0.1, local_steps=2, server_optimizer=sgd,
           with_client_round=True),
   }

@@ -69,6 +69,38 @@ class DistributedTrainingTest(absltest.TestCase):
             '--adaptive_clipping', '--server_lr=0.01', '--noise_seed=3', '--seed=1',
             '--spec_augment', '--noprogress', *extra]
 
+  def _killed_after_round_1(self, binary, flags, output_dir):
+    """Runs `binary` with `flags` (which name `output_dir` and a 3 s worker timeout), kills
+    worker 1 once round 1's checkpoint exists, and checks that the next round failed naming it
+    and that the run released no model. Returns the rounds whose metrics were released."""
+    proc = subprocess.Popen(_command(binary, *flags), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=workers_lib.subprocess_env(),
+                            cwd=workers_lib.ROOT)
+    checkpoint = os.path.join(output_dir, 'checkpoints', 'program_state_1')
+    deadline = time.monotonic() + 600
+    while not os.path.isdir(checkpoint) and proc.poll() is None:
+      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 1 appeared')
+      time.sleep(0.02)
+    self.workers.kill(1)
+    try:
+      _, err = proc.communicate(timeout=300)
+    finally:
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    self.assertNotEqual(proc.returncode, 0, msg='the run went on without its worker')
+    self.assertIn(f'TFF worker {self.workers.addresses[1]} has been unreachable for 3 s', err)
+    self.assertIn('resume from the last checkpoint', err)
+    self.assertFalse(os.path.exists(os.path.join(output_dir, 'model.npz')))
+    return _metrics_keys(output_dir)
+
+  def _assert_same_metrics(self, local, distributed):
+    want_metrics, got_metrics = _metrics(local), _metrics(distributed)
+    self.assertEqual(sorted(want_metrics), sorted(got_metrics))
+    for key, value in want_metrics.items():
+      self.assertAlmostEqual(got_metrics[key], value, delta=1e-5 * max(1.0, abs(value)),
+                             msg=key)
+    return got_metrics
+
   def test_same_model_as_local_and_resumes_after_a_worker_dies(self):
     local = os.path.join(self.tmp, 'local')
     result = _run('train_federated', *self._flags(local))
@@ -79,26 +111,8 @@ class DistributedTrainingTest(absltest.TestCase):
     # unreachable for 3 s, and nothing past the checkpoint is released.
     distributed = os.path.join(self.tmp, 'distributed')
     workers = f'--workers={",".join(self.workers.addresses)}'
-    proc = subprocess.Popen(
-        _command('train_federated', *self._flags(distributed, workers, '--worker_timeout=3')),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT)
-    checkpoint = os.path.join(distributed, 'checkpoints', 'program_state_1')
-    deadline = time.monotonic() + 600
-    while not os.path.isdir(checkpoint) and proc.poll() is None:
-      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 1 appeared')
-      time.sleep(0.05)
-    self.workers.kill(1)
-    try:
-      _, err = proc.communicate(timeout=300)
-    finally:
-      if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    self.assertNotEqual(proc.returncode, 0, msg='the run went on without its worker')
-    self.assertIn(f'TFF worker {self.workers.addresses[1]} has been unreachable for 3 s', err)
-    self.assertIn('resume from the last checkpoint', err)
-    self.assertFalse(os.path.exists(os.path.join(distributed, 'model.npz')))
-    released = _metrics_keys(distributed)
+    released = self._killed_after_round_1(
+        'train_federated', self._flags(distributed, workers, '--worker_timeout=3'), distributed)
     self.assertIn(released, (['0', '1'], ['0', '1', '2']), msg=released)
 
     self.workers.restart(1)
@@ -112,16 +126,12 @@ class DistributedTrainingTest(absltest.TestCase):
     want = model_io.load_weights(os.path.join(local, 'model.npz'), model)
     got = model_io.load_weights(os.path.join(distributed, 'model.npz'), model)
     # The same noise (once per round, after the merge, from the same secret) and the same
-    # clients; partial sums merge in completion order, so floats may differ in the last bits.
+    # clients; partial sums merge block by block, so floats may differ in the last bits.
     for a, b in zip(want.trainable, got.trainable, strict=True):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     # The same released metrics (privacy, clip, noise std, update norm, evaluation).
-    want_metrics, got_metrics = _metrics(local), _metrics(distributed)
-    self.assertEqual(sorted(want_metrics), sorted(got_metrics))
+    got_metrics = self._assert_same_metrics(local, distributed)
     self.assertIn(('3', 'dp/noise_stddev'), got_metrics)
-    for key, value in want_metrics.items():
-      self.assertAlmostEqual(got_metrics[key], value, delta=1e-5 * max(1.0, abs(value)),
-                             msg=key)
 
   def test_workers_build_batches_from_a_client_store_bit_for_bit(self):
     # The driver sends each client's store index and seed; the workers read and batch its
@@ -161,26 +171,9 @@ class DistributedTrainingTest(absltest.TestCase):
     # been unreachable for 3 s, naming it, and nothing past the last checkpoint is released.
     distributed = os.path.join(self.tmp, 'retriever_distributed')
     workers = f'--workers={",".join(self.workers.addresses)}'
-    proc = subprocess.Popen(
-        _command('train_retriever',
-                 *self._retriever_flags(distributed, workers, '--worker_timeout=3')),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=workers_lib.subprocess_env(), cwd=workers_lib.ROOT)
-    checkpoint = os.path.join(distributed, 'checkpoints', 'program_state_1')
-    deadline = time.monotonic() + 600
-    while not os.path.isdir(checkpoint) and proc.poll() is None:
-      self.assertLess(time.monotonic(), deadline, 'no checkpoint of round 1 appeared')
-      time.sleep(0.02)
-    self.workers.kill(1)
-    try:
-      _, err = proc.communicate(timeout=300)
-    finally:
-      if proc.poll() is None:
-        proc.send_signal(signal.SIGKILL)
-    self.assertNotEqual(proc.returncode, 0, msg='the run went on without its worker')
-    self.assertIn(f'TFF worker {self.workers.addresses[1]} has been unreachable for 3 s', err)
-    self.assertFalse(os.path.exists(os.path.join(distributed, 'model.npz')))
-    released = _metrics_keys(distributed)
+    released = self._killed_after_round_1(
+        'train_retriever', self._retriever_flags(distributed, workers, '--worker_timeout=3'),
+        distributed)
     self.assertLess(len(released), 12, msg=released)
     self.assertEqual(released, [str(r) for r in range(len(released))])
 
@@ -196,12 +189,8 @@ class DistributedTrainingTest(absltest.TestCase):
       for name in want.files:
         if want[name].dtype.kind == 'f':
           np.testing.assert_allclose(want[name], got[name], rtol=0, atol=1e-5, err_msg=name)
-    want_metrics, got_metrics = _metrics(local), _metrics(distributed)
-    self.assertEqual(sorted(want_metrics), sorted(got_metrics))
+    got_metrics = self._assert_same_metrics(local, distributed)
     self.assertIn(('12', 'privacy/local_epsilon_max'), got_metrics)
-    for key, value in want_metrics.items():
-      self.assertAlmostEqual(got_metrics[key], value, delta=1e-5 * max(1.0, abs(value)),
-                             msg=key)
 
   def test_flag_errors(self):
     out = os.path.join(self.tmp, 'bad')

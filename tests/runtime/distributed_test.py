@@ -119,18 +119,7 @@ class ParseWorkersTest(absltest.TestCase):
       runtime.TLSCredentials.from_files('/no/such/ca.pem')
 
 
-class DistributedRoundsTest(absltest.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.workers = workers_lib.Workers(2)
-
-  @classmethod
-  def tearDownClass(cls):
-    cls.workers.stop()
-    runtime.set_local_cpp_execution_context()
-    super().tearDownClass()
+class DistributedRoundsTest(workers_lib.TwoWorkersMixin, absltest.TestCase):
 
   def test_dp_rounds_equal_the_local_run_up_to_summation_order(self):
     runtime.set_local_cpp_execution_context()

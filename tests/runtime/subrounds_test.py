@@ -20,6 +20,7 @@ from fedasr_tff import runtime
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.runtime import subrounds
+from tests.algorithms import linear_model
 from tests.runtime import workers as workers_lib
 
 _CLIENTS = tff.FederatedType(np.int32, tff.CLIENTS)
@@ -66,23 +67,13 @@ class BlocksTest(absltest.TestCase):
     self.assertEqual([b.clients for b in blocks], [[10, 11], [10, 11]])
 
 
-_FEATURES = 3
-
-
-def _linear_model_fn():
-  keras_model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(_FEATURES,)),
-                                     tf.keras.layers.Dense(1)])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, _FEATURES], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
 
 
 def _regression_data(seed, count, batches=2, size=4, shift=0.0):
   rng = np.random.default_rng(seed)
 
   def dataset():
-    x = rng.normal(size=(batches * size, _FEATURES)).astype(np.float32) + shift
+    x = rng.normal(size=(batches * size, linear_model.FEATURES)).astype(np.float32) + shift
     y = rng.normal(size=(batches * size, 1)).astype(np.float32) + shift
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(size)
 
@@ -92,7 +83,7 @@ def _regression_data(seed, count, batches=2, size=4, shift=0.0):
 def _set_weights(process, state, seed=0):
   # Keras draws a new initialisation in every `initialize`: start every run from the same one.
   rng = np.random.default_rng(seed)
-  weights = [rng.normal(size=(_FEATURES, 1)).astype(np.float32),
+  weights = [rng.normal(size=(linear_model.FEATURES, 1)).astype(np.float32),
              rng.normal(size=(1,)).astype(np.float32)]
   return process.set_model_weights(
       state, tff.learning.models.ModelWeights(trainable=weights, non_trainable=[]))
@@ -103,7 +94,7 @@ def _mixed_run(algorithm, rounds=2, cohort=5):
   dp = aggregators.PerLayerDPFactory.gaussian_fixed(0.5, cohort, 1.0, allocation='dim',
                                                     noise_seed=3)
   process = mixed_fl.build_mixed_fl_process(
-      _linear_model_fn, algorithm=algorithm, central_weight=0.5, client_learning_rate=0.1,
+      linear_model.model_fn, algorithm=algorithm, central_weight=0.5, client_learning_rate=0.1,
       local_steps=2, server_optimizer=optimizers.build('sgd', 1.0), model_aggregator=dp)
   state = _set_weights(process, process.initialize())
   for round_num in range(rounds):
@@ -161,18 +152,7 @@ def _retriever_run(configuration, rounds=2):
   return [np.asarray(w) for w in state['model'].trainable], dp_states
 
 
-class SubroundRunsTest(parameterized.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.workers = workers_lib.Workers(2)
-
-  @classmethod
-  def tearDownClass(cls):
-    cls.workers.stop()
-    runtime.set_local_cpp_execution_context()
-    super().tearDownClass()
+class SubroundRunsTest(workers_lib.TwoWorkersMixin, parameterized.TestCase):
 
   def _local_and_distributed(self, run, **kwargs):
     runtime.set_local_cpp_execution_context()

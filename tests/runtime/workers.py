@@ -14,6 +14,7 @@ import time
 import grpc
 import portpicker
 
+from fedasr_tff import runtime
 from fedasr_tff.runtime import execution_context
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,6 +81,22 @@ class Workers:
       process.kill()
       process.wait()
     shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class TwoWorkersMixin:
+  """For a test class: two workers started once (`cls.workers`), stopped after its tests, and
+  the local context set again for the test classes that follow."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.workers = Workers(2)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.workers.stop()
+    runtime.set_local_cpp_execution_context()
+    super().tearDownClass()
 
 
 class TLSProxy:
