@@ -186,8 +186,11 @@ def _measure_cohort(cohort, vocab, cohort_data, contexts, store_dir):
       for name, counts in moved.items():
         traffic[name].append(counts)
     else:
+      # The first round also sends every worker the computations (`CachingRemoteExecutor`).
       print(f'  cohort {cohort}, warm-up round {round_num + 1}: ' + ', '.join(
-          f'{name} {seconds:.2f} s' for name, seconds in timed.items()), flush=True)
+          f'{name} {seconds:.2f} s' + (f' ({moved[name][0] / 1e6:.2f} MB sent)'
+                                       if name in moved else '')
+          for name, seconds in timed.items()), flush=True)
   return times, traffic
 
 

@@ -177,6 +177,9 @@ def read_workers_file(path: str) -> List[str]:
   return parse_workers(text + '\n', source=path)
 
 
+_DISPOSALS = ('/Dispose', '/DisposeExecutor')  # TFF's executor service's methods
+
+
 class _WorkerWatch(grpc.UnaryUnaryClientInterceptor):
   """Counts the bytes of every call to one worker, and turns its unavailability for longer
   than `timeout` seconds into a `WorkerUnavailableError`.
@@ -201,7 +204,10 @@ class _WorkerWatch(grpc.UnaryUnaryClientInterceptor):
     try:
       response = call.result()
     except grpc.RpcError as error:
-      if error.code() != grpc.StatusCode.UNAVAILABLE:
+      # Disposals are not retried: nothing is lost if an unreachable worker keeps a value, and
+      # TFF disposes from finalizers and at exit, where waiting would hang the process.
+      if (error.code() != grpc.StatusCode.UNAVAILABLE or
+          client_call_details.method.endswith(_DISPOSALS)):
         raise
       self._wait_or_give_up(error)
       return call   # Reachable again: TFF retries the call.

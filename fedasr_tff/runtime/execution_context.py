@@ -12,6 +12,7 @@ itself (`start_local_worker`); what the isolation protects, and from whom: `docs
 """
 
 import atexit
+import collections
 import dataclasses
 import functools
 import getpass
@@ -24,6 +25,7 @@ import tempfile
 import threading
 import time
 from typing import Optional
+import weakref
 
 from absl import logging
 import grpc
@@ -291,8 +293,131 @@ def dying_with_parent(command: list, what: str) -> list:
   return list(command)
 
 
+# Executors a context keeps per worker, one per cardinality set (TFF's factory keeps 10): Poisson
+# cohorts split over workers give blocks of many sizes; each executor holds the computations it
+# was sent (`CachingRemoteExecutor`), a few MB on the worker, freed when it is evicted.
+EXECUTORS_PER_WORKER = 32
+# Computations an executor keeps: a run calls a handful (initialize, next, the mergeable parts).
+COMPUTATIONS_PER_EXECUTOR = 8
+
+
+class CachingRemoteExecutor(tff.framework.RemoteExecutor):
+  """TFF's `RemoteExecutor`, sending each computation to its worker once.
+
+  TFF's execution context turns every call into `create_value(computation)` and `create_call`:
+  the whole compiled computation travels with each call (1.2 MB for the `tiny` speech model's DP
+  round, 5.4 MB a round per worker in the mergeable form), and the worker parses it again. The
+  worker keeps a value until it is disposed, and a computation's value can be called any number
+  of times: so the value made for a computation is kept and returned again when the same
+  computation object is created on this executor. The context's compiler returns the same object
+  for the same computation (`CompilerPipeline` caches its results), and this executor's values
+  live on its worker-side executor only; an executor of other cardinalities sends its own copy.
+  Arguments and results are not cached: they travel with every call.
+  """
+
+  def __init__(self, stub, capacity: int = COMPUTATIONS_PER_EXECUTOR, **kwargs):
+    """Initializes the executor.
+
+    Args:
+      stub: a `tff.framework.RemoteExecutorGrpcStub` of the worker.
+      capacity: computations kept, the least recently called dropped (and disposed) first.
+      **kwargs: `tff.framework.RemoteExecutor`'s other arguments.
+    """
+    super().__init__(stub, **kwargs)
+    self._capacity = capacity
+    self._computations = collections.OrderedDict()  # id -> (computation, RemoteValue)
+    self.computations_sent = 0
+
+  async def create_value(self, value, type_spec=None):
+    if not isinstance(value, tff.framework.ConcreteComputation):
+      return await super().create_value(value, type_spec)
+    # By identity: equality would serialise the computation's proto to compare it.
+    cached = self._computations.get(id(value))
+    if cached is not None and cached[0] is value:
+      self._computations.move_to_end(id(value))
+      return cached[1]
+    remote = await super().create_value(value, type_spec)
+    self.computations_sent += 1
+    _close_at_exit(self)
+    self._computations[id(value)] = (value, remote)
+    if len(self._computations) > self._capacity:
+      self._computations.popitem(last=False)  # its RemoteValue's finalizer disposes it
+    return remote
+
+  def close(self):
+    super().close()
+    # Dropped once the executor is cleared: the values' finalizers then dispose nothing.
+    self._computations.clear()
+
+
+_open_executors = weakref.WeakSet()
+_exit_hook_registered = False
+
+
+def _close_at_exit(executor: tff.framework.RemoteExecutor) -> None:
+  """Closes `executor` when this process exits, before its values' finalizers run.
+
+  A value TFF creates disposes itself on the worker from a finalizer, at exit too, in batches of
+  20: the computations an executor keeps would all be disposed at exit, each batch a call that
+  waits for an unreachable worker. One `DisposeExecutor` call frees them all on the worker, and
+  the finalizers of a closed executor's values do nothing. Registered after the first value's
+  finalizer, so it runs before them (atexit calls the latest registered first).
+  """
+  global _exit_hook_registered
+  _open_executors.add(executor)
+  if not _exit_hook_registered:
+    atexit.register(close_open_executors)
+    _exit_hook_registered = True
+
+
+def close_open_executors() -> None:
+  """Closes every `CachingRemoteExecutor` still open (this process's exit does it)."""
+  for executor in list(_open_executors):
+    executor.close()
+
+
+class ExecutorPerCardinalities(tff.framework.ExecutorFactory):
+  """An executor per cardinality set, the least recently used closed beyond `capacity`.
+
+  TFF's `ResourceManagingExecutorFactory` does the same with 10 executors and drops an evicted one
+  without closing it: its worker-side executor, and the computations it holds, stay until the
+  worker ends.
+  """
+
+  def __init__(self, create_executor, capacity: int = EXECUTORS_PER_WORKER):
+    """Initializes the factory.
+
+    Args:
+      create_executor: cardinalities -> a new `tff.framework.Executor` for them.
+      capacity: executors kept.
+    """
+    self._create_executor = create_executor
+    self._capacity = capacity
+    self._executors = collections.OrderedDict()
+
+  @staticmethod
+  def _key(cardinalities):
+    return tuple(sorted((str(placement), count) for placement, count in cardinalities.items()))
+
+  def create_executor(self, cardinalities):
+    key = self._key(cardinalities)
+    executor = self._executors.get(key)
+    if executor is None:
+      executor = self._executors[key] = self._create_executor(cardinalities)
+      if len(self._executors) > self._capacity:
+        self._executors.popitem(last=False)[1].close()
+    self._executors.move_to_end(key)
+    return executor
+
+  def clean_up_executor(self, cardinalities):
+    executor = self._executors.pop(self._key(cardinalities), None)
+    if executor is not None:
+      executor.close()
+
+
 def remote_context(stub, asynchronous: bool = False, check=None):
-  """TFF's execution context over a worker, as TFF's native backend builds it.
+  """TFF's execution context over a worker, as TFF's native backend builds it, each computation
+  sent to the worker once (`CachingRemoteExecutor`).
 
   Args:
     stub: a `tff.framework.RemoteExecutorGrpcStub` of the worker.
@@ -306,13 +431,13 @@ def remote_context(stub, asynchronous: bool = False, check=None):
   def create_executor(cardinalities):
     if check is not None:
       check()
-    executor = tff.framework.RemoteExecutor(stub)
+    executor = CachingRemoteExecutor(stub)
     executor.set_cardinalities({tff.CLIENTS: 0, **cardinalities})  # TFF's default: no clients
     return executor
 
   context = (tff.framework.AsyncExecutionContext if asynchronous else
              tff.framework.SyncExecutionContext)
-  return context(tff.framework.ResourceManagingExecutorFactory(create_executor),
+  return context(ExecutorPerCardinalities(create_executor),
                  tff.backends.native.desugar_and_transform_to_native,
                  transform_args=tff.tensorflow.transform_args,
                  transform_result=tff.tensorflow.transform_result)

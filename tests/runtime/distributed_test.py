@@ -7,15 +7,19 @@ import shutil
 import subprocess
 import tempfile
 import time
+from unittest import mock
 
 from absl.testing import absltest
+import grpc
 import numpy as np
 import portpicker
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import executor_pb2
 
 from fedasr_tff import aggregators
 from fedasr_tff import runtime
+from fedasr_tff.runtime import distributed
 from tests.runtime import workers as workers_lib
 
 _NAMES = ['hidden/kernel', 'hidden/bias', 'output/kernel', 'output/bias']
@@ -119,6 +123,42 @@ class ParseWorkersTest(absltest.TestCase):
       runtime.TLSCredentials.from_files('/no/such/ca.pem')
 
 
+class _Unavailable(grpc.RpcError):
+
+  def code(self):
+    return grpc.StatusCode.UNAVAILABLE
+
+  def details(self):
+    return 'failed to connect'
+
+
+class _UnavailableCall:
+
+  def result(self):
+    raise _Unavailable()
+
+
+class WorkerWatchTest(absltest.TestCase):
+
+  def test_waits_for_an_unreachable_worker_except_to_dispose_of_values(self):
+    channel = grpc.insecure_channel(f'unix:{tempfile.mkdtemp()}/no-worker.sock')
+    service = '/tensorflow_federated.v0.ExecutorGroup/'
+    # TFF disposes from finalizers and at exit: a disposal that waited 600 s would hang there.
+    def unavailable(details, request):
+      del details, request
+      return _UnavailableCall()
+
+    watch = distributed._WorkerWatch('unix:w', channel, timeout=600)
+    for method in ('Dispose', 'DisposeExecutor'):
+      with self.assertRaises(_Unavailable):
+        watch.intercept_unary_unary(unavailable, mock.Mock(method=service + method),
+                                    executor_pb2.DisposeRequest())
+    watch = distributed._WorkerWatch('unix:w', channel, timeout=0.1)
+    with self.assertRaisesRegex(runtime.WorkerUnavailableError, 'unix:w has been unreachable'):
+      watch.intercept_unary_unary(unavailable, mock.Mock(method=service + 'CreateValue'),
+                                  executor_pb2.CreateValueRequest())
+
+
 class DistributedRoundsTest(workers_lib.TwoWorkersMixin, absltest.TestCase):
 
   def test_dp_rounds_equal_the_local_run_up_to_summation_order(self):
@@ -146,6 +186,24 @@ class DistributedRoundsTest(workers_lib.TwoWorkersMixin, absltest.TestCase):
                      local_metrics['client_work']['train']['num_examples'])
     self.assertGreater(context.bytes_sent(), 10_000)   # the computations and the client data
     self.assertGreater(context.bytes_received(), 0)
+
+  def test_each_computation_is_sent_to_each_worker_once(self):
+    context = runtime.set_distributed_execution_context(self.workers.addresses)
+    process = _process()
+    state = _initial_state(process)
+    data = _datasets()
+    sent = []
+    for _ in range(3):
+      before = context.bytes_sent()
+      state = process.next(state, data).state
+      sent.append(context.bytes_sent() - before)
+    form = tff.backends.native.compile_to_mergeable_comp_form(process.next)
+    up_to_merge = tff.framework.ConcreteComputation.get_proto(
+        tff.backends.native.desugar_and_transform_to_native(form.up_to_merge)).ByteSize()
+    # Round 1 sends the round's parts to both workers; later rounds send the state, the
+    # clients' datasets and disposals alone.
+    self.assertGreater(sent[0] - sent[1], 2 * up_to_merge, msg=sent)
+    self.assertLess(max(sent[1:]), up_to_merge, msg=sent)
 
   def test_a_cohort_smaller_than_the_workers_still_runs(self):
     runtime.set_local_cpp_execution_context()

@@ -7,6 +7,8 @@ binary runs: no worker is left running, and nothing holds the child's output pip
 the run ends.
 """
 
+import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -22,6 +24,7 @@ from absl.testing import parameterized
 import numpy as np
 import psutil
 import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import executor_pb2
 
 from fedasr_tff.runtime import execution_context
 
@@ -61,6 +64,109 @@ def _stdio(pid):
   return [os.readlink(f'/proc/{pid}/fd/{fd}') for fd in (0, 1, 2)]
 
 
+class _RecordingStub(tff.framework.RemoteExecutorStub):
+  """A worker's stub that records the calls it gets and hands out new value references."""
+
+  def __init__(self):
+    self.calls = []
+
+  def _reference(self):
+    return executor_pb2.ValueRef(id=str(len(self.calls)))
+
+  def get_executor(self, request):
+    self.calls.append('get_executor')
+    return executor_pb2.GetExecutorResponse(executor=executor_pb2.ExecutorId(id='executor'))
+
+  def create_value(self, request):
+    self.calls.append('create_value')
+    return executor_pb2.CreateValueResponse(value_ref=self._reference())
+
+  def create_call(self, request):
+    self.calls.append('create_call')
+    return executor_pb2.CreateCallResponse(value_ref=self._reference())
+
+  def create_struct(self, request):
+    raise NotImplementedError
+
+  def create_selection(self, request):
+    raise NotImplementedError
+
+  def compute(self, request):
+    raise NotImplementedError
+
+  def dispose(self, request):
+    self.calls.append(f'dispose {len(request.value_ref)}')
+    return executor_pb2.DisposeResponse()
+
+  def dispose_executor(self, request):
+    self.calls.append('dispose_executor')
+    return executor_pb2.DisposeExecutorResponse()
+
+  @property
+  def is_ready(self):
+    return True
+
+
+class CachingRemoteExecutorTest(absltest.TestCase):
+
+  def test_sends_each_computation_once_and_frees_them_with_the_executor(self):
+    stub = _RecordingStub()
+    executor = execution_context.CachingRemoteExecutor(stub, capacity=2, dispose_batch_size=1)
+    executor.set_cardinalities({tff.CLIENTS: 3})
+
+    def create(value, type_spec=None):
+      return asyncio.run(executor.create_value(value, type_spec))
+
+    first = create(_add_one)
+    self.assertIs(create(_add_one), first)
+    self.assertEqual(stub.calls, ['get_executor', 'create_value'])
+    one = tff.TensorType(np.int32)
+    self.assertIsNot(create(np.int32(1), one), create(np.int32(1), one))  # arguments: every time
+    self.assertEqual(executor.computations_sent, 1)
+    create(_sum_at_clients)
+    create(_add_one)  # the most recently used again: `_sum_at_clients` goes first
+    disposals = stub.calls.count('dispose 1')
+    create(tff.tensorflow.computation(lambda: 1))
+    gc.collect()
+    self.assertEqual(stub.calls.count('dispose 1'), disposals + 1)  # `_sum_at_clients` freed
+    self.assertIs(create(_add_one), first)
+    self.assertEqual(executor.computations_sent, 3)
+    self.assertEqual(stub.calls.count('create_value'), 5)
+    del first
+    # Closed at exit: one DisposeExecutor frees its values on the worker; the finalizers of the
+    # values it kept dispose nothing more.
+    before = len(stub.calls)
+    execution_context.close_open_executors()
+    gc.collect()
+    self.assertEqual(stub.calls[before:], ['dispose_executor'])
+
+
+class _FakeExecutor:
+
+  def __init__(self, cardinalities):
+    self.cardinalities = cardinalities
+    self.closed = False
+
+  def close(self):
+    self.closed = True
+
+
+class ExecutorPerCardinalitiesTest(absltest.TestCase):
+
+  def test_keeps_one_executor_per_cardinalities_and_closes_the_least_recently_used(self):
+    factory = execution_context.ExecutorPerCardinalities(_FakeExecutor, capacity=2)
+    three, four = factory.create_executor({tff.CLIENTS: 3}), factory.create_executor(
+        {tff.CLIENTS: 4})
+    self.assertIs(factory.create_executor({tff.CLIENTS: 3}), three)  # now the most recent
+    five = factory.create_executor({tff.CLIENTS: 5})
+    self.assertTrue(four.closed)
+    self.assertFalse(three.closed or five.closed)
+    self.assertIsNot(factory.create_executor({tff.CLIENTS: 4}), four)
+    factory.clean_up_executor({tff.CLIENTS: 5})
+    self.assertTrue(five.closed)
+    self.assertIsNot(factory.create_executor({tff.CLIENTS: 5}), five)
+
+
 class SetLocalCppExecutionContextTest(parameterized.TestCase):
 
   def test_runs_computations_on_a_worker_holding_none_of_this_process_stdio(self):
@@ -69,6 +175,9 @@ class SetLocalCppExecutionContextTest(parameterized.TestCase):
     self.assertLen(workers, 1)
     self.assertEqual(_add_one(2), 3)
     self.assertEqual(_sum_at_clients([1, 2, 3]), 9)
+    # Called again, the computations already on the worker run on the new arguments.
+    self.assertEqual(_sum_at_clients([4, 5, 6]), 18)
+    self.assertEqual(_add_one(5), 6)
     self.assertEqual(workers[0].cmdline()[-1], '--max_concurrent_computation_calls=-1')
     self.assertEqual(_workers(), workers)  # and no other
     # stdin /dev/null; stdout and stderr an unlinked temporary file.
