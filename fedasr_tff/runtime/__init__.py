@@ -27,7 +27,8 @@ _EXPORTS = {
 def __getattr__(name):
   if name in _EXPORTS:
     return getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
-  if name in ('distributed', 'execution_context', 'namespace_bridge', 'worker'):
+  if name in ('distributed', 'execution_context', 'inprocess', 'namespace_bridge', 'subrounds',
+              'tff_graphs', 'worker'):
     return importlib.import_module(f'{__name__}.{name}')
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 

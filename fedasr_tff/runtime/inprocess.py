@@ -1,0 +1,85 @@
+"""A federated round run in this process from TFF's own compiled map-reduce form.
+
+TFF compiles a round `next(server_state, client_data) -> (server_state, server_output)` with one
+aggregation into a `tff.backends.mapreduce.MapReduceForm`
+(`tff.backends.mapreduce.get_map_reduce_form_for_computation`), whose parts are TensorFlow
+computations with documented semantics (TFF's `forms.py`):
+
+  client_input = prepare(server_state)
+  for each client: client_update = work(client_data, client_input)
+  accumulator = zero(); accumulator = accumulate(accumulator, client_update[0]) per client
+  aggregate = report(accumulator)
+  server_state, server_output = update(server_state, (aggregate, *secure sums))
+
+`MapReduceRound` runs exactly that, each part imported by `tff_graphs.InProcessComputation`:
+clients one after another, accumulated in cohort order, and every server part once per round
+(a DP factory's noise, drawn in `update` from the state's seed, is added once). It is the same
+TFF computation the C++ worker runs, compiled by TFF, not a re-implementation of the algorithm.
+
+Not yet run by the binaries: a first step of issue 36 (an in-process engine).
+"""
+
+from typing import Any
+from typing import Sequence
+
+import tensorflow_federated as tff
+
+# TFF's conversion of a result to the Python containers of its type, as its contexts use.
+from tensorflow_federated.python.core.impl.types import type_conversions
+
+from fedasr_tff.runtime import tff_graphs
+
+_PARTS = ('prepare', 'work', 'zero', 'accumulate', 'report', 'update')
+
+
+class MapReduceRound:
+  """One round of a computation in its map-reduce form, in this process (module docstring)."""
+
+  def __init__(self, computation: tff.Computation):
+    """Compiles `computation` and imports the parts of its map-reduce form.
+
+    Args:
+      computation: a federated computation (server state, client data) -> (server state, server
+        output), for example a learning process's `next`.
+
+    Raises:
+      ValueError: if TFF cannot compile it to a map-reduce form (its message says why), or the
+        form aggregates with secure sums, which this round does not run.
+    """
+    try:
+      form = tff.backends.mapreduce.get_map_reduce_form_for_computation(computation)
+    except (TypeError, ValueError, NotImplementedError) as e:
+      raise ValueError(f'The computation {computation.type_signature} has no map-reduce form '
+                       f'(TFF: {e}).') from e
+    if form.securely_aggregates_tensors:
+      raise ValueError('The computation aggregates with secure sums, which the in-process round '
+                       'does not run; run it on a TFF worker.')
+    self.form = form
+    self._result_type = computation.type_signature.result
+    self._parts = {name: tff_graphs.InProcessComputation(getattr(form, name), name)
+                   for name in _PARTS}
+
+  def __call__(self, server_state: Any, client_data: Sequence[Any]) -> Any:
+    """Runs one round.
+
+    Args:
+      server_state: the state, as the computation takes it.
+      client_data: each client's data (a `tf.data.Dataset`), in cohort order.
+
+    Returns:
+      The computation's result, in its Python containers.
+    """
+    parts = self._parts
+    state = parts['prepare'].flatten(server_state)
+    client_input = parts['prepare'].call_flat(*state)
+    accumulator = parts['zero'].call_flat()
+    work, accumulate = parts['work'], parts['accumulate']
+    data_type = work.type_signature.parameter[0]
+    for index, data in enumerate(client_data):
+      variant = tff_graphs.flatten(data, data_type, f'client_data[{index}]')
+      # work's result: the update to accumulate, then the secure sums' inputs, empty (checked).
+      update = work.call_flat(*variant, *client_input)
+      accumulator = accumulate.call_flat(*accumulator, *update)
+    aggregate = parts['report'].call_flat(*accumulator)
+    result = parts['update'].unflatten(parts['update'].call_flat(*state, *aggregate))
+    return type_conversions.type_to_py_container(result, self._result_type)

@@ -1,0 +1,197 @@
+"""TFF's TensorFlow computations run in this process, by TensorFlow's own runtime.
+
+TFF serialises a `tff.tensorflow.computation` as a TensorFlow GraphDef with bindings (TFF's
+`computation.proto`, message `TensorFlow`): which placeholders take the parameter's tensors, which
+tensors are the result, in the order of the computation's type, and an `initialize_op`. TFF's C++
+worker imports the graph into a session and, on every call, runs `initialize_op` and then fetches
+the result tensors (TFF's `tensorflow_executor.cc`). `InProcessComputation` does the same through
+`tf.compat.v1.wrap_function`, pruned to the bindings: the graph is TFF's, unchanged but for names,
+and TensorFlow places its ops (on a GPU where one is visible).
+
+One process holds what TFF's worker keeps in separate sessions, so two names are made unique per
+imported computation: the functions of the graph's library (function names are global to
+TensorFlow's eager context, where this process's own `tf.function`s live too) and the shared names
+of its variables (resource names are global to the context as well).
+
+This module reads TFF's computation protos, internals that TFF does not promise to keep: it is
+pinned to TFF 0.87 (`tests/runtime/tff_graphs_test.py` fails loudly if the layout changes).
+"""
+
+import itertools
+from typing import Any
+from typing import List
+from typing import Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import computation_pb2
+
+_import_ids = itertools.count()
+
+
+def _binding_names(binding: computation_pb2.TensorFlow.Binding, where: str) -> List[str]:
+  """The tensor names of a binding, flattened depth-first as TFF flattens the type."""
+  kind = binding.WhichOneof('binding')
+  if kind == 'tensor':
+    return [binding.tensor.tensor_name]
+  if kind == 'sequence':
+    if binding.sequence.WhichOneof('binding') != 'variant_tensor_name':
+      raise ValueError(f'{where}: a sequence bound as a serialised graph, not as a variant tensor.')
+    return [binding.sequence.variant_tensor_name]
+  if kind == 'struct':
+    return [name for element in binding.struct.element
+            for name in _binding_names(element, where)]
+  raise ValueError(f'{where}: unknown binding {kind!r} (not TFF 0.87\'s computation.proto?).')
+
+
+def _uniquely_named(graph_def: tf.compat.v1.GraphDef, prefix: str) -> tf.compat.v1.GraphDef:
+  """`graph_def` with its library functions and variables' shared names prefixed by `prefix`."""
+  graph_def = tf.compat.v1.GraphDef.FromString(graph_def.SerializeToString())
+  functions = {function.signature.name for function in graph_def.library.function}
+
+  def rename_attribute(value):
+    if value.HasField('func') and value.func.name in functions:
+      value.func.name = prefix + value.func.name
+    if value.HasField('list'):
+      for function in value.list.func:
+        if function.name in functions:
+          function.name = prefix + function.name
+
+  def rename_nodes(nodes):
+    for node in nodes:
+      if node.op in functions:  # a call of a library function by its name
+        node.op = prefix + node.op
+      for value in node.attr.values():
+        rename_attribute(value)
+      if node.op == 'VarHandleOp':
+        # An empty shared name means the node's name, which is unique within one graph only.
+        shared = node.attr['shared_name'].s.decode() or node.name
+        node.attr['shared_name'].s = (prefix + shared).encode()
+
+  rename_nodes(graph_def.node)
+  for function in graph_def.library.function:
+    function.signature.name = prefix + function.signature.name
+    rename_nodes(function.node_def)
+  for gradient in graph_def.library.gradient:
+    gradient.function_name = prefix + gradient.function_name
+    gradient.gradient_func = prefix + gradient.gradient_func
+  return graph_def
+
+
+def flatten(value: Any, type_spec: tff.Type, where: str) -> List[Any]:
+  """The tensors of a Python `value` of `type_spec`, depth-first (datasets as variants).
+
+  Args:
+    value: the value, in Python containers or `tff.structure.Struct`s.
+    type_spec: its TFF type, of tensors, sequences and structures.
+    where: what to call it in errors.
+
+  Returns:
+    The flat list, in the order of TFF's bindings.
+
+  Raises:
+    TypeError: naming `where`, if a sequence is not a `tf.data.Dataset` or a type is federated.
+  """
+  if isinstance(type_spec, tff.StructType):
+    elements = tff.structure.iter_elements(tff.structure.from_container(value))
+    return [leaf for (_, element), (_, element_type) in zip(
+        elements, tff.structure.iter_elements(type_spec), strict=True)
+            for leaf in flatten(element, element_type, where)]
+  if isinstance(type_spec, tff.SequenceType):
+    if not isinstance(value, tf.data.Dataset):
+      raise TypeError(f'{where}: a sequence argument must be a tf.data.Dataset, got '
+                      f'{type(value).__name__}.')
+    return [tf.data.experimental.to_variant(value)]
+  if isinstance(type_spec, tff.TensorType):
+    return [value]
+  raise TypeError(f'{where}: {type_spec} is not a TensorFlow type.')
+
+
+def _unflatten(tensors: Sequence[tf.Tensor], type_spec: tff.Type) -> Any:
+  leaves = iter(tensors)
+
+  def build(element_type):
+    if isinstance(element_type, tff.StructType):
+      return tff.structure.Struct([(name, build(element))
+                                   for name, element in tff.structure.iter_elements(element_type)])
+    return next(leaves)
+
+  return build(type_spec)
+
+
+class InProcessComputation:
+  """A `tff.tensorflow.computation`, called in this process as TFF's worker calls it.
+
+  Calls take and return flat lists of tensors, in the order of the parameter's and result's
+  types (`flatten` and `unflatten` convert), so that a caller chaining computations (the
+  map-reduce round of `inprocess`) converts nothing between them.
+  """
+
+  def __init__(self, computation: tff.Computation, name: str = 'computation'):
+    """Imports the computation's graph.
+
+    Args:
+      computation: a TensorFlow computation (`tff.tensorflow.computation`, or a part of a
+        `tff.backends.mapreduce.MapReduceForm`).
+      name: what to call it in errors.
+
+    Raises:
+      ValueError: if `computation` is not a TensorFlow computation, or binds a sequence
+        otherwise than TFF 0.87 does.
+    """
+    proto = tff.framework.ConcreteComputation.get_proto(computation)
+    if proto.WhichOneof('computation') != 'tensorflow':
+      raise ValueError(f'{name} is a {proto.WhichOneof("computation")!r} computation, not a '
+                       'TensorFlow one.')
+    self.name = name
+    self.type_signature = computation.type_signature
+    tensorflow = proto.tensorflow
+    graph_def = tf.compat.v1.GraphDef()
+    if not tensorflow.graph_def.Unpack(graph_def):
+      raise ValueError(f'{name}: its graph_def is not a GraphDef (not TFF 0.87?).')
+    graph_def = _uniquely_named(graph_def, f'fedasr_{next(_import_ids)}_')
+    inputs = (_binding_names(tensorflow.parameter, name)
+              if tensorflow.HasField('parameter') else [])
+    outputs = _binding_names(tensorflow.result, name)
+    if any(isinstance(t, tff.SequenceType) for t in _leaf_types(self.type_signature.result)):
+      raise ValueError(f'{name} returns a sequence; only tensors are returned in process.')
+    wrapped = tf.compat.v1.wrap_function(
+        lambda: tf.compat.v1.import_graph_def(graph_def, name=''), [])
+    graph = wrapped.graph
+    feeds = [graph.as_graph_element(tensor) for tensor in inputs]
+    self._call = wrapped.prune(feeds, [graph.as_graph_element(tensor) for tensor in outputs])
+    self._initialize = (wrapped.prune(feeds, [graph.get_operation_by_name(
+        tensorflow.initialize_op)]) if tensorflow.initialize_op else None)
+    self._dtypes = [feed.dtype for feed in feeds]
+
+  def flatten(self, value: Any) -> List[Any]:
+    """The parameter's tensors (datasets as variants) of the Python `value`, in binding order."""
+    parameter = self.type_signature.parameter
+    return [] if parameter is None else flatten(value, parameter, self.name)
+
+  def unflatten(self, tensors: Sequence[tf.Tensor]) -> Any:
+    """The result's `tff.structure.Struct` (or tensor) of the flat `tensors`."""
+    return _unflatten(tensors, self.type_signature.result)
+
+  def call_flat(self, *tensors) -> List[tf.Tensor]:
+    """Runs the computation on the parameter's flat tensors; returns the result's, in order.
+
+    As TFF's worker: `initialize_op` first (it sets the graph's variables), then the result.
+    """
+    tensors = [t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t, dtype)
+               for t, dtype in zip(tensors, self._dtypes, strict=True)]
+    if self._initialize is not None:
+      self._initialize(*tensors)
+    return list(self._call(*tensors))
+
+  def __call__(self, value: Any = None) -> Any:
+    """Runs the computation on a Python `value`; returns the result as `tff.structure.Struct`s
+    of eager tensors."""
+    return self.unflatten(self.call_flat(*self.flatten(value)))
+
+
+def _leaf_types(type_spec: tff.Type) -> List[tff.Type]:
+  if isinstance(type_spec, tff.StructType):
+    return [leaf for _, element in tff.structure.iter_elements(type_spec)
+            for leaf in _leaf_types(element)]
+  return [type_spec]
