@@ -11,10 +11,11 @@ computations with documented semantics (TFF's `forms.py`):
   aggregate = report(accumulator)
   server_state, server_output = update(server_state, (aggregate, *secure sums))
 
-`MapReduceRound` runs exactly that, each part imported by `tff_graphs.InProcessComputation`:
-clients one after another, accumulated in cohort order, and every server part once per round
-(a DP factory's noise, drawn in `update` from the state's seed, is added once). It is the same
-TFF computation the C++ worker runs, compiled by TFF, not a re-implementation of the algorithm.
+`MapReduceRound` runs exactly that, each part imported by `tff_graphs.InProcessComputation`, the
+whole round one `tf.function` call: the clients in a `tf.while_loop`, one after another, their
+updates accumulated in cohort order, and every server part once per round (a DP factory's noise,
+drawn in `update` from the state's seed, is added once). It is the same TFF computation the C++
+worker runs, compiled by TFF, not a re-implementation of the algorithm.
 
 Not yet run by the binaries: a first step of issue 36 (an in-process engine).
 """
@@ -22,6 +23,7 @@ Not yet run by the binaries: a first step of issue 36 (an in-process engine).
 from typing import Any
 from typing import Sequence
 
+import tensorflow as tf
 import tensorflow_federated as tff
 
 # TFF's conversion of a result to the Python containers of its type, as its contexts use.
@@ -58,6 +60,26 @@ class MapReduceRound:
     self._result_type = computation.type_signature.result
     self._parts = {name: tff_graphs.InProcessComputation(getattr(form, name), name)
                    for name in _PARTS}
+    self._data_type = self._parts['work'].type_signature.parameter[0]
+    self._round = tf.function(self._round_graph, input_signature=[
+        self._parts['prepare'].input_specs, tf.TensorSpec([None], tf.variant)])
+
+  def _round_graph(self, state, client_variants):
+    parts = self._parts
+    client_input = parts['prepare'].call_flat(*state)
+    clients = tf.shape(client_variants)[0]
+
+    def client(index, *accumulator):
+      # work's result: the update to accumulate, then the secure sums' inputs, empty (checked).
+      update = parts['work'].call_flat(client_variants[index], *client_input)
+      return (index + 1, *parts['accumulate'].call_flat(*accumulator, *update))
+
+    # One client at a time: the work's variables are shared by its calls (as a TFF session's
+    # are by the calls it runs), so iterations must not overlap.
+    accumulator = tf.while_loop(lambda index, *_: index < clients, client,
+                                (tf.constant(0), *parts['zero'].call_flat()),
+                                parallel_iterations=1)[1:]
+    return parts['update'].call_flat(*state, *parts['report'].call_flat(*accumulator))
 
   def __call__(self, server_state: Any, client_data: Sequence[Any]) -> Any:
     """Runs one round.
@@ -68,18 +90,20 @@ class MapReduceRound:
 
     Returns:
       The computation's result, in its Python containers.
+
+    Raises:
+      TypeError: naming the client, if its data is not a `tf.data.Dataset`.
+      ValueError: if `client_data` is empty.
     """
-    parts = self._parts
-    state = parts['prepare'].flatten(server_state)
-    client_input = parts['prepare'].call_flat(*state)
-    accumulator = parts['zero'].call_flat()
-    work, accumulate = parts['work'], parts['accumulate']
-    data_type = work.type_signature.parameter[0]
-    for index, data in enumerate(client_data):
-      variant = tff_graphs.flatten(data, data_type, f'client_data[{index}]')
-      # work's result: the update to accumulate, then the secure sums' inputs, empty (checked).
-      update = work.call_flat(*variant, *client_input)
-      accumulator = accumulate.call_flat(*accumulator, *update)
-    aggregate = parts['report'].call_flat(*accumulator)
-    result = parts['update'].unflatten(parts['update'].call_flat(*state, *aggregate))
+    prepare = self._parts['prepare']
+    state = [tf.convert_to_tensor(value, spec.dtype)
+             for value, spec in zip(prepare.flatten(server_state), prepare.input_specs,
+                                    strict=True)]
+    variants = [variant for index, data in enumerate(client_data)
+                for variant in tff_graphs.flatten(data, self._data_type,
+                                                  f'client_data[{index}]')]
+    if not variants:
+      raise ValueError('client_data is empty: an in-process round needs a client.')
+    variants = tf.stack(variants)
+    result = self._parts['update'].unflatten(self._round(state, variants))
     return type_conversions.type_to_py_container(result, self._result_type)

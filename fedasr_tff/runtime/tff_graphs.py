@@ -164,6 +164,11 @@ class InProcessComputation:
         tensorflow.initialize_op)]) if tensorflow.initialize_op else None)
     self._dtypes = [feed.dtype for feed in feeds]
 
+  @property
+  def input_specs(self) -> List[tf.TensorSpec]:
+    """The `tf.TensorSpec` of each of the parameter's flat tensors."""
+    return [tf.TensorSpec(feed.shape, feed.dtype) for feed in self._call.inputs]
+
   def flatten(self, value: Any) -> List[Any]:
     """The parameter's tensors (datasets as variants) of the Python `value`, in binding order."""
     parameter = self.type_signature.parameter
@@ -177,6 +182,8 @@ class InProcessComputation:
     """Runs the computation on the parameter's flat tensors; returns the result's, in order.
 
     As TFF's worker: `initialize_op` first (it sets the graph's variables), then the result.
+    Inside a `tf.function` the two calls are ordered by its automatic control dependencies (both
+    touch the variables); the variables are this import's alone, so two calls must not overlap.
     """
     tensors = [t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t, dtype)
                for t, dtype in zip(tensors, self._dtypes, strict=True)]

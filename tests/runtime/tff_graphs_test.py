@@ -131,6 +131,10 @@ class MapReduceRoundTest(absltest.TestCase):
     initial = _initial_state(process).global_model_weights.trainable
     self.assertGreater(np.abs(np.asarray(worker_state.global_model_weights.trainable[0]) -
                               initial[0]).max(), 0.01)
+    with self.assertRaisesRegex(ValueError, 'client_data is empty'):
+      in_process(in_process_state, [])
+    with self.assertRaisesRegex(TypeError, r'client_data\[1\]: a sequence argument must be'):
+      in_process(in_process_state, [datasets[0], [1.0]])
 
   def test_refuses_a_computation_without_a_map_reduce_form(self):
     @tff.federated_computation(tff.FederatedType(np.float32, tff.SERVER),
