@@ -15,6 +15,7 @@ Not thread-safe: set it once, from the main thread, before the first computation
 """
 
 import asyncio
+import collections
 import dataclasses
 import os
 import threading
@@ -178,6 +179,16 @@ def read_workers_file(path: str) -> List[str]:
 
 
 _DISPOSALS = ('/Dispose', '/DisposeExecutor')  # TFF's executor service's methods
+# Seconds a disposal may take: TFF sends them without a deadline, from finalizers and at exit,
+# where a worker that accepts connections but does not answer would hang the process.
+DISPOSAL_TIMEOUT_SECONDS = 5.0
+
+
+class _CallDetails(
+    collections.namedtuple('_CallDetails', ('method', 'timeout', 'metadata', 'credentials',
+                                            'wait_for_ready', 'compression')),
+    grpc.ClientCallDetails):
+  """A call's details with one field changed (gRPC's own is read-only)."""
 
 
 class _WorkerWatch(grpc.UnaryUnaryClientInterceptor):
@@ -200,6 +211,11 @@ class _WorkerWatch(grpc.UnaryUnaryClientInterceptor):
   def intercept_unary_unary(self, continuation, client_call_details, request):
     with self._lock:
       self.bytes_sent += request.ByteSize()
+    if client_call_details.method.endswith(_DISPOSALS) and client_call_details.timeout is None:
+      client_call_details = _CallDetails(
+          client_call_details.method, DISPOSAL_TIMEOUT_SECONDS, client_call_details.metadata,
+          client_call_details.credentials, client_call_details.wait_for_ready,
+          client_call_details.compression)
     call = continuation(client_call_details, request)
     try:
       response = call.result()

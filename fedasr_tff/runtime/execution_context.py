@@ -299,6 +299,9 @@ def dying_with_parent(command: list, what: str) -> list:
 EXECUTORS_PER_WORKER = 32
 # Computations an executor keeps: a run calls a handful (initialize, next, the mergeable parts).
 COMPUTATIONS_PER_EXECUTOR = 8
+# A worker answers a DisposeExecutor in milliseconds; one that took longer than this at exit is
+# not asked again (a distributed run's disposals time out after 5 s: `distributed`).
+_SLOW_CLOSE_SECONDS = 1.0
 
 
 class CachingRemoteExecutor(tff.framework.RemoteExecutor):
@@ -325,6 +328,7 @@ class CachingRemoteExecutor(tff.framework.RemoteExecutor):
       **kwargs: `tff.framework.RemoteExecutor`'s other arguments.
     """
     super().__init__(stub, **kwargs)
+    self.stub = stub
     self._capacity = capacity
     self._computations = collections.OrderedDict()  # id -> (computation, RemoteValue)
     self.computations_sent = 0
@@ -377,9 +381,15 @@ def close_open_executors() -> None:
   # nothing is lost (its executors ended with it), so that is not logged.
   verbosity = logging.get_verbosity()
   logging.set_verbosity(logging.WARNING)
+  slow_workers = set()
   try:
     for executor in list(_open_executors):
-      executor.close()
+      if id(executor.stub) in slow_workers:
+        continue  # its worker did not answer: the rest of its executors are left to it
+      started = time.monotonic()
+      executor.close()  # errors are TFF's to swallow (the worker is gone: nothing to free)
+      if time.monotonic() - started > _SLOW_CLOSE_SECONDS:
+        slow_workers.add(id(executor.stub))
   finally:
     logging.set_verbosity(verbosity)
 

@@ -153,6 +153,24 @@ class WorkerWatchTest(absltest.TestCase):
       with self.assertRaises(_Unavailable):
         watch.intercept_unary_unary(unavailable, mock.Mock(method=service + method),
                                     executor_pb2.DisposeRequest())
+    # Disposals get a deadline (TFF sends them with none): a worker that accepts connections
+    # but does not answer would hang the process at exit.
+    deadlines = {}
+
+    def record(details, request):
+      del request
+      deadlines[details.method.rsplit('/', 1)[1]] = details.timeout
+      return _UnavailableCall()
+
+    watch = distributed._WorkerWatch('unix:w', channel, timeout=0.1)
+    with self.assertRaises(runtime.WorkerUnavailableError):
+      watch.intercept_unary_unary(record, mock.Mock(method=service + 'CreateValue', timeout=None),
+                                  executor_pb2.CreateValueRequest())
+    with self.assertRaises(_Unavailable):
+      watch.intercept_unary_unary(record, mock.Mock(method=service + 'Dispose', timeout=None),
+                                  executor_pb2.DisposeRequest())
+    self.assertEqual(deadlines, {'CreateValue': None,
+                                 'Dispose': distributed.DISPOSAL_TIMEOUT_SECONDS})
     watch = distributed._WorkerWatch('unix:w', channel, timeout=0.1)
     with self.assertRaisesRegex(runtime.WorkerUnavailableError, 'unix:w has been unreachable'):
       watch.intercept_unary_unary(unavailable, mock.Mock(method=service + 'CreateValue'),
