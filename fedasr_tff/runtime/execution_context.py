@@ -363,8 +363,8 @@ def _close_at_exit(executor: tff.framework.RemoteExecutor) -> None:
   """Closes `executor` when this process exits, before its values' finalizers run.
 
   A value TFF creates disposes itself on the worker from a finalizer, at exit too, in batches of
-  20: the computations an executor keeps would all be disposed at exit, each batch a call that
-  waits for an unreachable worker. One `DisposeExecutor` call frees them all on the worker, and
+  20: the computations an executor keeps would all be disposed at exit, each batch a call to a
+  worker that may be gone. One `DisposeExecutor` call frees them all on the worker, and
   the finalizers of a closed executor's values do nothing. Registered after the first value's
   finalizer, so it runs before them (atexit calls the latest registered first).
   """
