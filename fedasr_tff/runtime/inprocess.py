@@ -12,10 +12,11 @@ computations with documented semantics (TFF's `forms.py`):
   server_state, server_output = update(server_state, (aggregate, *secure sums))
 
 `MapReduceRound` runs exactly that, each part imported by `tff_graphs.InProcessComputation`, the
-whole round one `tf.function` call: the clients in a `tf.while_loop`, one after another, their
-updates accumulated in cohort order, and every server part once per round (a DP factory's noise,
-drawn in `update` from the state's seed, is added once). It is the same TFF computation the C++
-worker runs, compiled by TFF, not a re-implementation of the algorithm.
+whole round one `tf.function` call: the clients in a `tf.while_loop`, `lanes` at a time (each lane
+an import of `work` of its own), their updates accumulated one by one in cohort order, and every
+server part once per round (a DP factory's noise, drawn in `update` from the state's seed, is
+added once). It is the same TFF computation the C++ worker runs, compiled by TFF, not a
+re-implementation of the algorithm.
 
 Not yet run by the binaries: a first step of issue 36 (an in-process engine).
 """
@@ -37,17 +38,22 @@ _PARTS = ('prepare', 'work', 'zero', 'accumulate', 'report', 'update')
 class MapReduceRound:
   """One round of a computation in its map-reduce form, in this process (module docstring)."""
 
-  def __init__(self, computation: tff.Computation):
+  def __init__(self, computation: tff.Computation, lanes: int = 1):
     """Compiles `computation` and imports the parts of its map-reduce form.
 
     Args:
       computation: a federated computation (server state, client data) -> (server state, server
         output), for example a learning process's `next`.
+      lanes: clients trained at once, each lane by an import of `work` of its own (its own
+        variables); their updates are still accumulated one by one in cohort order, so the
+        round's result does not depend on `lanes`.
 
     Raises:
-      ValueError: if TFF cannot compile it to a map-reduce form (its message says why), or the
-        form aggregates with secure sums, which this round does not run.
+      ValueError: if TFF cannot compile it to a map-reduce form (its message says why), the
+        form aggregates with secure sums, which this round does not run, or `lanes` < 1.
     """
+    if type(lanes) is not int or lanes < 1:
+      raise ValueError(f'`lanes` must be an int >= 1, got {lanes!r}.')
     try:
       form = tff.backends.mapreduce.get_map_reduce_form_for_computation(computation)
     except (TypeError, ValueError, NotImplementedError) as e:
@@ -60,6 +66,9 @@ class MapReduceRound:
     self._result_type = computation.type_signature.result
     self._parts = {name: tff_graphs.InProcessComputation(getattr(form, name), name)
                    for name in _PARTS}
+    self._lanes = [self._parts['work']] + [
+        tff_graphs.InProcessComputation(form.work, f'work (lane {lane})')
+        for lane in range(1, lanes)]
     self._data_type = self._parts['work'].type_signature.parameter[0]
     self._round = tf.function(self._round_graph, input_signature=[
         self._parts['prepare'].input_specs, tf.TensorSpec([None], tf.variant)])
@@ -69,17 +78,29 @@ class MapReduceRound:
     client_input = parts['prepare'].call_flat(*state)
     clients = tf.shape(client_variants)[0]
 
-    def client(index, *accumulator):
-      # work's result: the update to accumulate, then the secure sums' inputs, empty (checked).
-      update = parts['work'].call_flat(client_variants[index], *client_input)
-      return (index + 1, *parts['accumulate'].call_flat(*accumulator, *update))
+    lanes = len(self._lanes)
 
-    # One client at a time: the work's variables are shared by its calls (as a TFF session's
-    # are by the calls it runs), so iterations must not overlap.
-    accumulator = tf.while_loop(lambda index, *_: index < clients, client,
-                                (tf.constant(0), *parts['zero'].call_flat()),
-                                parallel_iterations=1)[1:]
-    return parts['update'].call_flat(*state, *parts['report'].call_flat(*accumulator))
+    def clients_from(lanes_used):
+      def step(index, *accumulator):
+        # Lane j trains client index + j; work's result is the update to accumulate, then the
+        # secure sums' inputs, empty (checked).
+        updates = [self._lanes[lane].call_flat(client_variants[index + lane], *client_input)
+                   for lane in range(lanes_used)]
+        for update in updates:  # in cohort order, whatever the lanes
+          accumulator = parts['accumulate'].call_flat(*accumulator, *update)
+        return (index + lanes_used, *accumulator)
+      return step
+
+    # Iterations must not overlap: a lane's variables are shared by its calls (as a TFF
+    # session's are by the calls it runs). Whole groups of `lanes` clients, then the rest.
+    full = clients - clients % lanes
+    loop = (tf.constant(0), *parts['zero'].call_flat())
+    loop = tf.while_loop(lambda index, *_: index < full, clients_from(lanes), loop,
+                         parallel_iterations=1)
+    if lanes > 1:
+      loop = tf.while_loop(lambda index, *_: index < clients, clients_from(1), loop,
+                           parallel_iterations=1)
+    return parts['update'].call_flat(*state, *parts['report'].call_flat(*loop[1:]))
 
   def __call__(self, server_state: Any, client_data: Sequence[Any]) -> Any:
     """Runs one round.

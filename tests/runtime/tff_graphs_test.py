@@ -115,11 +115,17 @@ class MapReduceRoundTest(absltest.TestCase):
     datasets = [_dataset(seed) for seed in range(5)]
     worker_state = in_process_state = _initial_state(process)
     in_process = inprocess.MapReduceRound(process.next)
+    # Two clients at a time (two groups, then the fifth alone): the same sums in the same order.
+    two_lanes, two_lanes_state = inprocess.MapReduceRound(process.next, lanes=2), worker_state
     for _ in range(3):
       worker_output = process.next(worker_state, datasets)
       worker_state = worker_output.state
       output = in_process(in_process_state, datasets)
       in_process_state = output.state
+      two_lanes_state = two_lanes(two_lanes_state, datasets).state
+    for a, b in zip(in_process_state.global_model_weights.trainable,
+                    two_lanes_state.global_model_weights.trainable, strict=True):
+      np.testing.assert_array_equal(a, b)
     for a, b in zip(worker_state.global_model_weights.trainable,
                     in_process_state.global_model_weights.trainable, strict=True):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
@@ -145,6 +151,8 @@ class MapReduceRoundTest(absltest.TestCase):
 
     with self.assertRaisesRegex(ValueError, 'has no map-reduce form'):
       inprocess.MapReduceRound(three_arguments)
+    with self.assertRaisesRegex(ValueError, '`lanes` must be an int >= 1, got 0'):
+      inprocess.MapReduceRound(_process().next, lanes=0)
 
 
 if __name__ == '__main__':
