@@ -17,55 +17,16 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2
 
-from fedasr_tff import aggregators
 from fedasr_tff import runtime
 from fedasr_tff.runtime import distributed
+from tests.runtime import dp_mlp
 from tests.runtime import workers as workers_lib
-
-_NAMES = ['hidden/kernel', 'hidden/bias', 'output/kernel', 'output/bias']
-
-
-def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(8, activation='relu'),
-      tf.keras.layers.Dense(3),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=(tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32)))
-
-
-def _process():
-  # The project's per-layer DP with the adaptive clip, seeded so that runs can be compared.
-  return tff.learning.algorithms.build_unweighted_fed_avg(
-      _model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      model_aggregator=aggregators.PerLayerDPFactory.gaussian_adaptive(
-          0.5, 5, 0.1, allocation='dim', clipped_count_stddev=2.0, leaf_names=_NAMES,
-          noise_seed=7))
-
-
-def _datasets(count=5, seed=9):
-  rng = np.random.default_rng(seed)
-  return [tf.data.Dataset.from_tensor_slices(
-      (rng.normal(size=(6, 4)).astype(np.float32),
-       rng.integers(0, 3, size=6).astype(np.int32))).batch(3) for _ in range(count)]
-
-
-def _initial_state(process):
-  # Keras draws a new initialisation in every `initialize`: start every run from the same one.
-  rng = np.random.default_rng(0)
-  weights = [(0.3 * rng.normal(size=shape)).astype(np.float32)
-             for shape in ((4, 8), (8,), (8, 3), (3,))]
-  return process.set_model_weights(
-      process.initialize(), tff.learning.models.ModelWeights(trainable=weights,
-                                                             non_trainable=[]))
 
 
 def _run(rounds=3, cohort=5):
-  process = _process()
-  state = _initial_state(process)
-  data = _datasets(cohort)
+  process = dp_mlp.process()
+  state = dp_mlp.initial_state(process)
+  data = dp_mlp.datasets(cohort)
   for _ in range(rounds):
     output = process.next(state, data)
     state = output.state
@@ -191,7 +152,7 @@ class DistributedRoundsTest(workers_lib.TwoWorkersMixin, absltest.TestCase):
     for a, b in zip(local_state.global_model_weights.trainable,
                     state.global_model_weights.trainable, strict=True):
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-    initial = _initial_state(_process()).global_model_weights.trainable
+    initial = dp_mlp.initial_state(dp_mlp.process()).global_model_weights.trainable
     self.assertGreater(np.abs(np.asarray(local_state.global_model_weights.trainable[0]) -
                               initial[0]).max(), 0.01)
     dp_metrics = metrics['aggregator']['dp_query_metrics']
@@ -207,9 +168,9 @@ class DistributedRoundsTest(workers_lib.TwoWorkersMixin, absltest.TestCase):
 
   def test_each_computation_is_sent_to_each_worker_once(self):
     context = runtime.set_distributed_execution_context(self.workers.addresses)
-    process = _process()
-    state = _initial_state(process)
-    data = _datasets()
+    process = dp_mlp.process()
+    state = dp_mlp.initial_state(process)
+    data = dp_mlp.datasets()
     sent = []
     for _ in range(3):
       before = context.bytes_sent()
@@ -237,13 +198,13 @@ class DistributedRoundsTest(workers_lib.TwoWorkersMixin, absltest.TestCase):
     try:
       runtime.set_distributed_execution_context(
           [self.workers.addresses[0], victim.addresses[0]], worker_timeout=3.0)
-      process = _process()
-      state = process.next(_initial_state(process), _datasets()).state
+      process = dp_mlp.process()
+      state = process.next(dp_mlp.initial_state(process), dp_mlp.datasets()).state
       victim.kill(0)
       started = time.monotonic()
       with self.assertRaisesRegex(runtime.WorkerUnavailableError,
                                   f'{victim.addresses[0]} has been unreachable for 3 s'):
-        process.next(state, _datasets())
+        process.next(state, dp_mlp.datasets())
       # TFF alone would retry forever; 3 s of timeout, plus the other worker's subround.
       self.assertLess(time.monotonic() - started, 60)
     finally:

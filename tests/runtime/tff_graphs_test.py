@@ -9,13 +9,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedasr_tff import aggregators
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.runtime import inprocess
 from fedasr_tff.runtime import tff_graphs
+from tests.runtime import dp_mlp
 
-_ELEMENT = (tff.TensorType(np.float32, [None, 4]), tff.TensorType(np.int32, [None]))
-_NAMES = ['hidden/kernel', 'hidden/bias', 'output/kernel', 'output/bias']
+_ELEMENT = tff.types.tensorflow_to_type(dp_mlp.ELEMENT_SPEC)
 
 
 @tff.tensorflow.computation(
@@ -31,40 +30,8 @@ def _weighted_sums(weights, dataset):
     return collections.OrderedDict(total=total.read_value(), count=count)
 
 
-def _dataset(seed, rows=6):
-  rng = np.random.default_rng(seed)
-  return tf.data.Dataset.from_tensor_slices(
-      (rng.normal(size=(rows, 4)).astype(np.float32),
-       rng.integers(0, 3, size=rows).astype(np.int32))).batch(3)
-
-
-def _model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(8, activation='relu'),
-      tf.keras.layers.Dense(3),
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=tuple(tf.TensorSpec(t.shape, t.dtype) for t in _ELEMENT))
-
-
-def _process():
-  # Per-layer DP with the adaptive clip, seeded: noise drawn in the server's update.
-  return tff.learning.algorithms.build_unweighted_fed_avg(
-      _model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      model_aggregator=aggregators.PerLayerDPFactory.gaussian_adaptive(
-          0.5, 5, 0.1, allocation='dim', clipped_count_stddev=2.0, leaf_names=_NAMES,
-          noise_seed=7))
-
-
-def _initial_state(process):
-  rng = np.random.default_rng(0)
-  weights = [(0.3 * rng.normal(size=shape)).astype(np.float32)
-             for shape in ((4, 8), (8,), (8, 3), (3,))]
-  return process.set_model_weights(
-      process.initialize(),
-      tff.learning.models.ModelWeights(trainable=weights, non_trainable=[]))
+def _dataset(seed):
+  return dp_mlp.datasets(1, seed)[0]
 
 
 class InProcessComputationTest(absltest.TestCase):
@@ -111,9 +78,9 @@ class MapReduceRoundTest(absltest.TestCase):
 
   def test_dp_rounds_equal_the_worker_up_to_summation_order(self):
     execution_context.set_local_cpp_execution_context()
-    process = _process()
+    process = dp_mlp.process()
     datasets = [_dataset(seed) for seed in range(5)]
-    worker_state = in_process_state = _initial_state(process)
+    worker_state = in_process_state = dp_mlp.initial_state(process)
     in_process = inprocess.MapReduceRound(process.next)
     # Two clients at a time (two groups, then the fifth alone): the same sums in the same order.
     two_lanes, two_lanes_state = inprocess.MapReduceRound(process.next, lanes=2), worker_state
@@ -134,7 +101,7 @@ class MapReduceRoundTest(absltest.TestCase):
         tf.nest.flatten(output.metrics['aggregator']['dp_query_metrics']['per_group']),
         tf.nest.flatten(worker_output.metrics['aggregator']['dp_query_metrics']['per_group']),
         rtol=1e-5)
-    initial = _initial_state(process).global_model_weights.trainable
+    initial = dp_mlp.initial_state(process).global_model_weights.trainable
     self.assertGreater(np.abs(np.asarray(worker_state.global_model_weights.trainable[0]) -
                               initial[0]).max(), 0.01)
     with self.assertRaisesRegex(ValueError, 'client_data is empty'):
@@ -152,7 +119,7 @@ class MapReduceRoundTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'has no map-reduce form'):
       inprocess.MapReduceRound(three_arguments)
     with self.assertRaisesRegex(ValueError, '`lanes` must be an int >= 1, got 0'):
-      inprocess.MapReduceRound(_process().next, lanes=0)
+      inprocess.MapReduceRound(dp_mlp.process().next, lanes=0)
 
 
 if __name__ == '__main__':
