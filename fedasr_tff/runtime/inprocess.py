@@ -70,20 +70,23 @@ class MapReduceRound:
         tff_graphs.InProcessComputation(form.work, f'work (lane {lane})')
         for lane in range(1, lanes)]
     self._data_type = self._parts['work'].type_signature.parameter[0]
-    self._round = tf.function(self._round_graph, input_signature=[
-        self._parts['prepare'].input_specs, tf.TensorSpec([None], tf.variant)])
+    # A graph without tf.function's automatic control dependencies, which would chain the
+    # lanes' calls (stateful, with no resource input) one after another; what must be ordered
+    # is ordered explicitly (`InProcessComputation.call_flat`) or by data.
+    self._round = tf.compat.v1.wrap_function(self._round_graph, [
+        *self._parts['prepare'].input_specs, tf.TensorSpec([None], tf.variant)])
 
-  def _round_graph(self, state, client_variants):
+  def _round_graph(self, *state_and_clients):
+    *state, client_variants = state_and_clients
     parts = self._parts
     client_input = parts['prepare'].call_flat(*state)
     clients = tf.shape(client_variants)[0]
-
     lanes = len(self._lanes)
 
     def clients_from(lanes_used):
       def step(index, *accumulator):
-        # Lane j trains client index + j; work's result is the update to accumulate, then the
-        # secure sums' inputs, empty (checked).
+        # Lane j trains client index + j, at the same time as the others; work's result is the
+        # update to accumulate, then the secure sums' inputs, empty (checked).
         updates = [self._lanes[lane].call_flat(client_variants[index + lane], *client_input)
                    for lane in range(lanes_used)]
         for update in updates:  # in cohort order, whatever the lanes
@@ -121,10 +124,33 @@ class MapReduceRound:
              for value, spec in zip(prepare.flatten(server_state), prepare.input_specs,
                                     strict=True)]
     variants = [variant for index, data in enumerate(client_data)
-                for variant in tff_graphs.flatten(data, self._data_type,
+                for variant in tff_graphs.flatten(_for_one_pass(data), self._data_type,
                                                   f'client_data[{index}]')]
     if not variants:
       raise ValueError('client_data is empty: an in-process round needs a client.')
     variants = tf.stack(variants)
-    result = self._parts['update'].unflatten(self._round(state, variants))
+    result = self._parts['update'].unflatten(self._round(*state, variants))
     return type_conversions.type_to_py_container(result, self._result_type)
+
+
+def _one_pass_options() -> tf.data.Options:
+  options = tf.data.Options()
+  options.experimental_optimization.apply_default_optimizations = False
+  options.experimental_optimization.inject_prefetch = False
+  options.autotune.enabled = False
+  return options
+
+
+_ONE_PASS_OPTIONS = _one_pass_options()
+
+
+def _for_one_pass(data: Any) -> Any:
+  """A client's dataset with tf.data's graph rewrites and autotuning off.
+
+  A client's iterator is made once a round and read for a few batches. tf.data rewrites a
+  dataset's graph (a Grappler pass) whenever an iterator is made, adds a prefetch with a thread
+  of its own and autotunes it: with the vs_pfl MLP (5 batches a client) 2.8 of 4.4 ms a client
+  (`benchmarks/inprocess_rounds.py`). The rewrites keep the elements and their order, so the
+  round's result does not change; a dataset that is not one is left to `flatten`'s error.
+  """
+  return data.with_options(_ONE_PASS_OPTIONS) if isinstance(data, tf.data.Dataset) else data

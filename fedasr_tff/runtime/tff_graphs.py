@@ -136,32 +136,54 @@ class InProcessComputation:
       name: what to call it in errors.
 
     Raises:
-      ValueError: if `computation` is not a TensorFlow computation, or binds a sequence
-        otherwise than TFF 0.87 does.
+      ValueError: if `computation` is not a TensorFlow computation, returns a sequence, or binds
+        a sequence otherwise than TFF 0.87 does.
     """
-    proto = tff.framework.ConcreteComputation.get_proto(computation)
+    self.name = name
+    self.type_signature = computation.type_signature
+    self._import(tff.framework.ConcreteComputation.get_proto(computation))
+
+  @classmethod
+  def from_proto(cls, proto: computation_pb2.Computation,
+                 name: str = 'computation') -> 'InProcessComputation':
+    """Imports a serialised computation (a `computation_pb2.Computation`), as `__init__`."""
+    return cls(tff.framework.ConcreteComputation(
+        computation_proto=proto, context_stack=tff.framework.get_context_stack()), name)
+
+  def _import(self, proto: computation_pb2.Computation) -> None:
+    name = self.name
     if proto.WhichOneof('computation') != 'tensorflow':
       raise ValueError(f'{name} is a {proto.WhichOneof("computation")!r} computation, not a '
                        'TensorFlow one.')
-    self.name = name
-    self.type_signature = computation.type_signature
+    if any(isinstance(t, tff.SequenceType) for t in _leaf_types(self.type_signature.result)):
+      raise ValueError(f'{name} returns a sequence; only tensors are returned in process.')
     tensorflow = proto.tensorflow
     graph_def = tf.compat.v1.GraphDef()
     if not tensorflow.graph_def.Unpack(graph_def):
       raise ValueError(f'{name}: its graph_def is not a GraphDef (not TFF 0.87?).')
-    graph_def = _uniquely_named(graph_def, f'fedasr_{next(_import_ids)}_')
+    prefix = f'fedasr_{next(_import_ids)}_'
+    graph_def = _uniquely_named(graph_def, prefix)
+    initialized = None
+    if tensorflow.initialize_op:
+      # A tensor that exists once `initialize_op` ran: what a caller orders the result after
+      # (a pruned function's operations are not returned to a graph that calls it).
+      initialized = f'{prefix}initialized'
+      graph_def.node.add(name=initialized, op='Const', input=[f'^{tensorflow.initialize_op}'])
+      graph_def.node[-1].attr['dtype'].type = tf.bool.as_datatype_enum
+      graph_def.node[-1].attr['value'].tensor.CopyFrom(tf.make_tensor_proto(True))
     inputs = (_binding_names(tensorflow.parameter, name)
               if tensorflow.HasField('parameter') else [])
     outputs = _binding_names(tensorflow.result, name)
-    if any(isinstance(t, tff.SequenceType) for t in _leaf_types(self.type_signature.result)):
-      raise ValueError(f'{name} returns a sequence; only tensors are returned in process.')
     wrapped = tf.compat.v1.wrap_function(
         lambda: tf.compat.v1.import_graph_def(graph_def, name=''), [])
     graph = wrapped.graph
     feeds = [graph.as_graph_element(tensor) for tensor in inputs]
     self._call = wrapped.prune(feeds, [graph.as_graph_element(tensor) for tensor in outputs])
-    self._initialize = (wrapped.prune(feeds, [graph.get_operation_by_name(
-        tensorflow.initialize_op)]) if tensorflow.initialize_op else None)
+    # The operation too, as the function's control output: a call's side effects are complete
+    # before what depends on the call by control runs, even where TensorFlow inlines the call.
+    self._initialize = (None if initialized is None else wrapped.prune(
+        feeds, [graph.as_graph_element(f'{initialized}:0'),
+                graph.get_operation_by_name(tensorflow.initialize_op)]))
     self._dtypes = [feed.dtype for feed in feeds]
 
   @property
@@ -181,15 +203,16 @@ class InProcessComputation:
   def call_flat(self, *tensors) -> List[tf.Tensor]:
     """Runs the computation on the parameter's flat tensors; returns the result's, in order.
 
-    As TFF's worker: `initialize_op` first (it sets the graph's variables), then the result.
-    Inside a `tf.function` the two calls are ordered by its automatic control dependencies (both
-    touch the variables); the variables are this import's alone, so two calls must not overlap.
+    As TFF's worker: `initialize_op` first (it sets the graph's variables), then the result,
+    ordered by an explicit control dependency, so also in a graph built without `tf.function`'s
+    automatic ones. The variables are this import's alone: two calls must not overlap.
     """
     tensors = [t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t, dtype)
                for t, dtype in zip(tensors, self._dtypes, strict=True)]
-    if self._initialize is not None:
-      self._initialize(*tensors)
-    return list(self._call(*tensors))
+    if self._initialize is None:
+      return list(self._call(*tensors))
+    with tf.control_dependencies([self._initialize(*tensors)[0]]):
+      return list(self._call(*tensors))
 
   def __call__(self, value: Any = None) -> Any:
     """Runs the computation on a Python `value`; returns the result as `tff.structure.Struct`s
