@@ -35,6 +35,14 @@ WORKERS = flags.DEFINE_string(
 WORKERS_FILE = flags.DEFINE_string(
     'workers_file', None, 'A file listing the TFF workers (host:port per line or comma-separated, '
     '# comments), instead of --workers.')
+ENGINE = flags.DEFINE_enum(
+    'engine', 'inprocess', ['inprocess', 'worker'],
+    'What runs a local run\'s TFF computations. inprocess: TFF\'s compiled round (FedAvg with '
+    'any DP aggregation, DGA softmax, the audit\'s processes) run by TensorFlow in this '
+    'process, --clients_in_parallel clients at once (default 2), on a GPU where TensorFlow sees '
+    'one; what has no such form (mixed FL, the retriever, DGA-RL\'s orchestration) runs on a '
+    'local TFF worker started when first needed. worker: everything on TFF\'s local C++ worker '
+    '(CPU only). With --workers, rounds run on the workers (docs/running.md, "Engines").')
 WORKER_TIMEOUT = flags.DEFINE_float(
     'worker_timeout', runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
     'Seconds a TFF worker may stay unreachable before the run stops with an error naming it '
@@ -68,9 +76,10 @@ def start_binary(max_concurrent_computation_calls=None,
   """What every binary's `main` does first, before any TFF computation; returns the workers
   (None: local).
 
-  Sets TFF's local C++ execution context, whose worker dies with the run however it ends and is
-  reachable from it alone (`local_worker.set_context`; `max_concurrent_computation_calls` as
-  there), or with --workers TFF's
+  Sets the local execution context of --engine (the in-process engine, whose local worker, for
+  what it cannot run, starts on first need; or TFF's local C++ worker), the worker dying with the
+  run however it ends and reachable from it alone (`local_worker.set_context`;
+  `max_concurrent_computation_calls` as there), or with --workers TFF's
   distributed context over them (`runtime.set_distributed_execution_context`), refused with
   `distributed_refusal` if given (why this binary cannot run distributed). Unless --verbosity
   is given, keeps the log to warnings from our code: TF and TFF log a line per checkpoint file
@@ -100,10 +109,13 @@ def start_binary(max_concurrent_computation_calls=None,
   elif remote is None:
     if tls_flags:
       raise app.UsageError(f'{", ".join(tls_flags)} apply to --workers, which is not given.')
-    local_worker.set_context(max_concurrent_computation_calls)
+    local_worker.set_context(max_concurrent_computation_calls, ENGINE.value)
   else:
     if distributed_refusal is not None:
       raise app.UsageError(f'--workers: {distributed_refusal}')
+    if FLAGS['engine'].present:
+      raise app.UsageError(f'--engine={ENGINE.value} picks what runs a local run; with --workers '
+                           'the rounds run on the workers: give one of the two.')
     if max_concurrent_computation_calls is not None:
       raise app.UsageError('--clients_in_parallel bounds the local worker; with --workers give '
                            'each worker --max_concurrent_computation_calls when you start it.')

@@ -57,8 +57,9 @@ _PRESET = config_flags.define_preset_flag(presets.PRESETS, presets.DEFAULT)
 config_flags.define_flags(config_lib.FederatedConfig, defaults=presets.for_config(
     presets.PRESETS[presets.DEFAULT], config_lib.FederatedConfig))
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
-    'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
-    'limit). On GPUs, set it to the number of clients that fit in memory.', lower_bound=1)
+    'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: 2 '
+    'with --engine=inprocess, no limit on a TFF worker). On GPUs, set it to the number of '
+    'clients that fit in memory.', lower_bound=1)
 
 
 def main(argv):

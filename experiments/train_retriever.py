@@ -37,8 +37,9 @@ config_flags.define_flags(retrieval_config.RetrieverConfig, [
     name for name in fields_lib.config_fields(retrieval_config.RetrieverConfig)
     if name != 'output_dir'])  # `common`'s, as every binary's.
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
-    'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: no '
-    'limit). In the adapter mode each needs memory for its activations through the backbone '
+    'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: 2 '
+    'with --engine=inprocess, no limit on a TFF worker). In the adapter mode each needs '
+    'memory for its activations through the backbone '
     '(whose weights the clients share): bound it to fit memory.', lower_bound=1)
 _MIPS = flags.DEFINE_bool('mips_baseline', False, 'Print the MIPS baseline (class prototypes of '
                           'the frozen model\'s features) and exit; no training, no DP.')

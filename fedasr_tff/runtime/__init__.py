@@ -1,5 +1,6 @@
-"""Process-level runtime: TFF's local C++ execution context, with a worker that dies with us, and
-TFF's distributed runtime over workers on other machines.
+"""Process-level runtime: the in-process engine (TFF's compiled rounds run by TensorFlow in this
+process), TFF's local C++ execution context, with a worker that dies with us, and TFF's
+distributed runtime over workers on other machines.
 
 The names below load their module (and so TensorFlow Federated) on first use (PEP 562), so a
 binary that runs no TFF computation can define the runtime's flags without importing TFF.
@@ -20,6 +21,7 @@ _EXPORTS = {
     'set_distributed_execution_context': 'distributed',
     'trust_statement': 'distributed',
     'WorkerDiedError': 'execution_context',
+    'set_inprocess_execution_context': 'execution_context',
     'set_local_cpp_execution_context': 'execution_context',
 }
 
@@ -27,8 +29,8 @@ _EXPORTS = {
 def __getattr__(name):
   if name in _EXPORTS:
     return getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
-  if name in ('distributed', 'execution_context', 'inprocess', 'namespace_bridge', 'subrounds',
-              'tff_graphs', 'worker'):
+  if name in ('distributed', 'execution_context', 'inprocess', 'inprocess_context',
+              'namespace_bridge', 'subrounds', 'tff_graphs', 'worker'):
     return importlib.import_module(f'{__name__}.{name}')
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 

@@ -129,9 +129,52 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[i
   # Refused before the running worker is stopped, so the context set before goes on working.
   _checked_calls(max_concurrent_computation_calls)
   _namespace_or_refusal(allow_exposed_worker)
+  _check_main_thread()
+  _stop_worker()
+  tff.framework.set_default_context(
+      _local_worker_context(max_concurrent_computation_calls, allow_exposed_worker))
+
+
+def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[int] = None, *,
+                                    allow_exposed_worker: Optional[bool] = None) -> None:
+  """Sets TFF's default context to the in-process engine, with a local worker for the rest.
+
+  TensorFlow computations, `initialize` and rounds with a map-reduce form run in this process
+  (`inprocess_context.InProcessContext`); anything else on a local C++ worker as
+  `set_local_cpp_execution_context` starts it, started only when first needed, so a run whose
+  computations all run in process opens no worker at all.
+
+  Args:
+    max_concurrent_computation_calls: clients a round trains at once, in process (its lanes)
+      and on the worker; None: `inprocess_context.DEFAULT_LANES` in process, no limit on the
+      worker.
+    allow_exposed_worker: as in `set_local_cpp_execution_context`; checked now, not when the
+      worker starts.
+
+  Raises:
+    ValueError: `max_concurrent_computation_calls` is not None or a positive int.
+    WorkerIsolationError: No network namespace can be made, and the exposure is not accepted.
+    RuntimeError: Not called from the main thread.
+  """
+  from fedasr_tff.runtime import inprocess_context  # pylint: disable=g-import-not-at-top
+  _checked_calls(max_concurrent_computation_calls)
+  _namespace_or_refusal(allow_exposed_worker)
+  _check_main_thread()
+  _stop_worker()
+  tff.framework.set_default_context(inprocess_context.InProcessContext(
+      functools.partial(_local_worker_context, max_concurrent_computation_calls,
+                        allow_exposed_worker),
+      lanes=max_concurrent_computation_calls or inprocess_context.DEFAULT_LANES))
+
+
+def _check_main_thread() -> None:
   if threading.current_thread() is not threading.main_thread():
     raise RuntimeError('Call from the main thread: the worker dies with the thread that starts it.')
-  _stop_worker()
+
+
+def _local_worker_context(max_concurrent_computation_calls: Optional[int],
+                          allow_exposed_worker: Optional[bool]) -> tff.framework.SyncContext:
+  """Starts the local worker (`start_local_worker`) and returns the context that runs on it."""
   log = tempfile.TemporaryFile()
   global _worker
   _worker = worker = start_local_worker(max_concurrent_computation_calls, log,
@@ -150,7 +193,7 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[i
     if worker.process.poll() is not None:
       raise WorkerDiedError(_failure(worker, log), worker.worker_pid, worker.process.returncode)
 
-  tff.framework.set_default_context(remote_context(stub, check=check_worker))
+  return remote_context(stub, check=check_worker)
 
 
 def start_local_worker(max_concurrent_computation_calls: Optional[int] = None, log=None, *,

@@ -18,13 +18,19 @@ server part once per round (a DP factory's noise, drawn in `update` from the sta
 added once). It is the same TFF computation the C++ worker runs, compiled by TFF, not a
 re-implementation of the algorithm.
 
-Not yet run by the binaries: a first step of issue 36 (an in-process engine).
+`inprocess_context.InProcessContext` runs a process's rounds with it: the binaries' default
+engine (--engine=inprocess).
 """
 
+import contextlib
 from typing import Any
 from typing import Sequence
 
 import tensorflow as tf
+
+# The thread's function-call options: the one way to run a function without Grappler and leave
+# the process's other functions as they are (TensorFlow 2.14).
+from tensorflow.python.eager import context as eager_context
 import tensorflow_federated as tff
 
 # TFF's conversion of a result to the Python containers of its type, as its contexts use.
@@ -33,6 +39,18 @@ from tensorflow_federated.python.core.impl.types import type_conversions
 from fedasr_tff.runtime import tff_graphs
 
 _PARTS = ('prepare', 'work', 'zero', 'accumulate', 'report', 'update')
+
+
+def _without_grappler() -> tf.compat.v1.ConfigProto:
+  config = tf.compat.v1.ConfigProto()
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  return config
+
+
+# TFF's compiler runs Grappler over each part it extracts (seconds for a transformer's round,
+# and it fails on some parts: "Failed to import metagraph"); TensorFlow's function runtime
+# optimises the imported graphs anyway when it first runs them.
+WITHOUT_GRAPPLER = _without_grappler()
 
 
 class MapReduceRound:
@@ -55,7 +73,8 @@ class MapReduceRound:
     if type(lanes) is not int or lanes < 1:
       raise ValueError(f'`lanes` must be an int >= 1, got {lanes!r}.')
     try:
-      form = tff.backends.mapreduce.get_map_reduce_form_for_computation(computation)
+      form = tff.backends.mapreduce.get_map_reduce_form_for_computation(
+          computation, grappler_config=WITHOUT_GRAPPLER)
     except (TypeError, ValueError, NotImplementedError) as e:
       raise ValueError(f'The computation {computation.type_signature} has no map-reduce form '
                        f'(TFF: {e}).') from e
@@ -70,17 +89,22 @@ class MapReduceRound:
         tff_graphs.InProcessComputation(form.work, f'work (lane {lane})')
         for lane in range(1, lanes)]
     self._data_type = self._parts['work'].type_signature.parameter[0]
+    if not isinstance(self._data_type, tff.SequenceType):
+      raise ValueError(f'A client\'s data is {self._data_type}, not a sequence: the in-process '
+                       'round takes one dataset a client.')
     # A graph without tf.function's automatic control dependencies, which would chain the
     # lanes' calls (stateful, with no resource input) one after another; what must be ordered
     # is ordered explicitly (`InProcessComputation.call_flat`) or by data.
     self._round = tf.compat.v1.wrap_function(self._round_graph, [
-        *self._parts['prepare'].input_specs, tf.TensorSpec([None], tf.variant)])
+        *self._parts['prepare'].input_specs, tf.TensorSpec([None], tf.variant),
+        tf.TensorSpec([], tf.int32)])
 
   def _round_graph(self, *state_and_clients):
-    *state, client_variants = state_and_clients
+    # The first `clients` of `client_variants` are the cohort's datasets (an empty cohort passes
+    # one unused dataset: a tensor of variants cannot be empty).
+    *state, client_variants, clients = state_and_clients
     parts = self._parts
     client_input = parts['prepare'].call_flat(*state)
-    clients = tf.shape(client_variants)[0]
     lanes = len(self._lanes)
 
     def clients_from(lanes_used):
@@ -110,14 +134,14 @@ class MapReduceRound:
 
     Args:
       server_state: the state, as the computation takes it.
-      client_data: each client's data (a `tf.data.Dataset`), in cohort order.
+      client_data: each client's data (a `tf.data.Dataset`), in cohort order; empty for a
+        round of no clients (Poisson sampling can draw one), which aggregates nothing.
 
     Returns:
       The computation's result, in its Python containers.
 
     Raises:
       TypeError: naming the client, if its data is not a `tf.data.Dataset`.
-      ValueError: if `client_data` is empty.
     """
     prepare = self._parts['prepare']
     state = [tf.convert_to_tensor(value, spec.dtype)
@@ -126,10 +150,11 @@ class MapReduceRound:
     variants = [variant for index, data in enumerate(client_data)
                 for variant in tff_graphs.flatten(_for_one_pass(data), self._data_type,
                                                   f'client_data[{index}]')]
-    if not variants:
-      raise ValueError('client_data is empty: an in-process round needs a client.')
-    variants = tf.stack(variants)
-    result = self._parts['update'].unflatten(self._round(*state, variants))
+    clients = len(variants)
+    variants = tf.stack(variants or [tf.data.experimental.to_variant(tf.data.Dataset.range(0))])
+    with _without_grappler_calls():
+      result = self._round(*state, variants, tf.constant(clients))
+    result = self._parts['update'].unflatten(result)
     return type_conversions.type_to_py_container(result, self._result_type)
 
 
@@ -154,3 +179,25 @@ def _for_one_pass(data: Any) -> Any:
   round's result does not change; a dataset that is not one is left to `flatten`'s error.
   """
   return data.with_options(_ONE_PASS_OPTIONS) if isinstance(data, tf.data.Dataset) else data
+
+
+@contextlib.contextmanager
+def _without_grappler_calls():
+  """Functions called in this thread run without Grappler (`WITHOUT_GRAPPLER`).
+
+  TensorFlow runs Grappler over a function, with every function it calls inlined, when the
+  function first runs: for a round of the `tiny` transformer 5-6 s of its first round's 11, for
+  no gain in the later rounds (measured: warm rounds 0.05-0.07 s either way). The options are
+  the thread's and are put back after the call; the round always runs under the same ones, so
+  TensorFlow instantiates it once.
+  """
+  context = eager_context.context()
+  saved = context.function_call_options
+  config = tf.compat.v1.ConfigProto.FromString(saved.config_proto_serialized)
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  context.function_call_options = eager_context.FunctionCallOptions(
+      executor_type=saved.executor_type, config_proto=config)
+  try:
+    yield
+  finally:
+    context.function_call_options = saved

@@ -78,6 +78,35 @@ def _uniquely_named(graph_def: tf.compat.v1.GraphDef, prefix: str) -> tf.compat.
   return graph_def
 
 
+def _placeholder_spec(graph_def: tf.compat.v1.GraphDef, tensor: str, where: str) -> tf.TensorSpec:
+  node_name = tensor.split(':')[0]
+  node = next((node for node in graph_def.node if node.name == node_name), None)
+  if node is None or node.op != 'Placeholder':
+    raise ValueError(f'{where}: the parameter\'s tensor {tensor} is not a placeholder (not TFF '
+                     '0.87?).')
+  return tf.TensorSpec(tf.TensorShape(node.attr['shape'].shape),
+                       tf.dtypes.as_dtype(node.attr['dtype'].type))
+
+
+def _subgraph_function(graph_def: tf.compat.v1.GraphDef, inputs: Sequence[str],
+                       input_specs: Sequence[tf.TensorSpec], outputs: Sequence[str]):
+  """A function of the `inputs` placeholders computing `outputs`, from the part of `graph_def`
+  they need (`extract_sub_graph`, by inputs and control inputs): a function's stateful operations
+  all run, so the result's function must not hold the initialisation's, and extracting the
+  subgraph is cheaper than importing everything and pruning it."""
+  subgraph = tf.compat.v1.graph_util.extract_sub_graph(
+      graph_def, sorted({tensor.split(':')[0] for tensor in outputs}))
+  present = {node.name for node in subgraph.node}
+
+  def body(*args):
+    input_map = {tensor: arg for tensor, arg in zip(inputs, args, strict=True)
+                 if tensor.split(':')[0] in present}
+    return tf.compat.v1.import_graph_def(subgraph, input_map=input_map,
+                                         return_elements=list(outputs), name='tff')
+
+  return tf.compat.v1.wrap_function(body, list(input_specs))
+
+
 def flatten(value: Any, type_spec: tff.Type, where: str) -> List[Any]:
   """The tensors of a Python `value` of `type_spec`, depth-first (datasets as variants).
 
@@ -174,22 +203,23 @@ class InProcessComputation:
     inputs = (_binding_names(tensorflow.parameter, name)
               if tensorflow.HasField('parameter') else [])
     outputs = _binding_names(tensorflow.result, name)
-    wrapped = tf.compat.v1.wrap_function(
-        lambda: tf.compat.v1.import_graph_def(graph_def, name=''), [])
-    graph = wrapped.graph
-    feeds = [graph.as_graph_element(tensor) for tensor in inputs]
-    self._call = wrapped.prune(feeds, [graph.as_graph_element(tensor) for tensor in outputs])
-    # The operation too, as the function's control output: a call's side effects are complete
-    # before what depends on the call by control runs, even where TensorFlow inlines the call.
-    self._initialize = (None if initialized is None else wrapped.prune(
-        feeds, [graph.as_graph_element(f'{initialized}:0'),
-                graph.get_operation_by_name(tensorflow.initialize_op)]))
-    self._dtypes = [feed.dtype for feed in feeds]
+    self._input_specs = [_placeholder_spec(graph_def, tensor, name) for tensor in inputs]
+    self._call = _subgraph_function(graph_def, inputs, self._input_specs, outputs)
+    self._initialize = None
+    if initialized is not None:
+      initialize = _subgraph_function(graph_def, inputs, self._input_specs, [f'{initialized}:0'])
+      # The operation too, as the function's control output: a call's side effects are complete
+      # before what depends on the call by control runs, even where TensorFlow inlines the call.
+      graph = initialize.graph
+      self._initialize = initialize.prune(
+          initialize.inputs, [graph.as_graph_element(f'tff/{initialized}:0'),
+                              graph.get_operation_by_name(f'tff/{tensorflow.initialize_op}')])
+    self._dtypes = [spec.dtype for spec in self._input_specs]
 
   @property
   def input_specs(self) -> List[tf.TensorSpec]:
     """The `tf.TensorSpec` of each of the parameter's flat tensors."""
-    return [tf.TensorSpec(feed.shape, feed.dtype) for feed in self._call.inputs]
+    return list(self._input_specs)
 
   def flatten(self, value: Any) -> List[Any]:
     """The parameter's tensors (datasets as variants) of the Python `value`, in binding order."""

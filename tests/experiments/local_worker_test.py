@@ -1,6 +1,6 @@
 """Tests of `--allow_exposed_worker`: a binary on a machine without network namespaces stops with
 an error naming the flag, and starts an exposed worker only when the flag is given (passing the
-choice on to the binary's own subprocesses)."""
+choice on to the binary's own subprocesses), with either engine."""
 
 import os
 from unittest import mock
@@ -9,9 +9,12 @@ from absl import app
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
+import numpy as np
+import tensorflow_federated as tff
 
 from experiments import local_worker
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.runtime import inprocess_context
 
 
 class SetContextTest(absltest.TestCase):
@@ -37,9 +40,26 @@ class SetContextTest(absltest.TestCase):
 
   def test_the_flag_starts_an_exposed_worker_and_passes_the_choice_on(self):
     with flagsaver.flagsaver(allow_exposed_worker=True):
-      local_worker.set_context()
+      local_worker.set_context(engine='worker')
     self.assertFalse(execution_context._worker.isolated)  # pylint: disable=protected-access
     self.assertEqual(os.environ[execution_context.ALLOW_EXPOSED_WORKER_VARIABLE], '1')
+
+  def test_the_in_process_engine_starts_the_exposed_worker_when_first_needed(self):
+    with flagsaver.flagsaver(allow_exposed_worker=True):
+      local_worker.set_context()  # --engine's default: in process
+    self.assertIsInstance(tff.framework.get_context_stack().current,
+                          inprocess_context.InProcessContext)
+    before = execution_context._worker  # pylint: disable=protected-access
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def at_clients(values):  # no round: it runs on the worker
+      return values
+
+    self.assertEqual(at_clients([1.0, 2.0]), [1.0, 2.0])
+    worker = execution_context._worker  # pylint: disable=protected-access
+    self.assertIsNot(worker, before)
+    self.assertFalse(worker.isolated)
+    self.assertIsNone(worker.process.poll())
 
 
 if __name__ == '__main__':

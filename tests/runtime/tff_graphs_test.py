@@ -104,8 +104,18 @@ class MapReduceRoundTest(absltest.TestCase):
     initial = dp_mlp.initial_state(process).global_model_weights.trainable
     self.assertGreater(np.abs(np.asarray(worker_state.global_model_weights.trainable[0]) -
                               initial[0]).max(), 0.01)
-    with self.assertRaisesRegex(ValueError, 'client_data is empty'):
-      in_process(in_process_state, [])
+    # A round of no clients (Poisson sampling draws them) aggregates nothing, as on the worker.
+    worker_empty = process.next(worker_state, []).state
+    in_process_empty = in_process(in_process_state, []).state
+    for a, b in zip(tf.nest.flatten(worker_empty.aggregator),
+                    tf.nest.flatten(in_process_empty.aggregator), strict=True):
+      if isinstance(a, bytes):  # the DP event's names
+        self.assertEqual(a, b)
+      else:
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    for a, b in zip(worker_empty.global_model_weights.trainable,
+                    in_process_empty.global_model_weights.trainable, strict=True):
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     with self.assertRaisesRegex(TypeError, r'client_data\[1\]: a sequence argument must be'):
       in_process(in_process_state, [datasets[0], [1.0]])
 
