@@ -5,8 +5,10 @@ A round is what `fedasr_tff.speech.federated_training` does: build each sampled 
 `max_batches=--local_steps`: a seeded sample of the client's utterances, features read from the
 run's feature cache), then one step of `fedasr_tff.algorithms.build_fed_avg_process` on the
 `tiny` CTC transformer (local SGD with global-norm clipping at 1.0, unweighted mean of the
-deltas, SGD server optimizer at learning rate 1), run by TFF's local C++ execution context
-(`fedasr_tff.runtime`: the `worker_binary` child process, sent the cohort's datasets over gRPC).
+deltas, SGD server optimizer at learning rate 1), run by `--engine` as the binaries run it: in
+process (their default: TFF's compiled round run by TensorFlow here, 2 clients at once) or by
+TFF's local C++ execution context (`worker`: the `worker_binary` child process, sent the cohort's
+datasets over gRPC).
 Its phases, each timed on its own:
 
 * data: building the cohort's datasets (reading cached features, padding, the `tf.data` graph);
@@ -76,6 +78,8 @@ _UTTERANCES = speech_rounds.UTTERANCES
 _MAX_BATCH_SECONDS = speech_rounds.MAX_BATCH_SECONDS
 _CORPUS_DIR = speech_rounds.CORPUS_DIR
 _COHORTS = flags.DEFINE_list('cohorts', ['8', '32', '128'], 'Clients per round to time.')
+_ENGINE = flags.DEFINE_enum('engine', 'inprocess', ['inprocess', 'worker'],
+                            'What runs the TFF round, as the binaries\' --engine.')
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed rounds of each per cohort.', lower_bound=1)
 _WARMUP_ROUNDS = flags.DEFINE_integer(
     'warmup_rounds', 1, 'Untimed rounds of each per cohort before timing (tracing, compiling).',
@@ -310,7 +314,9 @@ def main(argv):
                          f'{e}') from e
   if not cohorts or min(cohorts) < 1:
     raise app.UsageError(f'--cohorts must be positive integers, got {_COHORTS.value}.')
-  execution_context.set_local_cpp_execution_context()
+  {'inprocess': execution_context.set_inprocess_execution_context,
+   'worker': execution_context.set_local_cpp_execution_context}[_ENGINE.value]()
+  print(f'engine: {_ENGINE.value}')
   started = time.perf_counter()
   tf.keras.utils.set_random_seed(speech_rounds.SEED)
   vocab = data.Vocabulary('en')

@@ -6,10 +6,11 @@ Every run of a side is a fresh process: pfl's under `.venv-pfl/bin/python`
 (`benchmarks/pfl/run_pfl.py`: pfl's `FederatedAveraging` on its `SimulatedBackend` with the
 central Gaussian mechanism and pfl's `TFModel`), ours under this Python
 (`benchmarks/pfl/run_tff.py`: `fedasr_tff.algorithms.build_fed_avg_process` with
-`fedasr_tff.aggregators.PerLayerDPFactory.gaussian_fixed` in global clipping mode, run by TFF's
-C++ worker as `fedasr_tff.runtime.set_local_cpp_execution_context` sets it up). pfl trains a
-round's users one after another in its process; our worker trains all of them at once (TFF's
-default, and `experiments.train_federated`'s), or `--clients_in_parallel` at a time.
+`fedasr_tff.aggregators.PerLayerDPFactory.gaussian_fixed` in global clipping mode, run by
+`--engine` as the binaries run it: by default in our process, TFF's compiled round run by
+TensorFlow (`fedasr_tff.runtime.set_inprocess_execution_context`), 2 clients at once; or by TFF's
+C++ worker, all of a cohort's clients at once (TFF's default). `--clients_in_parallel` sets how
+many. pfl trains a round's users one after another in its process.
 
 The same for both sides: the Keras model and its initial weights (written once to an .npz that
 both load), the clients' data (made once; the MLP's arrays in an .npz that both load; the speech
@@ -110,9 +111,13 @@ _SPEECH_LEARNING_RATE = flags.DEFINE_float('speech_learning_rate', 0.05, 'Client
                                            'rate, speech task.')
 _CORPUS_DIR = flags.DEFINE_string('corpus_dir', None, 'Folder of the synthetic corpus (made '
                                   'there if it has none); default: in a temporary folder.')
+_ENGINE = flags.DEFINE_enum(
+    'engine', 'inprocess', ['inprocess', 'worker'], 'What runs our rounds, as the binaries\' '
+    '--engine: TFF\'s compiled round in our process (their default), or TFF\'s C++ worker.')
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
-    'clients_in_parallel', None, 'Clients our TFF worker trains at once (default: no limit, as '
-    'experiments.train_federated has it); pfl trains one after another.', lower_bound=1)
+    'clients_in_parallel', None, 'Clients our side trains at once (default as '
+    'experiments.train_federated has it: 2 in process, no limit on the worker); pfl trains one '
+    'after another.', lower_bound=1)
 _PFL_PYTHON = flags.DEFINE_string('pfl_python', os.path.join(_ROOT, '.venv-pfl', 'bin', 'python'),
                                   'Python of the pfl environment (`make pfl-venv`).')
 
@@ -223,7 +228,7 @@ def _check(spec, population, cohort, work_dir):
     task.write_spec(spec_path, **spec, cohorts=cohorts, clip=_CLIP, noise_multiplier=0.0,
                     seed=_SEED, weights_out=weights_out,
                     probe=side == 'pfl' and spec['task'] == 'speech',
-                    clients_in_parallel=_CLIENTS_IN_PARALLEL.value)
+                    clients_in_parallel=_CLIENTS_IN_PARALLEL.value, engine=_ENGINE.value)
     result = _run(side, spec_path)
     weights[side] = task.load_arrays(weights_out)
     if result.get('unwrapped_error'):
@@ -253,7 +258,8 @@ def _measure(spec, population, cohort, work_dir):
   spec_path = os.path.join(work_dir, f'{spec["task"]}_{cohort}.json')
   task.write_spec(spec_path, **spec, cohorts=_cohorts(population, cohort, _ROUNDS.value),
                   clip=_CLIP, noise_multiplier=_NOISE_MULTIPLIER, seed=_SEED, weights_out=None,
-                  probe=False, clients_in_parallel=_CLIENTS_IN_PARALLEL.value)
+                  probe=False, clients_in_parallel=_CLIENTS_IN_PARALLEL.value,
+                  engine=_ENGINE.value)
   runs = {side: {'setup': [], 'first': [], 'warm': [], 'wall': []} for side in _SIDES}
   for run in range(_RUNS.value):
     for side in _SIDES if run % 2 == 0 else _SIDES[::-1]:
@@ -289,15 +295,15 @@ def main(argv):
     raise app.UsageError(f'--tasks takes mlp and speech, got {_TASKS.value}.')
   if not os.path.isfile(_PFL_PYTHON.value):
     raise app.UsageError(f'{_PFL_PYTHON.value} is missing: run `make pfl-venv` first.')
-  # As in every benchmark, though this process runs no TFF computation (its worker idles): TFF's
-  # own default context, made when TFF is imported, raises an error at exit.
-  execution_context.set_local_cpp_execution_context()
+  # As in every benchmark, though this process runs no TFF computation: TFF's own default
+  # context, made when TFF is imported, raises an error at exit. In process: no worker starts.
+  execution_context.set_inprocess_execution_context()
   started = time.perf_counter()
   print(f'{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {_RUNS.value} runs per '
         f'side and cohort of {_ROUNDS.value} rounds (the first, then {_ROUNDS.value - 1} warm), '
         f'interleaved; DP: clip {_CLIP} (global), z = {_NOISE_MULTIPLIER}, server SGD lr 1; ours '
-        f'trains {_CLIENTS_IN_PARALLEL.value or "all"} clients at once; seconds, median [min, '
-        'max] over runs (warm: of every run\'s median)')
+        f'on --engine={_ENGINE.value}, training {_CLIENTS_IN_PARALLEL.value or "the default"} '
+        'clients at once; seconds, median [min, max] over runs (warm: of every run\'s median)')
   work_dir = tempfile.mkdtemp(prefix='vs_pfl_')
   summary = []
   try:

@@ -4,8 +4,10 @@ The process is `fedasr_tff.algorithms.build_fed_avg_process`: local SGD without 
 the deltas aggregated by `fedasr_tff.aggregators.PerLayerDPFactory.gaussian_fixed` with global
 clipping (one group: every delta clipped to L2 norm C, Gaussian noise of std z * C on the sum,
 divided by the cohort size; no client diagnostics, as a run with noise has them), SGD at learning
-rate 1 on the server; run by TFF's C++ worker (`fedasr_tff.runtime.execution_context`), training
-the spec's `clients_in_parallel` clients at once (None: all of the cohort, TFF's default).
+rate 1 on the server; run by the spec's `engine` (`fedasr_tff.runtime.execution_context`): in
+process (the binaries' default: TFF's compiled round run by TensorFlow here, `clients_in_parallel`
+clients at once, None: 2) or by TFF's C++ worker (`clients_in_parallel` at once, None: all of the
+cohort, TFF's default).
 
 The client datasets are made once, before the process: the MLP's from its arrays
 (`from_tensor_slices`, batched), the speech task's by `fedasr_tff.data.SpeechClientData` from the
@@ -49,7 +51,10 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   spec = task.read_spec(_SPEC.value)
-  execution_context.set_local_cpp_execution_context(spec['clients_in_parallel'])
+  set_context = {'inprocess': execution_context.set_inprocess_execution_context,
+                 'worker': execution_context.set_local_cpp_execution_context}[
+                     spec.get('engine', 'inprocess')]
+  set_context(spec['clients_in_parallel'])
   if spec['task'] == 'mlp':
     x, y = task.load_arrays(spec['data'])
     datasets = [tf.data.Dataset.from_tensor_slices((x[c], y[c])).batch(spec['batch_size'])

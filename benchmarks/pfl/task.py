@@ -37,7 +37,8 @@ SPEC_KEYS = (
     'speech',                 # speech only: dict of model, vocab_size, language, corpus_dir,
                               # feature_cache_dir, max_batch_seconds, clients
     'probe',                  # pfl, speech: first try the model as it is (see run_pfl)
-    'clients_in_parallel',    # ours: clients the TFF worker trains at once (None: no limit)
+    'clients_in_parallel',    # ours: clients trained at once (None: the engine's default)
+    'engine',                 # ours: 'inprocess' or 'worker', as the binaries' --engine
 )
 
 

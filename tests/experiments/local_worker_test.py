@@ -3,6 +3,8 @@ an error naming the flag, and starts an exposed worker only when the flag is giv
 choice on to the binary's own subprocesses), with either engine."""
 
 import os
+import pathlib
+import re
 from unittest import mock
 
 from absl import app
@@ -12,6 +14,7 @@ from absl.testing import flagsaver
 import numpy as np
 import tensorflow_federated as tff
 
+from experiments import common
 from experiments import local_worker
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.runtime import inprocess_context
@@ -60,6 +63,19 @@ class SetContextTest(absltest.TestCase):
     self.assertIsNot(worker, before)
     self.assertFalse(worker.isolated)
     self.assertIsNone(worker.process.poll())
+
+
+  def test_the_default_engine_is_the_one_the_readme_names(self):
+    # README.md is a symlink under Bazel's runfiles (data //:docs); its real folder is the tree.
+    readme = pathlib.Path(os.path.realpath(
+        pathlib.Path(__file__).resolve().parent.parent.parent / 'README.md'))
+    named = re.findall(r'Rounds run by default\s+`--engine=(\w+)`', readme.read_text())
+    self.assertEqual(named, [common.ENGINE.default])
+    self.assertEqual(common.ENGINE.default, 'inprocess')
+    with flagsaver.flagsaver(allow_exposed_worker=True):  # namespaces are mocked away (setUp)
+      local_worker.set_context()  # as start_binary calls it without --engine
+    self.assertIsInstance(tff.framework.get_context_stack().current,
+                          inprocess_context.InProcessContext)
 
 
 if __name__ == '__main__':
