@@ -37,6 +37,9 @@ _TRIALS = flags.DEFINE_integer('trials', 50000, 'Rounds of the distinguishing au
 _Z = flags.DEFINE_float('noise_multiplier', 2.1, 'z of the audited mechanism.')
 _DELTA = flags.DEFINE_float('delta', 1e-6, 'delta of the claims.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds per configuration.')
+_ENGINE = flags.DEFINE_enum('engine', 'inprocess', ['inprocess', 'worker'],
+                            'What runs the one-run audit\'s TFF process, as the binaries\' '
+                            '--engine.')
 _CLIPPINGS = flags.DEFINE_list('clippings', ['global', 'uniform', 'dim', 'weighted'],
                                'Clippings to audit.')
 _MODEL = flags.DEFINE_string('model_config', None, 'Audit this model\'s tensors instead of the '
@@ -61,7 +64,8 @@ def _summary(values):
 
 def main(argv):
   del argv
-  runtime.set_local_cpp_execution_context()
+  {'inprocess': runtime.set_inprocess_execution_context,
+   'worker': runtime.set_local_cpp_execution_context}[_ENGINE.value]()
   if _MODEL.value:
     shapes, names = configuration.model_leaves(
         config_lib.FederatedConfig(model=config_lib.ModelConfig(model_config=_MODEL.value)))
@@ -75,21 +79,23 @@ def main(argv):
   print(f'{sum(int(np.prod(s)) for s in shapes):,} parameters in {len(shapes)} tensors; '
         f'one-run: {canaries} canaries, {_ROUNDS.value} rounds, {guesses} guesses each way; '
         f'distinguishing: {_TRIALS.value} rounds; z = {_Z.value}, delta = {_DELTA.value:g}, '
-        f'{_SEEDS.value} seeds, 95% confidence.')
+        f'{_SEEDS.value} seeds, 95% confidence; engine {_ENGINE.value}.')
   cap = bounds.one_run_epsilon_lower_bound(canaries, 2 * guesses, 2 * guesses, _DELTA.value,
                                            1 - 0.05 / 2)
   print(f'The one-run audit can show at most epsilon {cap:.2f} here (every guess right).')
   print('| clipping | claimed (one-run) | one-run lower bound | tightness | claimed (one round) '
-        '| distinguishing lower bound | tightness | seconds |')
-  print('|---|---|---|---|---|---|---|---|')
+        '| distinguishing lower bound | tightness | seconds | one-run ms per canary and round |')
+  print('|---|---|---|---|---|---|---|---|---|')
   for clipping in _CLIPPINGS.value:
     started = time.perf_counter()
-    runs, rounds = [], []
+    runs, rounds, one_run_seconds = [], [], []
     for seed in range(_SEEDS.value):
+      one_run_started = time.perf_counter()
       runs.append(one_run.audit(
           _aggregator(clipping, canaries, names, seed + 100), shapes, names, canaries=canaries,
           rounds=_ROUNDS.value, cohort_size=canaries, canary_norm=1e3, delta=_DELTA.value,
           guesses=guesses, audit_seed=seed, sampling_secret=seed + 1))
+      one_run_seconds.append(time.perf_counter() - one_run_started)
       query = _aggregator(clipping, 100, names, seed + 200).build_query(small_type)
       rounds.append(distinguishing.audit(query, small_shapes, trials=_TRIALS.value,
                                          canary_norm=1e3, delta=_DELTA.value, audit_seed=seed))
@@ -97,7 +103,8 @@ def main(argv):
           f'{_summary([r.lower_bound for r in runs])} | '
           f'{_summary([r.tightness for r in runs])} | {rounds[0].claimed_epsilon:.2f} | '
           f'{_summary([r.lower_bound for r in rounds])} | '
-          f'{_summary([r.tightness for r in rounds])} | {time.perf_counter() - started:.0f} |',
+          f'{_summary([r.tightness for r in rounds])} | {time.perf_counter() - started:.0f} | '
+          f'{_summary([1e3 * t / (canaries * _ROUNDS.value) for t in one_run_seconds])} |',
           flush=True)
 
 

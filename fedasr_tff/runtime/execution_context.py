@@ -577,5 +577,7 @@ def local_worker_died() -> bool:
 
 
 def _stop_worker() -> None:
+  global _worker
   if _worker is not None:
     _worker.stop()
+    _worker = None  # stopped on purpose: not a worker that died (`local_worker_died`)

@@ -40,6 +40,29 @@ def _production_aggregator(cohort_size, **dp):
 
 
 class OneRunAuditTest(parameterized.TestCase):
+  """The audits run as the audit binary runs them, in process (--engine's default)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    runtime.set_inprocess_execution_context()
+
+  @classmethod
+  def tearDownClass(cls):
+    runtime.set_local_cpp_execution_context()  # pytest's default for the other modules
+    super().tearDownClass()
+
+  def test_the_verdict_and_bound_are_the_workers(self):
+    aggregator = _production_aggregator(200, clipping='dim')
+    in_process = _audit(aggregator, canaries=200, guesses=20)
+    runtime.set_local_cpp_execution_context()
+    try:
+      on_worker = _audit(aggregator, canaries=200, guesses=20)
+    finally:
+      runtime.set_inprocess_execution_context()
+    self.assertEqual(in_process.verdict, on_worker.verdict)
+    self.assertEqual(in_process.lower_bound, on_worker.lower_bound)
+    self.assertEqual(in_process.details, on_worker.details)
 
   @parameterized.named_parameters(*planted_bugs.CORRECT_DP_FLAGS)
   def test_correct_mechanism_stays_below_its_claim(self, dp):
@@ -107,6 +130,4 @@ class OneRunAuditTest(parameterized.TestCase):
 
 
 if __name__ == '__main__':
-  # Under pytest, conftest.py sets the context; bazel runs the module directly.
-  runtime.set_local_cpp_execution_context()
   absltest.main()
