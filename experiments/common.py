@@ -38,11 +38,12 @@ WORKERS_FILE = flags.DEFINE_string(
 ENGINE = flags.DEFINE_enum(
     'engine', 'inprocess', ['inprocess', 'worker'],
     'What runs a local run\'s TFF computations. inprocess: TFF\'s compiled round (FedAvg with '
-    'any DP aggregation, DGA softmax, the audit\'s processes) run by TensorFlow in this '
-    'process, --clients_in_parallel clients at once (default 2), on a GPU where TensorFlow sees '
-    'one; what has no such form (mixed FL, the retriever, DGA-RL\'s orchestration) runs on a '
-    'local TFF worker started when first needed. worker: everything on TFF\'s local C++ worker '
-    '(CPU only). With --workers, rounds run on the workers (docs/running.md, "Engines").')
+    'any DP aggregation, DGA softmax without rehearsal, the audit\'s processes) run by '
+    'TensorFlow in this process, --clients_in_parallel clients at once (default 2), on a GPU '
+    'where TensorFlow sees one; what has no such form (mixed FL, DGA with rehearsal, DGA-RL, the '
+    'retriever) runs on a local TFF worker started when first needed. worker: everything on '
+    'TFF\'s local C++ worker (CPU only). With --workers, rounds run on the workers '
+    '(docs/running.md, "Engines").')
 WORKER_TIMEOUT = flags.DEFINE_float(
     'worker_timeout', runtime.DEFAULT_WORKER_TIMEOUT_SECONDS,
     'Seconds a TFF worker may stay unreachable before the run stops with an error naming it '

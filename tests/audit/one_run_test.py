@@ -9,6 +9,7 @@ canaries), so a run is reproducible up to the summation order in TFF's runtime.
 from absl import logging
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow_federated as tff
 
 from fedasr_tff import privacy
 from fedasr_tff import runtime
@@ -54,7 +55,10 @@ class OneRunAuditTest(parameterized.TestCase):
 
   def test_the_verdict_and_bound_are_the_workers(self):
     aggregator = _production_aggregator(200, clipping='dim')
+    runtime.set_inprocess_execution_context()  # a new context: its worker not yet started
     in_process = _audit(aggregator, canaries=200, guesses=20)
+    # Every computation of the audit ran in this process: none needed the worker.
+    self.assertFalse(tff.framework.get_context_stack().current.fallback_started)
     runtime.set_local_cpp_execution_context()
     try:
       on_worker = _audit(aggregator, canaries=200, guesses=20)
