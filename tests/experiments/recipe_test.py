@@ -58,8 +58,10 @@ class RecipeTest(absltest.TestCase):
   def test_own_corpus_killed_between_stages_resumes_and_writes_the_report(self):
     output_dir = tempfile.mkdtemp()
     # The documented flag for recorded speech: every stage computes, and records, its features.
+    # On TFF's worker (--engine=worker; by default rounds run in process and start none).
     flags = (f'--corpus_dir={self.corpus}', '--layout=manifest', '--split=all.tsv',
-             f'--output_dir={output_dir}', '--feature_normalization=cmn', *_SHORT)
+             f'--output_dir={output_dir}', '--feature_normalization=cmn', '--engine=worker',
+             *_SHORT)
     # The run's TFF worker killed from outside once the seed model is saved and the first
     # federated stage has checkpointed round 0: the run ends with one line naming the worker and
     # saying that rerunning resumes (issue 33), and the next run reads the seed model back.
