@@ -12,11 +12,14 @@ computations with documented semantics (TFF's `forms.py`):
   server_state, server_output = update(server_state, (aggregate, *secure sums))
 
 `MapReduceRound` runs exactly that, each part imported by `tff_graphs.InProcessComputation`, the
-whole round one `tf.function` call: the clients in a `tf.while_loop`, `lanes` at a time (each lane
-an import of `work` of its own), their updates accumulated one by one in cohort order, and every
-server part once per round (a DP factory's noise, drawn in `update` from the state's seed, is
-added once). It is the same TFF computation the C++ worker runs, compiled by TFF, not a
-re-implementation of the algorithm.
+whole round one call of one TensorFlow function: the clients in a `tf.while_loop`, `lanes` at a
+time (each lane an import of `work` of its own, running at the same time as the others), their
+updates accumulated one by one in cohort order, and every server part once per round (a DP
+factory's noise, drawn in `update` from the state's seed, is added once). It is the same TFF
+computation the C++ worker runs, compiled by TFF, not a re-implementation of the algorithm. Two
+things differ from the worker, neither in what is computed: client datasets are iterated without
+tf.data's graph rewrites (`_for_one_pass`), and the round runs without Grappler
+(`_without_grappler_calls`).
 
 `inprocess_context.InProcessContext` runs a process's rounds with it: the binaries' default
 engine (--engine=inprocess).
@@ -48,8 +51,8 @@ def _without_grappler() -> tf.compat.v1.ConfigProto:
 
 
 # TFF's compiler runs Grappler over each part it extracts (seconds for a transformer's round,
-# and it fails on some parts: "Failed to import metagraph"); TensorFlow's function runtime
-# optimises the imported graphs anyway when it first runs them.
+# and it fails on some parts: "Failed to import metagraph"), and TensorFlow's function runtime
+# again over the whole round when it first runs it; the round runs without both.
 WITHOUT_GRAPPLER = _without_grappler()
 
 
