@@ -31,7 +31,6 @@ from absl import app
 from absl import flags
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from benchmarks.pfl import task
 from fedasr_tff import aggregators
@@ -49,13 +48,6 @@ _LOCAL_STEPS = flags.DEFINE_integer('local_steps', 5, 'Local SGD steps (batches 
 _BATCH_SIZE = 10
 _NOISE_MULTIPLIER = 1.36
 _CLIP = 0.5
-
-
-def _model_fn():
-  inputs = task.MLP_LAYOUT[0]
-  return tff.learning.models.from_keras_model(
-      task.build_mlp(), loss=task.mlp_loss(),
-      input_spec=(tf.TensorSpec([None, inputs], tf.float32), tf.TensorSpec([None], tf.int32)))
 
 
 def _datasets(count, local_steps):
@@ -83,7 +75,7 @@ def main(argv):
         flush=True)
   for cohort in cohorts:
     process = algorithms.build_fed_avg_process(
-        _model_fn, client_learning_rate=0.1, local_steps=_LOCAL_STEPS.value,
+        task.mlp_model_fn, client_learning_rate=0.1, local_steps=_LOCAL_STEPS.value,
         local_clip_norm=None, server_optimizer=optimizers.build('sgd', 1.0),
         model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(
             _NOISE_MULTIPLIER, cohort, _CLIP, allocation='global', diagnostics=False,

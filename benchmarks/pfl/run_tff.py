@@ -40,13 +40,6 @@ _SPEC = flags.DEFINE_string('spec', None, 'The run\'s spec (JSON, see benchmarks
 _SERVER_LEARNING_RATE = 1.0
 
 
-def _mlp_model_fn():
-  inputs = task.MLP_LAYOUT[0]
-  return tff.learning.models.from_keras_model(
-      task.build_mlp(), loss=task.mlp_loss(),
-      input_spec=(tf.TensorSpec([None, inputs], tf.float32), tf.TensorSpec([None], tf.int32)))
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -59,7 +52,7 @@ def main(argv):
     x, y = task.load_arrays(spec['data'])
     datasets = [tf.data.Dataset.from_tensor_slices((x[c], y[c])).batch(spec['batch_size'])
                 for c in range(len(x))]
-    model_fn = _mlp_model_fn
+    model_fn = task.mlp_model_fn
   else:
     speech = spec['speech']
     datasets = speech_clients.speech_client_datasets(speech, spec['local_steps'])

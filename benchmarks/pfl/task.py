@@ -55,6 +55,17 @@ def mlp_loss() -> tf.keras.losses.Loss:
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def mlp_model_fn():
+  """The MLP as our side's TFF model (`tff.learning.models.VariableModel`)."""
+  # Imported here: the pfl side imports this module too, in .venv-pfl, which has no TFF.
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  return tff.learning.models.from_keras_model(
+      build_mlp(), loss=mlp_loss(),
+      input_spec=(tf.TensorSpec([None, MLP_LAYOUT[0]], tf.float32),
+                  tf.TensorSpec([None], tf.int32)))
+
+
 def write_spec(path: str, **spec) -> None:
   unknown = set(spec) - set(SPEC_KEYS)
   if unknown:

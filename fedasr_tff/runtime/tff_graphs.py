@@ -172,13 +172,6 @@ class InProcessComputation:
     self.type_signature = computation.type_signature
     self._import(tff.framework.ConcreteComputation.get_proto(computation))
 
-  @classmethod
-  def from_proto(cls, proto: computation_pb2.Computation,
-                 name: str = 'computation') -> 'InProcessComputation':
-    """Imports a serialised computation (a `computation_pb2.Computation`), as `__init__`."""
-    return cls(tff.framework.ConcreteComputation(
-        computation_proto=proto, context_stack=tff.framework.get_context_stack()), name)
-
   def _import(self, proto: computation_pb2.Computation) -> None:
     name = self.name
     if proto.WhichOneof('computation') != 'tensorflow':

@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 from fedasr_tff import aggregators
 from fedasr_tff import privacy
 from fedasr_tff import runtime
+from tests.runtime import dp_mlp
 
 _SHAPES = [(7, 5), (5,), (3, 3, 4), (1,), (32,), (8, 8), (2,), (16, 3), (4,), (50,), (6, 2)]
 _VALUE_TYPE = tff.types.to_type([tff.TensorType(np.float32, s) for s in _SHAPES])
@@ -472,26 +473,10 @@ class AdaptiveClippingTest(absltest.TestCase):
 class LearningProcessTest(absltest.TestCase):
 
   def test_drops_into_build_unweighted_fed_avg(self):
-    def model_fn():
-      keras_model = tf.keras.Sequential([
-          tf.keras.layers.InputLayer(input_shape=(4,)),
-          tf.keras.layers.Dense(8, activation='relu'),
-          tf.keras.layers.Dense(3),
-      ])
-      return tff.learning.models.from_keras_model(
-          keras_model,
-          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          input_spec=(tf.TensorSpec([None, 4], tf.float32), tf.TensorSpec([None], tf.int32)))
-
-    rng = np.random.default_rng(9)
-    datasets = [
-        tf.data.Dataset.from_tensor_slices((rng.normal(size=(6, 4)).astype(np.float32),
-                                            rng.integers(0, 3, size=6).astype(np.int32))).batch(3)
-        for _ in range(3)
-    ]
-    names = ['hidden/kernel', 'hidden/bias', 'output/kernel', 'output/bias']
+    datasets = dp_mlp.datasets(count=3)
+    names = dp_mlp.LEAF_NAMES
     process = tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn,
+        dp_mlp.model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(0.5, 3, 0.1, 'dim',
                                                                       leaf_names=names,
