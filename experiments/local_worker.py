@@ -6,11 +6,13 @@ The worker runs in a network namespace of its own, reachable from the binary alo
 with an error naming the flag, unless the user accepts the exposure with it.
 """
 
+import functools
 import os
 from typing import Optional
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from fedasr_tff import runtime
 
@@ -21,6 +23,35 @@ ALLOW_EXPOSED_WORKER = flags.DEFINE_bool(
     'run code as you. Only on a machine no one else can reach (docs/privacy.md, '
     '"Security").')
 
+COMPILE_CACHE_DIR = flags.DEFINE_string(
+    'compile_cache_dir', None, 'With --engine=inprocess: a directory of your own where rounds\' '
+    'compiled forms are kept across runs, keyed by the round itself, so a run of a round '
+    'compiled before skips TFF\'s compiler (fedasr_tff.runtime.compile_cache: it holds the '
+    'round\'s graphs, never state, data or the DP noise seed). Default: '
+    '$XDG_CACHE_HOME/fedasr_tff/compiled (~/.cache/...), or no cache if that cannot be made; '
+    'empty: no cache.')
+
+
+def _compile_cache_dir() -> Optional[str]:
+  """The directory of --compile_cache_dir, its default if usable, or None for no cache."""
+  compile_cache = runtime.compile_cache
+  if COMPILE_CACHE_DIR.value is not None:
+    if not COMPILE_CACHE_DIR.value:
+      return None
+    try:
+      compile_cache.CompileCache(COMPILE_CACHE_DIR.value)
+    except (OSError, ValueError) as e:
+      raise app.UsageError(f'--compile_cache_dir: {e}') from e
+    return COMPILE_CACHE_DIR.value
+  directory = compile_cache.default_directory()
+  try:
+    compile_cache.CompileCache(directory)
+  except (OSError, ValueError) as e:
+    # A default never stops a run: the run compiles its rounds as without a cache.
+    logging.warning('No compile cache (%s): every round is compiled in this run.', e)
+    return None
+  return directory
+
 
 def set_context(max_concurrent_computation_calls: Optional[int] = None,
                 engine: str = 'inprocess') -> None:
@@ -30,17 +61,21 @@ def set_context(max_concurrent_computation_calls: Optional[int] = None,
 
   Args:
     max_concurrent_computation_calls: As there.
-    engine: 'inprocess' or 'worker' (--engine).
+    engine: 'inprocess' or 'worker' (--engine); in process, with --compile_cache_dir.
 
   Raises:
-    app.UsageError: The worker cannot be isolated and --allow_exposed_worker is not given.
+    app.UsageError: The worker cannot be isolated and --allow_exposed_worker is not given, or
+      --compile_cache_dir cannot be used.
   """
   execution_context = runtime.execution_context  # imports TFF: only for a binary that uses it
   if ALLOW_EXPOSED_WORKER.value:
     # The binary's own subprocesses (study cells, ablation cells) inherit the user's choice.
     os.environ[execution_context.ALLOW_EXPOSED_WORKER_VARIABLE] = '1'
-  set_local_context = {'inprocess': runtime.set_inprocess_execution_context,
-                       'worker': runtime.set_local_cpp_execution_context}[engine]
+  if engine == 'inprocess':
+    set_local_context = functools.partial(runtime.set_inprocess_execution_context,
+                                          compile_cache_dir=_compile_cache_dir())
+  else:
+    set_local_context = runtime.set_local_cpp_execution_context
   try:
     set_local_context(max_concurrent_computation_calls,
                       allow_exposed_worker=ALLOW_EXPOSED_WORKER.value or None)

@@ -183,6 +183,49 @@ def with_step_seed(batch, step):
   return batch
 
 
+def client_model(model_fn: Callable[[], tff.learning.models.VariableModel]):
+  """The model of a client's computation, its trainable variables created as zeros.
+
+  A client's model starts from the broadcast weights: client work assigns every variable of its
+  `ModelWeights` before the first use, so the initial values `model_fn` gives the trainable
+  variables (Keras's random initializers) are dead work. Zeros instead make the per-client
+  variable initialisation cheap and keep random seeds out of the round's graph: Keras draws an
+  unseeded initializer's seed in Python when the model is built, so every process would trace a
+  different round, and a cache of its compiled form (`fedasr_tff.runtime.compile_cache`) could
+  never hit.
+
+  Args:
+    model_fn: no-argument callable returning a `tff.learning.models.VariableModel`.
+
+  Returns:
+    `model_fn()`, built inside the caller's graph.
+
+  Raises:
+    ValueError: if the model made a trainable variable it does not list in
+      `trainable_variables` (client work would not overwrite its zeros).
+  """
+  zeroed = []
+
+  def zeros_for_trainable(next_creator, **kwargs):
+    shape, dtype = kwargs.get('shape'), kwargs.get('dtype')
+    if (kwargs.get('trainable') is True and dtype is not None and shape is not None
+        and tf.TensorShape(shape).is_fully_defined()):
+      kwargs['initial_value'] = lambda: tf.zeros(shape, tf.as_dtype(dtype).base_dtype)
+      variable = next_creator(**kwargs)
+      zeroed.append(variable)
+      return variable
+    return next_creator(**kwargs)
+
+  with tf.variable_creator_scope(zeros_for_trainable):
+    model = model_fn()
+  listed = {id(v) for v in model.trainable_variables}
+  unlisted = [v.name for v in zeroed if id(v) not in listed]
+  if unlisted:
+    raise ValueError('`model_fn` made trainable variables its model does not list in '
+                     f'`trainable_variables`: {unlisted}.')
+  return model
+
+
 def _local_dataset(dataset: tf.data.Dataset, local_steps, local_epochs) -> tf.data.Dataset:
   if local_steps is not None:
     return dataset.repeat().take(local_steps)
@@ -289,7 +332,7 @@ def build_local_training_client_work(
 
   @tff.tensorflow.computation(state_type, weights_type, data_type)
   def client_update(state_hparams, broadcast, dataset):
-    client_update_fn = _build_client_update(model_fn(), local_steps, local_epochs,
+    client_update_fn = _build_client_update(client_model(model_fn), local_steps, local_epochs,
                                             local_clip_norm, fedprox_mu, loss_weight,
                                             start_gradient, augmented,
                                             update_weight_fn)
@@ -356,7 +399,8 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
     # Multiplied only when weighted, so w = 1 is bit-identical to plain local training.
     return output.loss if loss_weight == 1.0 else loss_weight * output.loss
 
-  @tf.function
+  # No AutoGraph: the code below is written in TensorFlow's control flow.
+  @tf.function(autograph=False)
   def client_update(learning_rate, initial_weights, dataset, augmenting_gradient=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
@@ -373,11 +417,16 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
 
     start = None
     if start_gradient:
-      start = [tf.zeros_like(w) for w in flat_trainable]
-      for batch in iter(dataset.take(1)):
+      first = iter(dataset.take(1)).get_next_as_optional()
+
+      def first_gradient():
         with tf.GradientTape() as tape:
-          loss = weighted_loss(forward_pass(with_step_seed(batch, 0), training=True))
-        start = dense_gradients(tape.gradient(loss, flat_trainable), flat_trainable)
+          loss = weighted_loss(forward_pass(with_step_seed(first.get_value(), 0), training=True))
+        return dense_gradients(tape.gradient(loss, flat_trainable), flat_trainable)
+
+      # Zero for a client without data.
+      start = tf.cond(first.has_value(), first_gradient,
+                      lambda: [tf.zeros_like(w) for w in flat_trainable])
 
     def step(state, batch):
       loss_sum, examples, steps, max_norm, max_clipped_norm = state
@@ -407,15 +456,24 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
               examples + tf.cast(output.num_examples, tf.int64), steps + 1,
               tf.maximum(max_norm, grad_norm), tf.maximum(max_clipped_norm, clipped_norm))
 
-    loss_sum, examples, steps, max_norm, max_clipped_norm = (
-        tf.constant(0.0), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
-        tf.constant(0.0), tf.constant(0.0))
     # A while loop over an iterator, not `dataset.reduce`: under TFF's C++ executor the reduce
     # form ran ~4x slower per round and its worker's memory grew every round
-    # (benchmarks/round_overhead.py).
-    for batch in iter(_local_dataset(dataset, local_steps, local_epochs)):
-      loss_sum, examples, steps, max_norm, max_clipped_norm = step(
-          (loss_sum, examples, steps, max_norm, max_clipped_norm), batch)
+    # (benchmarks/round_overhead.py). Written out rather than left to AutoGraph, whose
+    # conversion of this function (and of every function it calls) was most of the time TFF
+    # took to build a process.
+    batches = iter(_local_dataset(dataset, local_steps, local_epochs))
+
+    def next_step(more, state):
+      del more
+      batch = batches.get_next_as_optional()
+      # The last call finds the iterator empty and leaves the state as it is.
+      state = tf.cond(batch.has_value(), lambda: step(state, batch.get_value()), lambda: state)
+      return batch.has_value(), state
+
+    initial_state = (tf.constant(0.0), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
+                     tf.constant(0.0), tf.constant(0.0))
+    _, (loss_sum, examples, steps, max_norm, max_clipped_norm) = tf.while_loop(
+        lambda more, state: more, next_step, (tf.constant(True), initial_state))
     if augmenting_gradient is None:
       delta = tf.nest.map_structure(lambda w0, w: w0 - w, initial_weights.trainable, trainable)
     else:

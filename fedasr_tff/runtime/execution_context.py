@@ -136,7 +136,8 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[i
 
 
 def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[int] = None, *,
-                                    allow_exposed_worker: Optional[bool] = None) -> None:
+                                    allow_exposed_worker: Optional[bool] = None,
+                                    compile_cache_dir: Optional[str] = None) -> None:
   """Sets TFF's default context to the in-process engine, with a local worker for the rest.
 
   TensorFlow computations, `initialize` and rounds with a map-reduce form run in this process
@@ -150,9 +151,13 @@ def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[i
       worker.
     allow_exposed_worker: as in `set_local_cpp_execution_context`; checked now, not when the
       worker starts.
+    compile_cache_dir: a directory of the user's own where rounds' compiled forms are kept
+      across processes (`compile_cache`; `compile_cache.default_directory()` is the binaries'
+      default); None compiles every round in every process.
 
   Raises:
-    ValueError: `max_concurrent_computation_calls` is not None or a positive int.
+    ValueError: `max_concurrent_computation_calls` is not None or a positive int, or the cache
+      directory is not the user's own.
     WorkerIsolationError: No network namespace can be made, and the exposure is not accepted.
     RuntimeError: Not called from the main thread.
   """
@@ -164,7 +169,8 @@ def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[i
   tff.framework.set_default_context(inprocess_context.InProcessContext(
       functools.partial(_local_worker_context, max_concurrent_computation_calls,
                         allow_exposed_worker),
-      lanes=max_concurrent_computation_calls or inprocess_context.DEFAULT_LANES))
+      lanes=max_concurrent_computation_calls or inprocess_context.DEFAULT_LANES,
+      compile_cache_dir=compile_cache_dir))
 
 
 def _check_main_thread() -> None:

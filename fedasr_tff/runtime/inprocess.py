@@ -27,6 +27,7 @@ engine (--engine=inprocess).
 
 import contextlib
 from typing import Any
+from typing import Optional
 from typing import Sequence
 
 import tensorflow as tf
@@ -39,6 +40,7 @@ import tensorflow_federated as tff
 # TFF's conversion of a result to the Python containers of its type, as its contexts use.
 from tensorflow_federated.python.core.impl.types import type_conversions
 
+from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import tff_graphs
 
 _PARTS = ('prepare', 'work', 'zero', 'accumulate', 'report', 'update')
@@ -59,7 +61,8 @@ WITHOUT_GRAPPLER = _without_grappler()
 class MapReduceRound:
   """One round of a computation in its map-reduce form, in this process (module docstring)."""
 
-  def __init__(self, computation: tff.Computation, lanes: int = 1):
+  def __init__(self, computation: tff.Computation, lanes: int = 1,
+               cache: Optional[compile_cache.CompileCache] = None):
     """Compiles `computation` and imports the parts of its map-reduce form.
 
     Args:
@@ -68,6 +71,8 @@ class MapReduceRound:
       lanes: clients trained at once, each lane by an import of `work` of its own (its own
         variables); their updates are still accumulated one by one in cohort order, so the
         round's result does not depend on `lanes`.
+      cache: where the compiled parts are kept across processes (`compile_cache`), or None to
+        compile every time.
 
     Raises:
       ValueError: if TFF cannot compile it to a map-reduce form (its message says why), the
@@ -75,21 +80,30 @@ class MapReduceRound:
     """
     if type(lanes) is not int or lanes < 1:
       raise ValueError(f'`lanes` must be an int >= 1, got {lanes!r}.')
-    try:
-      form = tff.backends.mapreduce.get_map_reduce_form_for_computation(
-          computation, grappler_config=WITHOUT_GRAPPLER)
-    except (TypeError, ValueError, NotImplementedError) as e:
-      raise ValueError(f'The computation {computation.type_signature} has no map-reduce form '
-                       f'(TFF: {e}).') from e
-    if form.securely_aggregates_tensors:
-      raise ValueError('The computation aggregates with secure sums, which the in-process round '
-                       'does not run; run it on a TFF worker.')
-    self.form = form
+
+    def compile_parts():
+      try:
+        form = tff.backends.mapreduce.get_map_reduce_form_for_computation(
+            computation, grappler_config=WITHOUT_GRAPPLER)
+      except (TypeError, ValueError, NotImplementedError) as e:
+        raise ValueError(f'The computation {computation.type_signature} has no map-reduce form '
+                         f'(TFF: {e}).') from e
+      if form.securely_aggregates_tensors:
+        raise ValueError('The computation aggregates with secure sums, which the in-process '
+                         'round does not run; run it on a TFF worker.')
+      return {name: getattr(form, name) for name in _PARTS}
+
+    if cache is None:
+      compiled = compile_parts()
+    else:
+      compiled = cache.parts(
+          cache.key(computation, WITHOUT_GRAPPLER.SerializeToString(deterministic=True)),
+          _PARTS, compile_parts)
     self._result_type = computation.type_signature.result
-    self._parts = {name: tff_graphs.InProcessComputation(getattr(form, name), name)
+    self._parts = {name: tff_graphs.InProcessComputation(compiled[name], name)
                    for name in _PARTS}
     self._lanes = [self._parts['work']] + [
-        tff_graphs.InProcessComputation(form.work, f'work (lane {lane})')
+        tff_graphs.InProcessComputation(compiled['work'], f'work (lane {lane})')
         for lane in range(1, lanes)]
     self._data_type = self._parts['work'].type_signature.parameter[0]
     if not isinstance(self._data_type, tff.SequenceType):

@@ -15,7 +15,8 @@ it cannot (issue 36: an in-process simulation engine).
   fallback context, made on first use (a local worker then starts, isolated as
   `execution_context` starts it).
 
-Each computation is examined once (by identity, as TFF's own compiler cache); what runs in
+Each computation is examined once (by identity, as TFF's own compiler cache), and a round's
+compiled form can be kept on disk across processes (`compile_cache_dir`); what runs in
 process is TFF's compiled form of the same computation, run by TensorFlow's runtime, so it
 places ops on a GPU where one is visible. Results are returned as the worker's are: in the
 Python containers of the computation's type, with numpy arrays
@@ -35,6 +36,7 @@ import tensorflow_federated as tff
 # TFF's conversion of a result to the Python containers of its type, as its contexts use.
 from tensorflow_federated.python.core.impl.types import type_conversions
 
+from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import inprocess
 from fedasr_tff.runtime import tff_graphs
 
@@ -64,19 +66,25 @@ class InProcessContext(tff.framework.SyncContext):
   a local worker).
   """
 
-  def __init__(self, fallback: Callable[[], tff.framework.SyncContext], lanes: int = DEFAULT_LANES):
+  def __init__(self, fallback: Callable[[], tff.framework.SyncContext], lanes: int = DEFAULT_LANES,
+               compile_cache_dir: Optional[str] = None):
     """Initializes the context.
 
     Args:
       fallback: makes the context that runs what this process cannot (called once, on first
         need), for example a local TFF worker's.
       lanes: clients a round trains at once (`inprocess.MapReduceRound`).
+      compile_cache_dir: a directory of the user's own where rounds' compiled forms are kept
+        across processes (`compile_cache`); None (the default) compiles every round in every
+        process.
 
     Raises:
-      ValueError: if `lanes` is not an int >= 1.
+      ValueError: if `lanes` is not an int >= 1, or the cache directory is not the user's own.
     """
     if type(lanes) is not int or lanes < 1:
       raise ValueError(f'`lanes` must be an int >= 1, got {lanes!r}.')
+    self._cache = (None if compile_cache_dir is None
+                   else compile_cache.CompileCache(compile_cache_dir))
     self._make_fallback = fallback
     self._fallback: Optional[tff.framework.SyncContext] = None
     self._lanes = lanes
@@ -150,7 +158,7 @@ class InProcessContext(tff.framework.SyncContext):
     if not is_round_type(type_signature):
       raise TypeError(f'{type_signature} is not a round (state@SERVER, data@CLIENTS) -> '
                       '(state@SERVER, output@SERVER), the one shape with a map-reduce form')
-    round_ = inprocess.MapReduceRound(comp, lanes=self._lanes)
+    round_ = inprocess.MapReduceRound(comp, lanes=self._lanes, cache=self._cache)
     return lambda arg: round_(*_arguments(arg))
 
 

@@ -165,6 +165,40 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
     self.assertNotIn('weights', output.measurements)
 
 
+class _UnlistedVariableModel(_SeededModel):
+  """A model that makes a trainable variable it does not list."""
+
+  def __init__(self):
+    super().__init__()
+    self._hidden = tf.Variable(tf.ones([2]), shape=[2], dtype=tf.float32, trainable=True)
+
+
+class ClientModelTest(absltest.TestCase):
+
+  def test_trainable_variables_start_at_zero_and_the_others_as_the_model_makes_them(self):
+    def model_fn():
+      keras_model = tf.keras.Sequential([
+          tf.keras.layers.InputLayer(input_shape=(3,)),
+          tf.keras.layers.Dense(4, kernel_initializer='glorot_uniform',
+                                bias_initializer='ones'),
+          tf.keras.layers.BatchNormalization(),
+      ])
+      return tff.learning.models.from_keras_model(
+          keras_model, loss=tf.keras.losses.MeanSquaredError(),
+          input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None, 4])))
+
+    model = local_training.client_model(model_fn)
+    self.assertLen(model.trainable_variables, 4)  # kernel, bias, gamma, beta
+    for variable in model.trainable_variables:
+      np.testing.assert_array_equal(variable.numpy(), 0.0, err_msg=variable.name)
+    by_name = {v.name.split('/')[-1]: v.numpy() for v in model.non_trainable_variables}
+    np.testing.assert_array_equal(by_name['moving_variance:0'], 1.0)
+
+  def test_a_trainable_variable_the_model_does_not_list_is_refused(self):
+    with self.assertRaisesRegex(ValueError, 'does not list in `trainable_variables`'):
+      local_training.client_model(_UnlistedVariableModel)
+
+
 if __name__ == '__main__':
   # Under pytest, conftest.py sets the context; bazel runs the module directly.
   runtime.set_local_cpp_execution_context()

@@ -5,6 +5,8 @@ choice on to the binary's own subprocesses), with either engine."""
 import os
 import pathlib
 import re
+import shutil
+import tempfile
 from unittest import mock
 
 from absl import app
@@ -64,6 +66,35 @@ class SetContextTest(absltest.TestCase):
     self.assertFalse(worker.isolated)
     self.assertIsNone(worker.process.poll())
 
+
+  def test_a_compile_cache_others_can_write_stops_the_binary_naming_the_flag(self):
+    directory = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, directory)
+    os.chmod(directory, 0o777)
+    with flagsaver.flagsaver(allow_exposed_worker=True, compile_cache_dir=directory):
+      with self.assertRaisesRegex(app.UsageError, '--compile_cache_dir: .* writable by group'):
+        local_worker.set_context()
+
+  def test_the_default_compile_cache_is_used_and_one_that_cannot_be_made_is_skipped(self):
+    base = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, base)
+    os.environ['XDG_CACHE_HOME'] = base
+    with flagsaver.flagsaver(allow_exposed_worker=True):
+      local_worker.set_context()
+    context = tff.framework.get_context_stack().current
+    self.assertEqual(context._cache.directory,  # pylint: disable=protected-access
+                     os.path.join(base, 'fedasr_tff', 'compiled'))
+    not_a_directory = os.path.join(base, 'file')
+    pathlib.Path(not_a_directory).write_text('')
+    os.environ['XDG_CACHE_HOME'] = not_a_directory  # the default cannot be made under a file
+    with flagsaver.flagsaver(allow_exposed_worker=True):
+      with self.assertLogs(level='WARNING') as logs:
+        local_worker.set_context()
+    self.assertIn('No compile cache', '\n'.join(logs.output))
+    self.assertIsNone(tff.framework.get_context_stack().current._cache)  # pylint: disable=protected-access
+    with flagsaver.flagsaver(allow_exposed_worker=True, compile_cache_dir=''):
+      local_worker.set_context()
+    self.assertIsNone(tff.framework.get_context_stack().current._cache)  # pylint: disable=protected-access
 
   def test_the_default_engine_is_the_one_the_readme_names(self):
     # README.md is a symlink under Bazel's runfiles (data //:docs); its real folder is the tree.
