@@ -44,10 +44,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   spec = task.read_spec(_SPEC.value)
-  set_context = {'inprocess': execution_context.set_inprocess_execution_context,
-                 'worker': execution_context.set_local_cpp_execution_context}[
-                     spec.get('engine', 'inprocess')]
-  set_context(spec['clients_in_parallel'])
+  if spec.get('engine', 'inprocess') == 'inprocess':
+    execution_context.set_inprocess_execution_context(
+        spec['clients_in_parallel'], compile_cache_dir=spec.get('compile_cache_dir'))
+  else:
+    execution_context.set_local_cpp_execution_context(spec['clients_in_parallel'])
   if spec['task'] == 'mlp':
     x, y = task.load_arrays(spec['data'])
     datasets = [tf.data.Dataset.from_tensor_slices((x[c], y[c])).batch(spec['batch_size'])

@@ -39,6 +39,7 @@ SPEC_KEYS = (
     'probe',                  # pfl, speech: first try the model as it is (see run_pfl)
     'clients_in_parallel',    # ours: clients trained at once (None: the engine's default)
     'engine',                 # ours: 'inprocess' or 'worker', as the binaries' --engine
+    'compile_cache_dir',      # ours in process: the rounds' compile cache, or None for none
 )
 
 
