@@ -399,8 +399,6 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
     # Multiplied only when weighted, so w = 1 is bit-identical to plain local training.
     return output.loss if loss_weight == 1.0 else loss_weight * output.loss
 
-  # No AutoGraph: the code below is written in TensorFlow's control flow.
-  @tf.function(autograph=False)
   def client_update(learning_rate, initial_weights, dataset, augmenting_gradient=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
@@ -497,4 +495,18 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
       return result, sums, maxima, tf.nest.pack_sequence_as(initial_weights.trainable, start)
     return result, sums, maxima
 
-  return client_update
+  # Traced without AutoGraph: the code above is written in TensorFlow's control flow, and
+  # AutoGraph's conversion of it and of every function it calls was most of the time TFF took to
+  # build a process (benchmarks.md, "In-process engine"). A model or `update_weight_fn` whose
+  # Python code branches on tensors needs AutoGraph, as TFF's own client work allows: tracing
+  # without it raises, and the update is traced with it.
+  without_autograph = tf.function(client_update, autograph=False)
+  with_autograph = tf.function(client_update)
+
+  def traced_client_update(*args):
+    try:
+      return without_autograph(*args)
+    except tf.errors.OperatorNotAllowedInGraphError:
+      return with_autograph(*args)
+
+  return traced_client_update

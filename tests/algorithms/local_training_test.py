@@ -123,6 +123,17 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
     self.assertEqual(first, new_weight([[1, 0], [1, 1]], [[2, 0]]))
     self.assertNotEqual(first, new_weight([[1, 0], [1, 1]], [[3, 0]]))
 
+  def test_a_model_that_needs_autograph_trains_as_the_others(self):
+    # Client work is traced without AutoGraph unless the model needs it, as this one does.
+    process = algorithms.build_fed_avg_process(
+        _BranchingModel, client_learning_rate=_LEARNING_RATE, local_clip_norm=None,
+        server_optimizer=optimizers.build('sgd', 1.0), local_steps=3)
+    state = process.initialize()
+    output = process.next(state, [_dataset([[7, 0]])])
+    delta = float(state.global_model_weights.trainable[0] -
+                  output.state.global_model_weights.trainable[0])
+    self.assertAlmostEqual(delta, _expected_client([[7, 0]] * 3)[0], places=5)
+
   def test_means_are_over_clients_and_zero_without_clients(self):
     process = _process(local_steps=2)
     state = process.initialize()
@@ -164,6 +175,19 @@ class LocalTrainingRandomnessTest(absltest.TestCase):
     self.assertEqual(output.result[0].update_weight, 1.0)
     self.assertNotIn('weights', output.measurements)
 
+
+class _BranchingModel(_SeededModel):
+  """`_SeededModel` whose forward pass branches in Python on a tensor: it needs AutoGraph."""
+
+  @tf.function
+  def forward_pass(self, batch_input, training=True):
+    draw = tf.random.stateless_uniform([], batch_input['seed'])
+    if draw >= 0.0:  # always: the loss is `_SeededModel`'s
+      loss = self._weight * draw
+    else:
+      loss = -self._weight * draw
+    return tff.learning.models.BatchOutput(loss=loss, predictions=draw,
+                                           num_examples=tf.size(batch_input['x']))
 
 class _UnlistedVariableModel(_SeededModel):
   """A model that makes a trainable variable it does not list."""
