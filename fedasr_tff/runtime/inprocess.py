@@ -26,6 +26,7 @@ engine (--engine=inprocess).
 """
 
 import contextlib
+import functools
 from typing import Any
 from typing import Optional
 from typing import Sequence
@@ -124,26 +125,37 @@ class MapReduceRound:
     client_input = parts['prepare'].call_flat(*state)
     lanes = len(self._lanes)
 
-    def clients_from(lanes_used):
-      def step(index, *accumulator):
-        # Lane j trains client index + j, at the same time as the others; work's result is the
-        # update to accumulate, then the secure sums' inputs, empty (checked).
-        updates = [self._lanes[lane].call_flat(client_variants[index + lane], *client_input)
-                   for lane in range(lanes_used)]
-        for update in updates:  # in cohort order, whatever the lanes
-          accumulator = parts['accumulate'].call_flat(*accumulator, *update)
-        return (index + lanes_used, *accumulator)
-      return step
+    def train(lane, index):
+      # Lane `lane` trains client `index`: work's result is the update to accumulate, then the
+      # secure sums' inputs, empty (checked).
+      return self._lanes[lane].call_flat(client_variants[index], *client_input)
+
+    def no_update(lane):
+      # Never accumulated; of work's static shape, unknown dimensions as 0.
+      return [tf.zeros([] if spec.shape.rank is None else
+                       [0 if d is None else d for d in spec.shape.as_list()], spec.dtype)
+              for spec in self._lanes[lane].output_specs]
+
+    def step(index, *accumulator):
+      # Lane j trains client index + j, at the same time as the others; a lane past the end of
+      # the cohort trains nobody. One call of each lane in the whole round: TensorFlow makes a
+      # copy of a lane's graph for every call when it first runs the round.
+      updates = [train(0, index)] + [
+          tf.cond(index + lane < clients, functools.partial(train, lane, index + lane),
+                  functools.partial(no_update, lane))
+          for lane in range(1, lanes)]
+      accumulator = parts['accumulate'].call_flat(*accumulator, *updates[0])
+      for lane in range(1, lanes):  # in cohort order, whatever the lanes
+        accumulator = tf.cond(
+            index + lane < clients,
+            functools.partial(parts['accumulate'].call_flat, *accumulator, *updates[lane]),
+            lambda accumulator=accumulator: list(accumulator))
+      return (index + lanes, *accumulator)
 
     # Iterations must not overlap: a lane's variables are shared by its calls (as a TFF
-    # session's are by the calls it runs). Whole groups of `lanes` clients, then the rest.
-    full = clients - clients % lanes
+    # session's are by the calls it runs).
     loop = (tf.constant(0), *parts['zero'].call_flat())
-    loop = tf.while_loop(lambda index, *_: index < full, clients_from(lanes), loop,
-                         parallel_iterations=1)
-    if lanes > 1:
-      loop = tf.while_loop(lambda index, *_: index < clients, clients_from(1), loop,
-                           parallel_iterations=1)
+    loop = tf.while_loop(lambda index, *_: index < clients, step, loop, parallel_iterations=1)
     return parts['update'].call_flat(*state, *parts['report'].call_flat(*loop[1:]))
 
   def __call__(self, server_state: Any, client_data: Sequence[Any]) -> Any:

@@ -214,6 +214,11 @@ class InProcessComputation:
     """The `tf.TensorSpec` of each of the parameter's flat tensors."""
     return list(self._input_specs)
 
+  @property
+  def output_specs(self) -> List[tf.TensorSpec]:
+    """The `tf.TensorSpec` of each of the result's flat tensors."""
+    return [tf.TensorSpec(t.shape, t.dtype) for t in self._call.outputs]
+
   def flatten(self, value: Any) -> List[Any]:
     """The parameter's tensors (datasets as variants) of the Python `value`, in binding order."""
     parameter = self.type_signature.parameter
