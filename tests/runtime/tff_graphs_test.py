@@ -82,7 +82,7 @@ class MapReduceRoundTest(absltest.TestCase):
     datasets = [_dataset(seed) for seed in range(5)]
     worker_state = in_process_state = dp_mlp.initial_state(process)
     in_process = inprocess.MapReduceRound(process.next)
-    # Two clients at a time (two groups, then the fifth alone): the same sums in the same order.
+    # Two clients at a time (the second lane idle beside the fifth): the same sums, same order.
     two_lanes, two_lanes_state = inprocess.MapReduceRound(process.next, lanes=2), worker_state
     for _ in range(3):
       worker_output = process.next(worker_state, datasets)
