@@ -271,9 +271,10 @@ def _measure(spec, population, cohort, work_dir):
     for side in _SIDES if run % 2 == 0 else _SIDES[::-1]:
       result = _run(side, spec_path)
       runs[side]['setup'].append(result['setup_s'])
-      compiled = side == 'ours' and spec.get('compile_cache_dir') and run == 0
-      (cold_first if compiled and _RUNS.value > 1 else runs[side]['first']).append(
-          result['round_s'][0])
+      if side == 'ours' and spec['compile_cache_dir'] and run == 0 and _RUNS.value > 1:
+        cold_first.append(result['round_s'][0])  # compiled: the other runs find it
+      else:
+        runs[side]['first'].append(result['round_s'][0])
       runs[side]['warm'].append(statistics.median(result['round_s'][1:]))
       runs[side]['wall'].append(result['wall_s'])
   print(f'  cohort {cohort}:  {"setup":>22s}  {"first round":>22s}  {"warm round":>22s}  '

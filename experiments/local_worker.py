@@ -32,25 +32,20 @@ COMPILE_CACHE_DIR = flags.DEFINE_string(
     'empty: no cache.')
 
 
-def _compile_cache_dir() -> Optional[str]:
-  """The directory of --compile_cache_dir, its default if usable, or None for no cache."""
+def _compile_cache():
+  """The cache of --compile_cache_dir, of its default if usable, or None for no cache."""
   compile_cache = runtime.compile_cache
-  if COMPILE_CACHE_DIR.value is not None:
-    if not COMPILE_CACHE_DIR.value:
-      return None
-    try:
-      compile_cache.CompileCache(COMPILE_CACHE_DIR.value)
-    except (OSError, ValueError) as e:
-      raise app.UsageError(f'--compile_cache_dir: {e}') from e
-    return COMPILE_CACHE_DIR.value
-  directory = compile_cache.default_directory()
+  if COMPILE_CACHE_DIR.value == '':
+    return None
   try:
-    compile_cache.CompileCache(directory)
+    return compile_cache.CompileCache(COMPILE_CACHE_DIR.value or
+                                      compile_cache.default_directory())
   except (OSError, ValueError) as e:
+    if COMPILE_CACHE_DIR.value is not None:
+      raise app.UsageError(f'--compile_cache_dir: {e}') from e
     # A default never stops a run: the run compiles its rounds as without a cache.
     logging.warning('No compile cache (%s): every round is compiled in this run.', e)
     return None
-  return directory
 
 
 def set_context(max_concurrent_computation_calls: Optional[int] = None,
@@ -73,7 +68,7 @@ def set_context(max_concurrent_computation_calls: Optional[int] = None,
     os.environ[execution_context.ALLOW_EXPOSED_WORKER_VARIABLE] = '1'
   if engine == 'inprocess':
     set_local_context = functools.partial(runtime.set_inprocess_execution_context,
-                                          compile_cache_dir=_compile_cache_dir())
+                                          compile_cache=_compile_cache())
   else:
     set_local_context = runtime.set_local_cpp_execution_context
   try:

@@ -32,6 +32,7 @@ from fedasr_tff import algorithms
 from fedasr_tff import data
 from fedasr_tff import models
 from fedasr_tff import optimizers
+from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import execution_context
 
 _SPEC = flags.DEFINE_string('spec', None, 'The run\'s spec (JSON, see benchmarks.pfl.task).',
@@ -45,8 +46,10 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   spec = task.read_spec(_SPEC.value)
   if spec.get('engine', 'inprocess') == 'inprocess':
+    cache_dir = spec.get('compile_cache_dir')
     execution_context.set_inprocess_execution_context(
-        spec['clients_in_parallel'], compile_cache_dir=spec.get('compile_cache_dir'))
+        spec['clients_in_parallel'],
+        compile_cache=compile_cache.CompileCache(cache_dir) if cache_dir else None)
   else:
     execution_context.set_local_cpp_execution_context(spec['clients_in_parallel'])
   if spec['task'] == 'mlp':

@@ -137,7 +137,7 @@ def set_local_cpp_execution_context(max_concurrent_computation_calls: Optional[i
 
 def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[int] = None, *,
                                     allow_exposed_worker: Optional[bool] = None,
-                                    compile_cache_dir: Optional[str] = None) -> None:
+                                    compile_cache=None) -> None:
   """Sets TFF's default context to the in-process engine, with a local worker for the rest.
 
   TensorFlow computations, `initialize` and rounds with a map-reduce form run in this process
@@ -151,13 +151,12 @@ def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[i
       worker.
     allow_exposed_worker: as in `set_local_cpp_execution_context`; checked now, not when the
       worker starts.
-    compile_cache_dir: a directory of the user's own where rounds' compiled forms are kept
-      across processes (`compile_cache`; `compile_cache.default_directory()` is the binaries'
-      default); None compiles every round in every process.
+    compile_cache: a `compile_cache.CompileCache` where rounds' compiled forms are kept across
+      processes (the binaries' default is one in `compile_cache.default_directory()`); None
+      compiles every round in every process.
 
   Raises:
-    ValueError: `max_concurrent_computation_calls` is not None or a positive int, or the cache
-      directory is not the user's own.
+    ValueError: `max_concurrent_computation_calls` is not None or a positive int.
     WorkerIsolationError: No network namespace can be made, and the exposure is not accepted.
     RuntimeError: Not called from the main thread.
   """
@@ -170,7 +169,7 @@ def set_inprocess_execution_context(max_concurrent_computation_calls: Optional[i
       functools.partial(_local_worker_context, max_concurrent_computation_calls,
                         allow_exposed_worker),
       lanes=max_concurrent_computation_calls or inprocess_context.DEFAULT_LANES,
-      compile_cache_dir=compile_cache_dir))
+      cache=compile_cache))
 
 
 def _check_main_thread() -> None:

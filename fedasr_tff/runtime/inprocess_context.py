@@ -16,7 +16,7 @@ it cannot (issue 36: an in-process simulation engine).
   `execution_context` starts it).
 
 Each computation is examined once (by identity, as TFF's own compiler cache), and a round's
-compiled form can be kept on disk across processes (`compile_cache_dir`); what runs in
+compiled form can be kept on disk across processes (`cache`); what runs in
 process is TFF's compiled form of the same computation, run by TensorFlow's runtime, so it
 places ops on a GPU where one is visible. Results are returned as the worker's are: in the
 Python containers of the computation's type, with numpy arrays
@@ -67,24 +67,23 @@ class InProcessContext(tff.framework.SyncContext):
   """
 
   def __init__(self, fallback: Callable[[], tff.framework.SyncContext], lanes: int = DEFAULT_LANES,
-               compile_cache_dir: Optional[str] = None):
+               cache: Optional[compile_cache.CompileCache] = None):
     """Initializes the context.
 
     Args:
       fallback: makes the context that runs what this process cannot (called once, on first
         need), for example a local TFF worker's.
       lanes: clients a round trains at once (`inprocess.MapReduceRound`).
-      compile_cache_dir: a directory of the user's own where rounds' compiled forms are kept
-        across processes (`compile_cache`); None (the default) compiles every round in every
+      cache: where rounds' compiled forms are kept across processes
+        (`compile_cache.CompileCache`); None (the default) compiles every round in every
         process.
 
     Raises:
-      ValueError: if `lanes` is not an int >= 1, or the cache directory is not the user's own.
+      ValueError: if `lanes` is not an int >= 1.
     """
     if type(lanes) is not int or lanes < 1:
       raise ValueError(f'`lanes` must be an int >= 1, got {lanes!r}.')
-    self._cache = (None if compile_cache_dir is None
-                   else compile_cache.CompileCache(compile_cache_dir))
+    self._cache = cache
     self._make_fallback = fallback
     self._fallback: Optional[tff.framework.SyncContext] = None
     self._lanes = lanes

@@ -40,7 +40,7 @@ def _no_fallback():
 def _run(process, cache_dir):
   """`_ROUNDS` rounds in a fresh in-process context with the cache in `cache_dir` (or none)."""
   tff.framework.set_default_context(inprocess_context.InProcessContext(
-      _no_fallback, compile_cache_dir=cache_dir))
+      _no_fallback, cache=None if cache_dir is None else compile_cache.CompileCache(cache_dir)))
   state = dp_mlp.initial_state(process)
   for _ in range(_ROUNDS):
     state = process.next(state, dp_mlp.datasets(count=4)).state
