@@ -277,8 +277,7 @@ def build_mixed_fl_process(
       server_lr_schedule=server_lr_schedule, model_aggregator=model_aggregator)
   merger = None
   if central_steps_run:
-    merger = tff.learning.templates.build_apply_optimizer_finalizer(merge_optimizer,
-                                                                    model_weights_type)
+    merger = fed_avg.build_finalizer(merge_optimizer, model_weights_type)
   tf_ops = _TensorflowOps(trainable_type, model_weights_type, local_steps)
 
   @tff.federated_computation

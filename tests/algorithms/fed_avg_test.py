@@ -212,6 +212,62 @@ class FedAvgProcessTest(parameterized.TestCase):
       algorithms.build_fed_avg_process(_model_fn, **kwargs)
 
 
+class _BranchingSgd(tff.learning.optimizers.Optimizer):
+  """SGD that skips a step of zero gradient by a Python `if` on a tensor: needs AutoGraph."""
+
+  def initialize(self, specs):
+    return ()
+
+  def next(self, state, weights, gradients):
+    if tf.linalg.global_norm(tf.nest.flatten(gradients)) > 0.0:
+      weights = tf.nest.map_structure(lambda w, g: w - 0.5 * g, weights, gradients)
+    return state, weights
+
+
+class BuildFinalizerTest(parameterized.TestCase):
+  """`fed_avg.build_finalizer` computes what TFF's `build_apply_optimizer_finalizer` computes."""
+
+  @parameterized.named_parameters(
+      ('sgd', lambda: optimizers.build('sgd', 0.5)),
+      ('sgdm', lambda: optimizers.build('sgdm', 0.5)),
+      ('adam', lambda: optimizers.build('adam', 0.01)),
+      ('lamb', lambda: optimizers.build('lamb', 0.01)),
+      ('lars', lambda: optimizers.build('lars', 0.01)),
+      ('scheduled', lambda: tff.learning.optimizers.schedule_learning_rate(
+          optimizers.build('sgdm', 0.5), lambda round_num: 0.5 / (1.0 + tf.cast(round_num,
+                                                                                 tf.float32)))),
+      # Built as TFF builds it: tracing its `next` without AutoGraph raises.
+      ('needs_autograph', _BranchingSgd),
+  )
+  def test_same_state_weights_and_measurements_as_tff(self, optimizer_fn):
+    weights_type = tff.learning.models.weights_type_from_model(_model_fn)
+    ours = algorithms.fed_avg.build_finalizer(optimizer_fn(), weights_type)
+    theirs = tff.learning.templates.build_apply_optimizer_finalizer(optimizer_fn(), weights_type)
+    self.assertEqual(ours.next.type_signature, theirs.next.type_signature)
+    rng = np.random.default_rng(0)
+    weights = tff.learning.models.ModelWeights.from_model(_model_fn())
+    weights = tff.learning.models.ModelWeights(
+        trainable=[v.numpy() for v in weights.trainable], non_trainable=[])
+    ours_state, theirs_state = ours.initialize(), theirs.initialize()
+    ours_weights = theirs_weights = weights
+    for step in range(4):
+      update = [rng.normal(size=w.shape).astype(np.float32) for w in weights.trainable]
+      if step == 2:
+        update[0][0, 0] = np.nan  # rejected: state and weights stay
+      if step == 3:
+        update = [np.zeros_like(u) for u in update]
+      ours_out = ours.next(ours_state, ours_weights, update)
+      theirs_out = theirs.next(theirs_state, theirs_weights, update)
+      tf.nest.map_structure(np.testing.assert_array_equal, ours_out.result, theirs_out.result)
+      tf.nest.map_structure(np.testing.assert_array_equal, ours_out.state, theirs_out.state)
+      self.assertEqual(ours_out.measurements, theirs_out.measurements)
+      ours_state, ours_weights = ours_out.state, ours_out.result
+      theirs_state, theirs_weights = theirs_out.state, theirs_out.result
+    self.assertEqual(ours_out.measurements['update_non_finite'], 0)
+    # The weights moved, so the comparison compared something.
+    self.assertGreater(np.abs(ours_weights.trainable[0] - weights.trainable[0]).max(), 0.0)
+
+
 if __name__ == '__main__':
   # Under pytest, conftest.py sets the context; bazel runs the module directly.
   runtime.set_local_cpp_execution_context()
