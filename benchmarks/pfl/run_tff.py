@@ -7,7 +7,8 @@ divided by the cohort size; no client diagnostics, as a run with noise has them)
 rate 1 on the server; run by the spec's `engine` (`fedasr_tff.runtime.execution_context`): in
 process (the binaries' default: TFF's compiled round run by TensorFlow here, `clients_in_parallel`
 clients at once, None: 2) or by TFF's C++ worker (`clients_in_parallel` at once, None: all of the
-cohort, TFF's default).
+cohort, TFF's default); then, as the binaries do, the objects the imports made are frozen out of
+the garbage collector's way (`gc.freeze`, experiments/local_worker.py).
 
 The client datasets are made once, before the process: the MLP's from its arrays
 (`from_tensor_slices`, batched), the speech task's by `fedasr_tff.data.SpeechClientData` from the
@@ -18,6 +19,7 @@ every round (`process.next`).
   python -m benchmarks.pfl.run_tff --spec=spec.json
 """
 
+import gc
 import time
 
 from absl import app
@@ -52,6 +54,7 @@ def main(argv):
         compile_cache=compile_cache.CompileCache(cache_dir) if cache_dir else None)
   else:
     execution_context.set_local_cpp_execution_context(spec['clients_in_parallel'])
+  gc.freeze()  # as the binaries do after setting the context (experiments/local_worker.py)
   if spec['task'] == 'mlp':
     x, y = task.load_arrays(spec['data'])
     datasets = [tf.data.Dataset.from_tensor_slices((x[c], y[c])).batch(spec['batch_size'])

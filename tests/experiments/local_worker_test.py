@@ -1,7 +1,9 @@
 """Tests of `--allow_exposed_worker`: a binary on a machine without network namespaces stops with
 an error naming the flag, and starts an exposed worker only when the flag is given (passing the
-choice on to the binary's own subprocesses), with either engine."""
+choice on to the binary's own subprocesses), with either engine; and the rest of `set_context`:
+--compile_cache_dir, and the imports' objects frozen out of the garbage collector's way."""
 
+import gc
 import os
 import pathlib
 import re
@@ -48,6 +50,11 @@ class SetContextTest(absltest.TestCase):
       local_worker.set_context(engine='worker')
     self.assertFalse(execution_context._worker.isolated)  # pylint: disable=protected-access
     self.assertEqual(os.environ[execution_context.ALLOW_EXPOSED_WORKER_VARIABLE], '1')
+
+  def test_the_context_freezes_what_the_imports_made(self):
+    with mock.patch.object(gc, 'freeze') as freeze, flagsaver.flagsaver(allow_exposed_worker=True):
+      local_worker.set_context()
+    freeze.assert_called_once_with()
 
   def test_the_in_process_engine_starts_the_exposed_worker_when_first_needed(self):
     with flagsaver.flagsaver(allow_exposed_worker=True):
