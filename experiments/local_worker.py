@@ -77,7 +77,7 @@ def set_context(max_concurrent_computation_calls: Optional[int] = None,
                       allow_exposed_worker=ALLOW_EXPOSED_WORKER.value or None)
   except execution_context.WorkerIsolationError as e:
     raise app.UsageError(str(e)) from e
-  # What the imports made (TensorFlow, TFF, Keras: millions of objects) lives as long as the
+  # What the imports made (TensorFlow, TFF, Keras: 420,000 objects) lives as long as the
   # binary: out of the collector's way, a full collection scans what the run makes, not them
   # (one took 0.2-0.27 s, and could land in building the process or the first round;
   # docs/benchmarks.md, "In-process engine").

@@ -184,7 +184,7 @@ def build_finalizer(optimizer: tff.learning.optimizers.Optimizer,
   """TFF's apply-optimizer finalizer (`build_apply_optimizer_finalizer`), built faster.
 
   TFF traces the optimizer's `next` and the non-finite check inside an AutoGraph `tf.function`;
-  converting them (and every function they call) was a third of the time a small process took
+  converting them (and every function they call) was a quarter of the time a small process took
   to build (benchmarks.md, "In-process engine"). Both are written in TensorFlow's control flow,
   so they are traced as written and AutoGraph converts only TFF's few lines around them. An
   optimizer whose Python branches on tensors cannot be traced so (TensorFlow raises), and its
