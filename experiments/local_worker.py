@@ -28,9 +28,22 @@ COMPILE_CACHE_DIR = flags.DEFINE_string(
     'compile_cache_dir', None, 'With --engine=inprocess: a directory of your own where rounds\' '
     'compiled forms are kept across runs, keyed by the round itself, so a run of a round '
     'compiled before skips TFF\'s compiler (fedasr_tff.runtime.compile_cache: it holds the '
-    'round\'s graphs, never state, data or the DP noise seed). Default: '
-    '$XDG_CACHE_HOME/fedasr_tff/compiled (~/.cache/...), or no cache if that cannot be made; '
-    'empty: no cache.')
+    'round\'s graphs, never state, data or the DP noise seed); train_federated keeps its '
+    'federated averaging process there too, keyed by its configuration and our code '
+    '(fedasr_tff.runtime.process_cache: DP noise seeds unset, filled afresh in every run). '
+    'Default: $XDG_CACHE_HOME/fedasr_tff/compiled (~/.cache/...), or no cache if that cannot '
+    'be made; empty: no cache.')
+
+
+# The compile cache of the context `set_context` set (None: none, or the worker engine).
+_context_cache = None
+
+
+def compile_cache():
+  """The compile cache the binary's local context uses (`set_context`; --compile_cache_dir), where
+  a binary also keeps its built process (`fedasr_tff.runtime.process_cache`); None without one
+  (no cache, --engine=worker, or --workers)."""
+  return _context_cache
 
 
 def _compile_cache():
@@ -67,9 +80,11 @@ def set_context(max_concurrent_computation_calls: Optional[int] = None,
   if ALLOW_EXPOSED_WORKER.value:
     # The binary's own subprocesses (study cells, ablation cells) inherit the user's choice.
     os.environ[execution_context.ALLOW_EXPOSED_WORKER_VARIABLE] = '1'
+  global _context_cache
   if engine == 'inprocess':
+    _context_cache = _compile_cache()
     set_local_context = functools.partial(runtime.set_inprocess_execution_context,
-                                          compile_cache=_compile_cache())
+                                          compile_cache=_context_cache)
   else:
     set_local_context = runtime.set_local_cpp_execution_context
   try:

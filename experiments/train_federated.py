@@ -46,6 +46,7 @@ from absl import flags
 
 from experiments import common
 from experiments import config_flags
+from experiments import local_worker
 from fedasr_tff import models
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
@@ -94,7 +95,8 @@ def main(argv):
     run = federated_training.build_run(config, train_data, vocab, common.OUTPUT_DIR.value,
                                        eval_data=eval_data, initial_weights=initial_weights,
                                        central_data=central_data,
-                                       validation_data=validation_data)
+                                       validation_data=validation_data,
+                                       process_cache=local_worker.compile_cache())
   result = run.train(show_progress=common.PROGRESS.value)
   # Which files of the sampled clients were unusable is itself a client statistic.
   if train_data.report.problems and config.client_diagnostics:

@@ -8,18 +8,23 @@ rate 1 on the server; run by the spec's `engine` (`fedasr_tff.runtime.execution_
 process (the binaries' default: TFF's compiled round run by TensorFlow here, `clients_in_parallel`
 clients at once, None: 2) or by TFF's C++ worker (`clients_in_parallel` at once, None: all of the
 cohort, TFF's default); then, as the binaries do, the objects the imports made are frozen out of
-the garbage collector's way (`gc.freeze`, experiments/local_worker.py).
+the garbage collector's way (`gc.freeze`, experiments/local_worker.py). In process with the
+spec's `compile_cache_dir`, the process is built through `fedasr_tff.runtime.process_cache` as
+experiments/train_federated.py builds its own (read back from the cache once two runs built the
+same process), and its rounds' compiled forms are kept there too.
 
 The client datasets are made once, before the process: the MLP's from its arrays
 (`from_tensor_slices`, batched), the speech task's by `fedasr_tff.data.SpeechClientData` from the
 corpus (`speech_clients`, which the driver uses too). Prints (`task.print_result`) the
-setup time (building the process, initialising it and setting the initial weights) and the time of
+setup time (building the process or reading it from the cache, initialising it and setting the
+initial weights) and the time of
 every round (`process.next`).
 
   python -m benchmarks.pfl.run_tff --spec=spec.json
 """
 
 import gc
+import sys
 import time
 
 from absl import app
@@ -36,6 +41,7 @@ from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.runtime import process_cache
 
 _SPEC = flags.DEFINE_string('spec', None, 'The run\'s spec (JSON, see benchmarks.pfl.task).',
                             required=True)
@@ -47,11 +53,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   spec = task.read_spec(_SPEC.value)
+  cache = None
   if spec.get('engine', 'inprocess') == 'inprocess':
     cache_dir = spec.get('compile_cache_dir')
-    execution_context.set_inprocess_execution_context(
-        spec['clients_in_parallel'],
-        compile_cache=compile_cache.CompileCache(cache_dir) if cache_dir else None)
+    cache = compile_cache.CompileCache(cache_dir) if cache_dir else None
+    execution_context.set_inprocess_execution_context(spec['clients_in_parallel'],
+                                                      compile_cache=cache)
   else:
     execution_context.set_local_cpp_execution_context(spec['clients_in_parallel'])
   gc.freeze()  # as the binaries do after setting the context (experiments/local_worker.py)
@@ -69,15 +76,29 @@ def main(argv):
 
   start = time.perf_counter()
   cohort_size = len(spec['cohorts'][0])
-  process = algorithms.build_fed_avg_process(
-      model_fn,
-      client_learning_rate=spec['client_learning_rate'],
-      local_steps=spec['local_steps'],
-      local_clip_norm=None,
-      server_optimizer=optimizers.build('sgd', _SERVER_LEARNING_RATE),
-      model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(
-          spec['noise_multiplier'], cohort_size, spec['clip'], allocation='global',
-          diagnostics=False, noise_seed=spec['seed']))
+
+  def build():
+    return algorithms.build_fed_avg_process(
+        model_fn,
+        client_learning_rate=spec['client_learning_rate'],
+        local_steps=spec['local_steps'],
+        local_clip_norm=None,
+        server_optimizer=optimizers.build('sgd', _SERVER_LEARNING_RATE),
+        model_aggregator=aggregators.PerLayerDPFactory.gaussian_fixed(
+            spec['noise_multiplier'], cohort_size, spec['clip'], allocation='global',
+            diagnostics=False, noise_seed=spec['seed']))
+
+  if cache is None:
+    process = build()
+  else:
+    # As the binaries build theirs (experiments/train_federated.py): everything `build` reads.
+    speech = spec['speech'] or {}
+    recipe = dict({name: spec[name] for name in (
+        'task', 'client_learning_rate', 'local_steps', 'batch_size', 'noise_multiplier', 'clip',
+        'seed')}, cohort_size=cohort_size, server_learning_rate=_SERVER_LEARNING_RATE,
+                  model=speech.get('model'), language=speech.get('language'))
+    process = process_cache.learning_process(cache, recipe, build,
+                                             modules=[task, sys.modules[__name__]])
   state = process.initialize()
   state = process.set_model_weights(
       state, tff.learning.models.ModelWeights(trainable=weights, non_trainable=[]))

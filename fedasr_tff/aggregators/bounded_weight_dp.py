@@ -132,7 +132,8 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
         the guarantee; off by default).
       noise_seed: seed of the weight noise, kept in this query's global state and split every
         round, so a restored state replays it (the per-layer query keeps its own seed for the
-        value noise); None draws one from OS entropy.
+        value noise); None draws one from OS entropy (`per_layer_query.fresh_noise_seed`,
+        which leaves it unset inside `per_layer_query.unset_noise_seeds()`).
 
     Raises:
       ValueError: for a value query that is not a server-noised `PerLayerClipGaussianSumQuery`,
@@ -199,9 +200,11 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
       global_state: this query's global state.
 
     Returns:
-      The value query's `derive_sample_params` of its state.
+      The value query's `derive_sample_params` of its state, once the weight noise seed is
+      checked to be set (`per_layer_query.after_noise_seed_check`).
     """
-    return self._value_query.derive_sample_params(global_state.value_state)
+    return per_layer_query.after_noise_seed_check(
+        global_state.noise_seed, self._value_query.derive_sample_params(global_state.value_state))
 
   def initial_sample_state(self, template=None):
     """An empty sum of records.

@@ -30,7 +30,7 @@ def __getattr__(name):
   if name in _EXPORTS:
     return getattr(importlib.import_module(f'{__name__}.{_EXPORTS[name]}'), name)
   if name in ('compile_cache', 'distributed', 'execution_context', 'inprocess', 'inprocess_context',
-              'namespace_bridge', 'subrounds', 'tff_graphs', 'worker'):
+              'namespace_bridge', 'process_cache', 'subrounds', 'tff_graphs', 'worker'):
     return importlib.import_module(f'{__name__}.{name}')
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 

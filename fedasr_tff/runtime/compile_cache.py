@@ -152,11 +152,17 @@ class CompileCache:
     for name, part in sorted(parts.items()):
       entry.struct.element.add(name=name).value.CopyFrom(
           tff.framework.ConcreteComputation.get_proto(part))
-    handle, temporary = tempfile.mkstemp(dir=self.directory, suffix='.tmp')
-    try:
-      with os.fdopen(handle, 'wb') as f:
-        f.write(entry.SerializeToString())
-      os.replace(temporary, path)
-    except BaseException:
-      os.unlink(temporary)
-      raise
+    write_atomically(path, entry.SerializeToString())
+
+
+def write_atomically(path: str, data: bytes) -> None:
+  """Writes `data` to `path` through a temporary file in its directory, renamed when complete, so
+  that a crashed write leaves no partial file."""
+  handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix='.tmp')
+  try:
+    with os.fdopen(handle, 'wb') as f:
+      f.write(data)
+    os.replace(temporary, path)
+  except BaseException:
+    os.unlink(temporary)
+    raise

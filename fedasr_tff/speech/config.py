@@ -16,6 +16,8 @@ arXiv:2310.00098.
 """
 
 import dataclasses
+from typing import Any
+from typing import Dict
 from typing import Optional
 from typing import Sequence
 from typing import Tuple
@@ -644,6 +646,7 @@ class FederatedConfig:
       A `tff.learning.templates.LearningProcess`.
     """
     weighting = self.dga.weighting()
+    # Read by `process_recipe` too: a field used here must be in the recipe.
     aggregator = self.dp.aggregator(
         noise_multiplier, self.run.cohort_size, tensor_names, self.client_diagnostics,
         min_weight=None if weighting is None else weighting.min_weight,
@@ -659,3 +662,25 @@ class FederatedConfig:
     if self.dga.enabled:
       return self.dga.process(self.client, model_fn, **server)
     return self.client.fed_avg_process(model_fn, **server)
+
+  def process_recipe(self, vocabulary_tokens: Sequence[str], noise_multiplier: float,
+                     tensor_names: Sequence[str]) -> Dict[str, Any]:
+    """Everything `process` and its `model_fn` read, as JSON-able values: the key of the process
+    cache (`fedasr_tff.runtime.process_cache`). Every section `process` reads, whole (so a field
+    added to one is in the key), and the model's configuration and vocabulary
+    (`models.build_tff_model_fn`); not the data, central data or seed model, which reach the run
+    through its datasets and `set_model_weights`.
+
+    Args:
+      vocabulary_tokens: the model's output tokens.
+      noise_multiplier: as in `process`.
+      tensor_names: as in `process`.
+
+    Returns:
+      A dict of JSON-able values.
+    """
+    return dict(
+        {name: dataclasses.asdict(getattr(self, name))
+         for name in ('client', 'server', 'dp', 'run', 'mixed', 'dga')},
+        model_config=self.model.model_config, vocabulary=list(vocabulary_tokens),
+        noise_multiplier=float(noise_multiplier), tensor_names=list(tensor_names))

@@ -45,6 +45,8 @@ from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
+from fedasr_tff.runtime import compile_cache
+from fedasr_tff.runtime import process_cache
 from fedasr_tff.speech import central_batches
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
@@ -372,7 +374,8 @@ def build_run(config: config_lib.FederatedConfig,
               eval_data: Optional[pipeline.SpeechClientData] = None,
               initial_weights: Optional[tff.learning.models.ModelWeights] = None,
               central_data: Optional[pipeline.SpeechClientData] = None,
-              validation_data: Optional[pipeline.SpeechClientData] = None
+              validation_data: Optional[pipeline.SpeechClientData] = None,
+              process_cache: Optional[compile_cache.CompileCache] = None
               ) -> FederatedRun:
   """Builds the run of `config` on `train_data`: every library builder checks its arguments
   here, before anything is trained or written except `config.json`.
@@ -380,6 +383,9 @@ def build_run(config: config_lib.FederatedConfig,
   Args:
     config, train_data, vocabulary, output_dir, eval_data, initial_weights, central_data,
       validation_data: as in `train`.
+    process_cache: where a federated averaging process (not mixed FL's or DGA's) is kept once
+      built (`fedasr_tff.runtime.process_cache`, keyed by `config.process_recipe`); None builds
+      it in every run.
 
   Returns:
     The run, its process state at the seed weights and its ledger's z read from the
@@ -431,7 +437,8 @@ def build_run(config: config_lib.FederatedConfig,
   training_loop.check_checkpoints(output_dir)
   model_fn = models.build_tff_model_fn(config.model.model_config, vocabulary.tokens)
   tensor_names, _ = model_io.tensor_names(model_fn().keras_model)
-  process = config.process(model_fn, noise.noise_multiplier, tensor_names)
+  process = _process(config, model_fn, vocabulary, noise.noise_multiplier, tensor_names,
+                     process_cache)
   state = process.initialize()
   ledger = dataclasses.replace(
       ledger, noise_multiplier=privacy_ledger.applied_noise_multiplier(state.aggregator))
@@ -461,6 +468,18 @@ def build_run(config: config_lib.FederatedConfig,
                       state, central, rl, eval_data, evaluated_clients, client_keys)
 
 
+def _process(config, model_fn, vocabulary, noise_multiplier, tensor_names, cache):
+  """`config.process`, through `cache` for federated averaging (`build_run`)."""
+
+  def build():
+    return config.process(model_fn, noise_multiplier, tensor_names)
+
+  if cache is None or config.mixed.enabled or config.dga.enabled:
+    return build()
+  return process_cache.learning_process(
+      cache, config.process_recipe(vocabulary.tokens, noise_multiplier, tensor_names), build)
+
+
 def train(config: config_lib.FederatedConfig,
           train_data: pipeline.SpeechClientData,
           vocabulary: text_lib.Vocabulary,
@@ -470,6 +489,7 @@ def train(config: config_lib.FederatedConfig,
           initial_weights: Optional[tff.learning.models.ModelWeights] = None,
           central_data: Optional[pipeline.SpeechClientData] = None,
           validation_data: Optional[pipeline.SpeechClientData] = None,
+          process_cache: Optional[compile_cache.CompileCache] = None,
           show_progress: bool = True,
           log=print) -> FederatedResult:
   """Runs (or resumes) the federated training of `config`; see the module docstring.
@@ -487,6 +507,7 @@ def train(config: config_lib.FederatedConfig,
     central_data: the server's data (`config.central`) of a mixed FL run, or of DGA's
       rehearsal; its speakers must not be training clients.
     validation_data: DGA-RL's validation data (the server's, without SpecAugment).
+    process_cache: as in `build_run`.
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
 
@@ -503,7 +524,7 @@ def train(config: config_lib.FederatedConfig,
   """
   run = build_run(config, train_data, vocabulary, output_dir, eval_data=eval_data,
                   initial_weights=initial_weights, central_data=central_data,
-                  validation_data=validation_data)
+                  validation_data=validation_data, process_cache=process_cache)
   return run.train(show_progress=show_progress, log=log)
 
 

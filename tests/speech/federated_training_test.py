@@ -416,6 +416,36 @@ class FederatedTrainingTest(absltest.TestCase):
       self._train('mel_eval', self._config(), eval_data=mel_eval)
     self.assertFalse(os.path.exists(os.path.join(self.root, 'mel_eval')))
 
+  def test_a_federated_averaging_process_is_kept_and_read_with_fresh_noise_seeds(self):
+    cache = runtime.compile_cache.CompileCache(os.path.join(self.root, 'process_cache'))
+    config = self._config(clipping='dim')
+    built = federated_training.build_run(config, self.train_data, self.vocab,
+                                         os.path.join(self.root, 'cached_1'),
+                                         process_cache=cache)
+    [name] = [n for n in os.listdir(cache.directory) if n.endswith('.process')]
+    path = os.path.join(cache.directory, name)
+    # Confirmed, as a second run's build in its own process would (tests/runtime/
+    # process_cache_test.py checks that one does).
+    entry = runtime.process_cache._read(path)  # pylint: disable=protected-access
+    runtime.process_cache._write(path, entry._replace(status='confirmed'))  # pylint: disable=protected-access
+    with mock.patch.object(config_lib.FederatedConfig, 'process',
+                           side_effect=AssertionError('built despite the cache')):
+      read = federated_training.build_run(config, self.train_data, self.vocab,
+                                          os.path.join(self.root, 'cached_2'),
+                                          process_cache=cache)
+    seeds = [run.initial_state.aggregator.query_state.numerator_state.noise_seed
+             for run in (built, read)]
+    self.assertTrue(all(seed[0] == 0 and seed[1] >= 0 for seed in seeds))  # filled
+    self.assertNotEqual(seeds[0][1], seeds[1][1])
+    self.assertEqual(read.ledger.noise_multiplier, built.ledger.noise_multiplier)
+    # Another configuration is another entry; DGA's and mixed FL's processes are not kept.
+    federated_training.build_run(self._config(clipping='uniform'), self.train_data, self.vocab,
+                                 os.path.join(self.root, 'cached_3'), process_cache=cache)
+    federated_training.build_run(
+        self._config(aggregation='dga_softmax', dga_loss_clip=80.0, sigma_dp=0.0),
+        self.train_data, self.vocab, os.path.join(self.root, 'cached_4'), process_cache=cache)
+    self.assertLen([n for n in os.listdir(cache.directory) if n.endswith('.process')], 2)
+
   def test_client_noise_placement_is_refused_where_it_would_not_hold(self):
     for overrides, flag in (({}, '--sampling=poisson'),
                             ({'sampling': 'fixed', 'adaptive_clipping': True},
