@@ -117,7 +117,13 @@ def learning_process(cache: compile_cache.CompileCache,
   path = os.path.join(cache.directory, key + _SUFFIX)
   entry = _read(path)
   if entry is not None and entry.status == _CONFIRMED:
-    return _with_fresh_noise_seeds(_process_from(entry))
+    try:
+      process = _process_from(entry)
+    except _UNREADABLE as e:
+      _warn_unreadable(path, e)
+      entry = None
+    else:
+      return _with_fresh_noise_seeds(process)
   outside = random.getstate()
   # Keras draws its initializers' seeds from Python's `random` when a model is traced, so the
   # initial weights are fixed by the recipe (module docstring); the caller's stream is restored.
@@ -274,15 +280,20 @@ def _read(path: str) -> Optional[_Entry]:
     entry = _Entry(header['status'], header['digest'], header['types'], computations)
     if entry.status not in (_CANDIDATE, _CONFIRMED, _NOT_CACHEABLE):
       raise ValueError(f'unknown status {entry.status!r}')
-    if entry.status == _CONFIRMED:
-      _process_from(entry)  # parses now, so that a damaged entry is built again below
     return entry
-  except (message.DecodeError, ValueError, TypeError, KeyError, AttributeError,
-          ImportError) as e:
-    # An entry is only ever a copy: one that does not parse is built again.
-    logging.warning('Process cache entry %s does not parse (%s); building the process again.',
-                    path, e)
+  except _UNREADABLE as e:
+    _warn_unreadable(path, e)
     return None
+
+
+# What a damaged or foreign entry raises while it is read; it is then built again.
+_UNREADABLE = (message.DecodeError, ValueError, TypeError, KeyError, AttributeError, ImportError)
+
+
+def _warn_unreadable(path: str, error: Exception) -> None:
+  # An entry is only ever a copy: one that does not parse is built again and rewritten.
+  logging.warning('Process cache entry %s does not parse (%s); building the process again.',
+                  path, error)
 
 
 def _process_from(entry: _Entry) -> tff.learning.templates.LearningProcess:

@@ -183,6 +183,16 @@ class ProcessCacheTest(absltest.TestCase):
     self.assertIn(path, '\n'.join(logs.output))
     self.assertLen(self.builds, 2)
     self.assertEqual(process_cache._read(path).status, 'candidate')  # pylint: disable=protected-access
+    # A confirmed entry whose types name a container that cannot be imported.
+    os.remove(path)
+    self._built_twice()
+    entry = process_cache._read(path)  # pylint: disable=protected-access
+    entry.types['next']['result']['container'] = 'no_such_module:Output'
+    process_cache._write(path, entry)  # pylint: disable=protected-access
+    with self.assertLogs(level='WARNING') as logs:
+      process_cache.learning_process(self.cache, _RECIPE, self._build())
+    self.assertIn('no_such_module', '\n'.join(logs.output))
+    self.assertLen(self.builds, 4)
 
   def test_bad_arguments_are_named(self):
     with self.assertRaisesRegex(ValueError, '`recipe` must be JSON-able'):
