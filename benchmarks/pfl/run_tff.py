@@ -17,8 +17,7 @@ The client datasets are made once, before the process: the MLP's from its arrays
 (`from_tensor_slices`, batched), the speech task's by `fedasr_tff.data.SpeechClientData` from the
 corpus (`speech_clients`, which the driver uses too). Prints (`task.print_result`) the
 setup time (building the process or reading it from the cache, initialising it and setting the
-initial weights) and the time of
-every round (`process.next`).
+initial weights) and the time of every round (`process.next`).
 
   python -m benchmarks.pfl.run_tff --spec=spec.json
 """

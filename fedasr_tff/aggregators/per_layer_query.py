@@ -63,9 +63,9 @@ def unset_noise_seeds():
   For a process whose computations are kept and reused (`fedasr_tff.runtime.process_cache`):
   what it keeps must hold no seed that a run draws its noise from, so the seed is left unset in
   the initial state and filled with fresh OS entropy by every process made from it
-  (`fill_unset_noise_seeds`). A query refuses to noise with an unset seed (`checked_noise_seed`),
-  so a state that was never filled stops at its first round instead of drawing predictable
-  noise. Seeds given by the caller (`noise_seed=`) are kept as given.
+  (`fill_unset_noise_seeds`). A round refuses to start with an unset seed
+  (`after_noise_seed_check`), so a state that was never filled stops at its first round instead
+  of drawing predictable noise. Seeds given by the caller (`noise_seed=`) are kept as given.
   """
   token = _SEEDS_UNSET.set(True)
   try:
@@ -106,7 +106,7 @@ def after_noise_seed_check(seed: tf.Tensor, value: tf.Tensor) -> tf.Tensor:
 
 def fill_unset_noise_seeds(state):
   """`state` (a process state, in a TF graph) with every unset noise seed replaced by a fresh
-  one (`fresh_noise_seed`, drawn now, per seed): the counterpart of `unset_noise_seeds`.
+  one (63 bits of OS entropy, drawn now, one per seed): the counterpart of `unset_noise_seeds`.
 
   Every int64 tensor of shape [2] that holds the unset seed `[0, UNSET_NOISE_SEED]` at run time
   is replaced; any other tensor is passed through. Each call traces new seeds into the graph it

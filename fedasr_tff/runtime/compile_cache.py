@@ -126,10 +126,8 @@ class CompileCache:
     return parts
 
   def _read(self, path: str, names: Sequence[str]) -> Optional[Dict[str, tff.Computation]]:
-    try:
-      with open(path, 'rb') as f:
-        data = f.read()
-    except FileNotFoundError:
+    data = read_if_present(path)
+    if data is None:
       return None
     try:
       entry = computation_pb2.Computation.FromString(data)
@@ -153,6 +151,15 @@ class CompileCache:
       entry.struct.element.add(name=name).value.CopyFrom(
           tff.framework.ConcreteComputation.get_proto(part))
     write_atomically(path, entry.SerializeToString())
+
+
+def read_if_present(path: str) -> Optional[bytes]:
+  """The bytes of the entry at `path`, or None if there is none."""
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except FileNotFoundError:
+    return None
 
 
 def write_atomically(path: str, data: bytes) -> None:

@@ -22,13 +22,13 @@ are the computations a build gives (the same compile-cache key, bit-equal rounds
 
 Privacy: no noise seed that a run draws its noise from is ever written. A process is built for
 the cache inside `per_layer_query.unset_noise_seeds()`, so every DP query that would draw its
-seed from OS entropy leaves it at a placeholder that the queries refuse to noise with (an in-graph
-check: a state never filled stops at its first round). Every process `learning_process` returns,
-built or read, initialises through `initialize` = fill(the builder's `initialize`), where fill
-replaces each placeholder seed of the state with 63 fresh bits of OS entropy drawn when the
-process is made; that computation lives in memory only. A seed the caller fixes (`noise_seed=`)
-is part of the recipe and is kept as given: it is public by the caller's choice
-(docs/privacy.md).
+seed from OS entropy leaves it at a placeholder that a round refuses to start with (an in-graph
+check in the queries' `derive_sample_params`: a state never filled stops at its first round).
+Every process `learning_process` returns, built or read, initialises through `initialize` =
+fill(the builder's `initialize`), where fill replaces each placeholder seed of the state with 63
+fresh bits of OS entropy drawn when the process is made; that computation lives in memory only.
+A seed the caller fixes (`noise_seed=`) is part of the recipe and is kept as given: it is public
+by the caller's choice (docs/privacy.md).
 
 Initial weights. Keras draws the seeds of a model's initializers from Python's `random` when
 the model is traced, into the graph of `initialize`; the cache builds with `random` seeded by
@@ -229,15 +229,15 @@ def _computations(process) -> Dict[str, tff.framework.ConcreteComputation]:
 
 def _record(path: str, process, entry: Optional[_Entry]) -> None:
   """Writes what this build tells: a candidate, its confirmation, or that it differed."""
+  computations = _computations(process)
   try:
-    types = {name: _containers(comp.type_signature)
-             for name, comp in _computations(process).items()}
+    types = {name: _containers(comp.type_signature) for name, comp in computations.items()}
   except ValueError as e:
     logging.info('Not caching the process in %s: %s', path, e)
     _write(path, _Entry(_NOT_CACHEABLE, '', {}, {}))
     return
   protos = {name: tff.framework.ConcreteComputation.get_proto(comp)
-            for name, comp in _computations(process).items()}
+            for name, comp in computations.items()}
   digest = hashlib.sha256(json.dumps(types, sort_keys=True).encode())
   for name in sorted(protos):
     digest.update(name.encode() + b'\0')
@@ -264,10 +264,8 @@ def _write(path: str, entry: _Entry) -> None:
 
 
 def _read(path: str) -> Optional[_Entry]:
-  try:
-    with open(path, 'rb') as f:
-      data = f.read()
-  except FileNotFoundError:
+  data = compile_cache.read_if_present(path)
+  if data is None:
     return None
   try:
     if not data.startswith(_FORMAT):

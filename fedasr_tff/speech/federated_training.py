@@ -46,7 +46,7 @@ from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
 from fedasr_tff.runtime import compile_cache
-from fedasr_tff.runtime import process_cache
+from fedasr_tff.runtime import process_cache as process_cache_lib
 from fedasr_tff.speech import central_batches
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
@@ -476,7 +476,7 @@ def _process(config, model_fn, vocabulary, noise_multiplier, tensor_names, cache
 
   if cache is None or config.mixed.enabled or config.dga.enabled:
     return build()
-  return process_cache.learning_process(
+  return process_cache_lib.learning_process(
       cache, config.process_recipe(vocabulary.tokens, noise_multiplier, tensor_names), build)
 
 
