@@ -1,8 +1,7 @@
 """The absl experiment binaries (run as `python -m experiments.<name>` or `bazel run`)."""
 
-import os
+from experiments import tensorflow_start_up
 
-# Quiet TensorFlow's C++ INFO logging unless the user chose a level. Set here, in the package
-# that every binary's module is imported through, because TF reads it when first imported, and
-# every binary imports TF before anything else of ours.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# Here, in the package every binary's module is imported through, because the noise comes with
+# the first `import tensorflow`, which most binaries make before anything of ours.
+tensorflow_start_up.install()

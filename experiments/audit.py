@@ -23,6 +23,7 @@ import os
 
 from absl import app
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from fedasr_tff.audit import configuration
@@ -65,4 +66,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

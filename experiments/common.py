@@ -10,7 +10,6 @@ that run no TFF computation (transcription) start without it.
 
 import atexit
 import logging
-import os
 import sys
 from typing import List
 from typing import Optional
@@ -19,6 +18,7 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
+from experiments import cli
 from experiments import local_worker
 from fedasr_tff import runtime
 
@@ -188,7 +188,7 @@ def _report_dead_worker(kind, value, traceback) -> None:
   if error is None:
     sys.__excepthook__(kind, value, traceback)
     return
-  print(f'{os.path.basename(sys.argv[0])}: {error.summary()}; rerun the same command to resume '
+  print(f'{cli.program_name()}: {error.summary()}; rerun the same command to resume '
         'from the latest checkpoint.', file=sys.stderr)
 
 

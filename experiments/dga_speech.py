@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import speech_stages
@@ -190,4 +191,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

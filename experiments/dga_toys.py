@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import cli
 from experiments import local_worker
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import dga
@@ -203,4 +204,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

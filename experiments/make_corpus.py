@@ -13,6 +13,7 @@ import collections
 from absl import app
 from absl import flags
 
+from experiments import cli
 from fedasr_tff.data import synthetic
 
 # Checked in main rather than with required=True, so other binaries' tests can parse flags in
@@ -58,4 +59,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

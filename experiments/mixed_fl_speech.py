@@ -29,6 +29,7 @@ import os
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import speech_stages
@@ -145,4 +146,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

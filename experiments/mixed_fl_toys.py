@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import cli
 from experiments import local_worker
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
@@ -265,4 +266,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -25,6 +25,7 @@ import sys
 from absl import app
 from absl import flags
 
+from experiments import cli
 from fedasr_tff import privacy
 
 _CSV = flags.DEFINE_string('csv', privacy.PUBLISHED_TABLES_CSV,
@@ -178,4 +179,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -67,6 +67,7 @@ from typing import Optional
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import decoding_flags
@@ -424,4 +425,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -29,6 +29,7 @@ import sys
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from fedasr_tff.retrieval import retriever as retriever_lib
 
@@ -118,4 +119,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -29,6 +29,7 @@ import os
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import private_files
@@ -172,4 +173,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

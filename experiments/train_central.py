@@ -14,6 +14,7 @@ on).
 
 from absl import app
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from fedasr_tff.speech import central_training
@@ -53,4 +54,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -44,6 +44,7 @@ import dataclasses
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import local_worker
@@ -110,4 +111,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

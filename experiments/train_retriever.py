@@ -26,6 +26,7 @@ Every flag that configures the run is a field of
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import report
@@ -80,4 +81,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

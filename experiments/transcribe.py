@@ -39,6 +39,7 @@ from absl import app
 from absl import flags
 import tensorflow as tf
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import decoding_flags
@@ -178,4 +179,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

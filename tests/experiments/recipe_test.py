@@ -82,7 +82,7 @@ class RecipeTest(absltest.TestCase):
     _, err = proc.communicate(timeout=300)
     self.assertNotEqual(proc.returncode, 0)
     self.assertNotIn('Traceback', err)
-    self.assertIn(f'recipe.py: TFF worker_binary {workers[0].pid} ended (exit status -15, '
+    self.assertIn(f'recipe: TFF worker_binary {workers[0].pid} ended (exit status -15, '
                   'SIGTERM); rerun the same command to resume from the latest checkpoint.', err)
     self.assertFalse(os.path.exists(os.path.join(output_dir, 'report.md')))
     # 10% of 6 speakers held out (at least 1), 30% of the rest the seed (the recipe's default,

@@ -2,11 +2,11 @@
 
 `python -m experiments.train_federated --bad_flag` spends about 8 s of CPU importing TensorFlow
 and TFF before it refuses, and CI has 2 cores. `refusals(module, cases)` starts one interpreter
-that imports `module` once and runs each case as `python -m` would (`app.run(module.main)` with
+that imports `module` once and runs each case as `python -m` would (`cli.run(module.main)` with
 the case's arguments), capturing file descriptors 1 and 2 (so absl's usage errors, log lines and
 an uncaught exception's traceback too) and resetting the flags between cases. One difference:
-absl's usage message lists the flags of the `__main__` module, which here is this one, so the
-binary's own flags are missing from it (the binary's docstring and the error are there).
+absl's help (`--helpshort`) lists the flags of the `__main__` module, which here is this one,
+so the binary's own flags are missing from it (the binary's docstring is there).
 
 Only for cases that end during start-up: a case that trains or starts a worker would leave state
 for the next one. Run one case in a real `python -m` subprocess beside them when the exit itself
@@ -24,8 +24,9 @@ import traceback
 from typing import List
 from typing import Sequence
 
-from absl import app
 from absl import flags
+
+from experiments import cli
 
 Result = collections.namedtuple('Result', ['returncode', 'stdout', 'stderr'])
 
@@ -54,7 +55,7 @@ def refusals(module: str, cases: Sequence[Sequence[str]], *, env: dict, cwd: str
 
 
 def _run_case(main, program: str, args: Sequence[str]) -> Result:
-  """`app.run(main)` with argv [program, *args], as `python -m` runs it; fds 1 and 2 captured."""
+  """`cli.run(main)` with argv [program, *args], as `python -m` runs it; fds 1 and 2 captured."""
   with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -64,7 +65,7 @@ def _run_case(main, program: str, args: Sequence[str]) -> Result:
     sys.argv = [program, *args]  # absl's usage messages name sys.argv[0].
     try:
       try:
-        app.run(main, argv=sys.argv)
+        cli.run(main, sys.argv)
         code = 0
       except SystemExit as e:
         # What the interpreter does with the code: None is 0; anything but an int is printed.
