@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import privacy
 from fedasr_tff import runtime
 from fedasr_tff.audit import bounds
 from fedasr_tff.audit import configuration
@@ -82,7 +83,8 @@ def main(argv):
         f'{_SEEDS.value} seeds, 95% confidence; engine {_ENGINE.value}.')
   cap = bounds.one_run_epsilon_lower_bound(canaries, 2 * guesses, 2 * guesses, _DELTA.value,
                                            1 - 0.05 / 2)
-  print(f'The one-run audit can show at most epsilon {cap:.2f} here (every guess right).')
+  print(f'The one-run audit can show at most epsilon {privacy.format_epsilon(cap)} here (every '
+        'guess right).')
   print('| clipping | claimed (one-run) | one-run lower bound | tightness | claimed (one round) '
         '| distinguishing lower bound | tightness | seconds | one-run ms per canary and round |')
   print('|---|---|---|---|---|---|---|---|---|')
@@ -99,9 +101,10 @@ def main(argv):
       query = _aggregator(clipping, 100, names, seed + 200).build_query(small_type)
       rounds.append(distinguishing.audit(query, small_shapes, trials=_TRIALS.value,
                                          canary_norm=1e3, delta=_DELTA.value, audit_seed=seed))
-    print(f'| {clipping} | {runs[0].claimed_epsilon:.2f} | '
+    print(f'| {clipping} | {privacy.format_epsilon(runs[0].claimed_epsilon)} | '
           f'{_summary([r.lower_bound for r in runs])} | '
-          f'{_summary([r.tightness for r in runs])} | {rounds[0].claimed_epsilon:.2f} | '
+          f'{_summary([r.tightness for r in runs])} | '
+          f'{privacy.format_epsilon(rounds[0].claimed_epsilon)} | '
           f'{_summary([r.lower_bound for r in rounds])} | '
           f'{_summary([r.tightness for r in rounds])} | {time.perf_counter() - started:.0f} | '
           f'{_summary([1e3 * t / (canaries * _ROUNDS.value) for t in one_run_seconds])} |',

@@ -52,6 +52,7 @@ from experiments import recipe
 from experiments import report
 from experiments import speech_stages
 from fedasr_tff import optimizers
+from fedasr_tff import privacy
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import study
 from fedasr_tff.speech import config as config_lib
@@ -269,7 +270,8 @@ def _write(output_dir, rows, seed_eval, profiles, orderings, notes):
            f'{100 * seed_eval.cer:.1f} | — | — |']
   for row in rows:
     eps = row['epsilons']
-    eps = f'{eps[0]:.3g} / {eps[1]:.3g}' if eps[0] is not None else '∞ (no noise)'
+    eps = (' / '.join(privacy.format_epsilon(e) for e in eps[:2]) if eps[0] is not None
+           else '∞ (no noise)')
     lines.append(f'| {row["variant"].name} | {row["sigma_dp"]:g} | {row["wer"]} | '
                  f'{row["cer"]} | {", ".join(f"{x:.1f}" for x in row["cer"].values)} | {eps} |')
   lines += ['', '**Orderings of the paper, measured on held-out CER** (lower is better):', '']
@@ -331,12 +333,12 @@ def main(argv):
   for variant in variants:
     summaries = [study.read_summary(cells[variant, seed].output_dir) for seed in seeds]
     csvs = [os.path.join(cells[variant, seed].output_dir, 'metrics.csv') for seed in seeds]
-    privacy = summaries[0]['privacy'] or {}
+    released = summaries[0]['privacy'] or {}
     rows.append(dict(
         variant=variant, sigma_dp=summaries[0]['sigma_dp'],
         wer=study.mean_std([100 * s['eval']['wer'] for s in summaries]),
         cer=study.mean_std([100 * s['eval']['cer'] for s in summaries]),
-        epsilons=(privacy.get('epsilon_declared_rdp'), privacy.get('epsilon_run_rdp'))))
+        epsilons=(released.get('epsilon_declared_rdp'), released.get('epsilon_run_rdp'))))
     profile = report.layer_norm_profile(csvs)
     if profile and (not variant.noise or variant.optimizer == _OPTIMIZERS.value[0]):
       profiles[variant.name] = profile

@@ -6,6 +6,7 @@ from absl import app
 from absl import flags
 
 from fedasr_tff import decoding
+from fedasr_tff import reading
 from fedasr_tff.data import text as text_lib
 
 DECODER = flags.DEFINE_enum('decoder', 'greedy', decoding.DECODERS, 'greedy: the best path; '
@@ -40,14 +41,18 @@ def check(has_word_list: Optional[bool] = None) -> None:
 
 
 def word_list(vocabulary: text_lib.Vocabulary) -> Optional[decoding.WordList]:
-  """The --word_list, read for `vocabulary`, or None without one.
+  """The --word_list, read for `vocabulary`, or None without one; a warning names the lines it
+  merged into earlier ones.
 
   Raises:
     app.UsageError: naming the flag and the file's line (`decoding.WordList.from_file`).
   """
   if not WORD_LIST.value:
     return None
+  report = reading.ReadReport()
   try:
-    return decoding.WordList.from_file(WORD_LIST.value, vocabulary)
+    words = decoding.WordList.from_file(WORD_LIST.value, vocabulary, report)
   except ValueError as e:
     raise app.UsageError(f'--word_list: {e}') from e
+  report.warn_if_skipped('--word_list')
+  return words

@@ -41,6 +41,7 @@ from experiments import common
 from experiments import config_flags
 from experiments import speech_stages
 from fedasr_tff import models
+from fedasr_tff import privacy
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
 from fedasr_tff.speech import config as config_lib
@@ -125,7 +126,8 @@ def table(rows) -> str:
   lines = ['| model | DP | held-out WER | held-out CER | ε declared / run (RDP, δ=1e-9) | '
            'N·α noisy / clean (diagnostic) |', '|---|---|---|---|---|---|']
   for row in rows:
-    eps = f'{row["epsilons"][0]:.3g} / {row["epsilons"][1]:.3g}' if row['epsilons'] else '-'
+    eps = (' / '.join(privacy.format_epsilon(e) for e in row['epsilons'][:2])
+           if row['epsilons'] else '-')
     # The clients' exact losses under a DP-trained model: a client statistic, not released by
     # the run's guarantee.
     outside = ' (OUTSIDE the DP guarantee)' if row['dp'] == 'dp' else ''

@@ -34,6 +34,7 @@ from experiments import common
 from experiments import config_flags
 from experiments import speech_stages
 from fedasr_tff import models
+from fedasr_tff import privacy
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.data import synthetic
 from fedasr_tff.speech import config as config_lib
@@ -130,7 +131,7 @@ def main(argv):
   lines = ['| model | DP | WER server domain | CER server domain | WER client domain | '
            'CER client domain | ε declared / run (RDP, δ=1e-9) |', '|---|---|---|---|---|---|---|']
   for name, dp_mode, scores, epsilons in rows:
-    eps = f'{epsilons[0]:.3g} / {epsilons[1]:.3g}' if epsilons else '-'
+    eps = ' / '.join(privacy.format_epsilon(e) for e in epsilons[:2]) if epsilons else '-'
     lines.append(f'| {name} | {dp_mode} | {100 * scores["server"].wer:.1f}% | '
                  f'{100 * scores["server"].cer:.1f}% | {100 * scores["clients"].wer:.1f}% | '
                  f'{100 * scores["clients"].cer:.1f}% | {eps} |')

@@ -152,10 +152,10 @@ def _print_single() -> int:
     if accountant == 'rdp':
       epsilon, order = privacy.compute_epsilon_and_order(noise_multiplier, sampling_rate, steps,
                                                          delta)
-      print(f'  rdp: epsilon={epsilon:.4g} (order {order:g})')
+      print(f'  rdp: epsilon={privacy.format_epsilon(epsilon)} (order {order:g})')
     else:
       epsilon = privacy.compute_epsilon(noise_multiplier, sampling_rate, steps, delta, 'pld')
-      print(f'  pld: epsilon={epsilon:.4g}')
+      print(f'  pld: epsilon={privacy.format_epsilon(epsilon)}')
   if _COHORT_SCALE.value is not None:
     for accountant in _ACCOUNTANTS.value:
       result = privacy.extrapolate(
@@ -164,7 +164,7 @@ def _print_single() -> int:
           extrapolated_steps=_EXTRAPOLATED_STEPS.value, accountant=accountant)
       print(f'extrapolated ({accountant}): S={result.cohort_size} K={result.population} '
             f'q={result.sampling_rate:.6g} z={result.noise_multiplier:g} T={result.steps} '
-            f'epsilon={result.epsilon:.4g}')
+            f'epsilon={privacy.format_epsilon(result.epsilon)}')
   return 0
 
 

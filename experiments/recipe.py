@@ -75,7 +75,9 @@ from experiments import report
 from experiments import speech_stages
 from fedasr_tff import decoding
 from fedasr_tff import models
+from fedasr_tff import privacy
 from fedasr_tff import private_files
+from fedasr_tff import reading
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import corpus
 from fedasr_tff.speech import evaluation
@@ -293,8 +295,9 @@ def main(argv):
   stages = {}  # stage -> wall seconds (of this invocation: a reused stage costs little)
   data_config = recipe_data(output_dir)
   vocab = data_config.vocabulary()
+  read = reading.ReadReport()
   utterances = corpus.read_utterances(data_config.corpus_dir, data_config.layout,
-                                      data_config.split)
+                                      data_config.split, report=read)
   roles = speaker_roles(data_config, utterances, output_dir)
   # The word list before any training or file: a bad --word_list, or seed speakers without a
   # word, is refused at start-up rather than after the training.
@@ -394,7 +397,8 @@ def main(argv):
       f'ε (RDP, δ = 1e-9): `epsilon_run` is the DP run\'s own guarantee ({ledger.cohort_size} '
       f'of {ledger.population} clients a round, Poisson-sampled); `epsilon_declared` is the '
       f'extrapolation to K\' = {ledger.declared_population:,}, S\' = '
-      f'{ledger.declared_cohort_size:,} at the same σ_DP (PLD: {epsilon_declared_pld:.2f}), '
+      f'{ledger.declared_cohort_size:,} at the same σ_DP (PLD: '
+      f'{privacy.format_epsilon(epsilon_declared_pld)}), '
       'which assumes quality depends on σ_DP only.',
       layer_norms_note,
       f'Seed training metrics (by step): `{os.path.join(output_dir, "seed", "metrics.csv")}`.',
@@ -407,15 +411,19 @@ def main(argv):
       runs={'FL, no noise': os.path.join(output_dir, 'fl_no_noise', 'metrics.csv'),
             'FL + DP': os.path.join(output_dir, 'fl_dp', 'metrics.csv')},
       references={'seed model': (seed_eval.overall.wer, seed_eval.overall.cer)},
-      layer_norm_run=layer_norm_run, notes=notes, decoding=decoded)
+      layer_norm_run=layer_norm_run, notes=notes, decoding=decoded,
+      inputs={'--split': read.as_dict(),
+              **({'--eval_split': eval_data.read_report.as_dict()} if data_config.eval_split
+                 else {})})
   print(f'\n== held-out speakers ({decoded})')
   for row in results:
     eps = ''
     if row['epsilon_run'] is not None and math.isfinite(row['epsilon_run']):
-      eps = (f'  epsilon_run={row["epsilon_run"]:.3g} (this run, K={ledger.population}, '
-             f'S={ledger.cohort_size}); epsilon_declared={row["epsilon_declared"]:.2f} (K\'='
+      eps = (f'  epsilon_run={privacy.format_epsilon(row["epsilon_run"])} (this run, '
+             f'K={ledger.population}, S={ledger.cohort_size}); epsilon_declared='
+             f'{privacy.format_epsilon(row["epsilon_declared"])} (K\'='
              f'{ledger.declared_population:,}, S\'={ledger.declared_cohort_size:,}; PLD '
-             f'{epsilon_declared_pld:.2f}) at delta=1e-9')
+             f'{privacy.format_epsilon(epsilon_declared_pld)}) at delta={ledger.delta:g}')
     open_vocabulary = (f'  (greedy, no word list: WER {100 * row["wer_open"]:.1f}%)'
                        if 'wer_open' in row else '')
     print(f'{row["model"]:<34} WER {100 * row["wer"]:5.1f}%  CER {100 * row["cer"]:5.1f}%'

@@ -25,6 +25,7 @@ import numpy as np
 
 from fedasr_tff import aggregators
 from fedasr_tff import models
+from fedasr_tff import privacy
 
 matplotlib.use('Agg')
 
@@ -489,18 +490,18 @@ def plot_privacy(csv_path: str, png_path: str, label: Optional[str] = None) -> O
 
 
 def _format_cell(column: str, value: object) -> str:
-  """Table cell: WER/CER as % with one decimal, None/NaN as '—', ε with two decimals (three
-  significant digits from 1e4)."""
+  """Table cell: WER/CER as % with one decimal, None/NaN as '—', ε as every ε is written
+  (`privacy.format_epsilon`: three significant digits, an exact 0 in words)."""
   if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
     return _MISSING
   if column in _PERCENT_COLUMNS:
     return f'{100.0 * float(value):.1f}'
   if isinstance(value, (float, np.floating)):
     value = float(value)
+    if column.startswith('epsilon'):
+      return privacy.format_epsilon(value)
     if math.isinf(value):
       return '∞'
-    if column.startswith('epsilon'):
-      return f'{value:.2f}' if value < 1e4 else f'{value:.3g}'
     return f'{value:g}'
   return str(value).replace('|', '\\|')
 
@@ -572,7 +573,8 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
                  privacy_statement: str, runs: Mapping[str, str],
                  layer_norm_run: Optional[str] = None, notes: Sequence[str] = (),
                  references: Optional[Mapping[str, tuple[float, float]]] = None,
-                 decoding: str = 'greedy decoding') -> str:
+                 decoding: str = 'greedy decoding',
+                 inputs: Optional[Mapping[str, Mapping[str, object]]] = None) -> str:
   """Writes `output_dir/report.md` and its figures (PNGs in the same directory).
 
   Sections: the title; "Results", led by the WER of every result in one sentence (`headline`,
@@ -581,7 +583,8 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
   inserted verbatim (only surrounding blank space trimmed); "Figures", each embedded with a link
   relative to the report (error_rates.png, layer_norms.png, privacy.png, whichever apply, see
   `_figures`; `references` go to the error-rate plot as in `plot_error_rates`); "Metrics
-  files", the CSV behind each run label; and "Notes", one bullet per note, if any.
+  files", the CSV behind each run label; "Input files" (`input_section`) if `inputs` are given;
+  and "Notes", one bullet per note, if any.
 
   Returns:
     The path of report.md.
@@ -599,7 +602,53 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
   if runs:
     sections += ['## Metrics files',
                  '\n'.join(f'- {label}: `{path}`' for label, path in runs.items())]
+  if inputs:
+    sections += ['## Input files', input_section(inputs)]
   return _write_sections(output_dir, sections, notes)
+
+
+def _skipped_cell(skipped: Mapping[str, int]) -> str:
+  if not skipped:
+    return '0'
+  reasons = ', '.join(f'{n:,} × {reason}' for reason, n in skipped.items())
+  return f'{sum(skipped.values()):,} ({reasons})'.replace('|', '\\|')
+
+
+def input_section(inputs: Mapping[str, Mapping[str, object]]) -> str:
+  """The "Input files" section: what the readers made of every line of each data set's files.
+
+  Args:
+    inputs: {data set: `fedasr_tff.reading.ReadReport.as_dict()`, with optionally `left_out`,
+      {reason: examples} the run's flags left out after reading}, as `summary.json` holds them.
+
+  Returns:
+    Markdown: a table row per file (lines, header, blank, records kept and skipped, by reason),
+    problems that are no line of a file, and what the flags left out.
+  """
+  rows = ['| data | file | lines | header | blank | records | kept | skipped |',
+          '|---|---|---|---|---|---|---|---|']
+  notes = []
+  for name, read in inputs.items():
+    files = dict(read.get('files', {}))
+    if read.get('files_read', 0) > len(files):  # many files: their total, then those with skips
+      files = {f'all {read["files_read"]:,} files': read['total'], **files}
+    for path, account in files.items():
+      rows.append(f'| {name} | `{path}` | {account["lines"]:,} | {account["header"]:,} | '
+                  f'{account["blank"]:,} | {account["records"]:,} | {account["kept"]:,} | '
+                  f'{_skipped_cell(account["skipped"])} |')
+    in_files = read.get('total', {}).get('skipped', {})
+    elsewhere = {reason: n - in_files.get(reason, 0)
+                 for reason, n in read.get('problems', {}).items() if n > in_files.get(reason, 0)}
+    if elsewhere:
+      notes.append(f'{name}: also skipped {_skipped_cell(elsewhere)}.')
+    for reason, n in read.get('left_out', {}).items():
+      notes.append(f'{name}: {n:,} example(s) read but left out: {reason}.')
+  text = ('What the readers made of every line of the input (records: rows, entries or '
+          'stanzas; lines = header + blank + the records\' lines). Read before training: they '
+          'describe the files you supplied, not the training.\n\n' + '\n'.join(rows))
+  if notes:
+    text += '\n\n' + '\n'.join(f'- {note}' for note in notes)
+  return text
 
 
 def _write_sections(output_dir: str, sections: Sequence[str], notes: Sequence[str]) -> str:
@@ -648,10 +697,12 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], png_path: 
 
 
 def write_retriever_report(output_dir: str, *, title: str, scores, class_names: Sequence[str],
-                           privacy_statement: str, notes: Sequence[str] = ()) -> str:
+                           privacy_statement: str, notes: Sequence[str] = (),
+                           inputs: Optional[Mapping[str, Mapping[str, object]]] = None) -> str:
   """Writes `output_dir/report.md` of a retriever run: top-1, top-K and macro-F1 first, the
   per-class precision, recall and F1, the confusion matrix (`confusion.png`, up to
-  `MAX_CONFUSION_CLASSES` classes; the most confused pairs beyond), the privacy statement.
+  `MAX_CONFUSION_CLASSES` classes; the most confused pairs beyond), the privacy statement, and
+  the input files (`input_section`) if `inputs` are given.
 
   Args:
     output_dir: the run's folder.
@@ -660,6 +711,7 @@ def write_retriever_report(output_dir: str, *, title: str, scores, class_names: 
     class_names: the name of each class.
     privacy_statement: Markdown, inserted as it is.
     notes: one bullet each.
+    inputs: as in `input_section`.
 
   Returns:
     The path of report.md.
@@ -689,4 +741,6 @@ def write_retriever_report(output_dir: str, *, title: str, scores, class_names: 
     sections.append(f'Not drawn for more than {MAX_CONFUSION_CLASSES} classes. The most '
                     f'frequent confusions (true → predicted: examples):\n\n{listed}')
   sections += ['## Privacy', privacy_statement.strip()]
+  if inputs:
+    sections += ['## Input files', input_section(inputs)]
   return _write_sections(output_dir, sections, notes)

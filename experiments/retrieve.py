@@ -31,13 +31,15 @@ from absl import flags
 
 from experiments import cli
 from experiments import common
+from fedasr_tff import reading
 from fedasr_tff.retrieval import retriever as retriever_lib
 
 _MODEL = flags.DEFINE_string('model', None, 'The `model.npz` of a train_retriever run.')
 _TOP_K = flags.DEFINE_integer('top_k', None, 'Documents per query (default 3, or the number of '
                               'classes if fewer).', lower_bound=1)
-_QUERIES_FILE = flags.DEFINE_string('queries_file', None, 'Queries, one a line (blank lines '
-                                    'skipped); default: the arguments, else standard input.')
+_QUERIES_FILE = flags.DEFINE_string('queries_file', None, 'Queries, one a line (UTF-8, blank '
+                                    'lines skipped); default: the arguments, else standard '
+                                    'input.')
 _FORMAT = flags.DEFINE_enum('format', 'text', ['text', 'jsonl'], 'Output: text, or one JSON '
                             'object a line.')
 _DOCUMENTS = flags.DEFINE_string('documents', None, 'A TSV of `class<TAB>document text`: the '
@@ -47,41 +49,58 @@ _EXPORT_DIR = flags.DEFINE_string('export_dir', None, 'Write the retriever as a 
 
 
 def _queries(argv):
+  """The queries: the arguments, else --queries_file's lines, else standard input's; blank lines
+  of a file are skipped, a blank argument refused, and no query at all is refused."""
   if len(argv) > 1:
     if _QUERIES_FILE.value:
       raise app.UsageError('Give queries as arguments or --queries_file, not both.')
-    return list(argv[1:])
+    for position, query in enumerate(argv[1:], start=1):
+      if not query.strip():
+        raise app.UsageError(f'query {position} (argument {position}) is empty: give each query '
+                             'as text.')
+    return [query.strip() for query in argv[1:]]
   if _QUERIES_FILE.value:
+    source = f'--queries_file {_QUERIES_FILE.value}'
     try:
-      with open(_QUERIES_FILE.value, encoding='utf-8') as f:
-        lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-      raise app.UsageError(f'--queries_file {_QUERIES_FILE.value!r}: cannot read: {e}') from e
+      lines = reading.split_lines(reading.read_text(_QUERIES_FILE.value))
+    except ValueError as e:
+      raise app.UsageError(f'--queries_file: {e}') from e
   else:
-    lines = sys.stdin.read().splitlines()
-  return [line.strip() for line in lines if line.strip()]
+    source = 'standard input'
+    lines = reading.split_lines(sys.stdin.read())
+  queries = [line.strip() for line in lines if line.strip()]
+  if not queries:
+    raise app.UsageError(f'No query read from {source} ({len(lines)} line(s), all blank): give '
+                         'queries as arguments, in --queries_file, or on standard input, one a '
+                         'line.')
+  return queries
 
 
 def _documents(class_names):
+  """{class: its text} of --documents, a `CLASS<TAB>TEXT` file (text after the first tab)."""
   if _DOCUMENTS.value is None:
     return {}
-  texts = {}
+  path = _DOCUMENTS.value
   try:
-    with open(_DOCUMENTS.value, encoding='utf-8') as f:
-      for number, line in enumerate(f, start=1):
-        if not line.strip():
-          continue
-        name, tab, text = line.rstrip('\n').partition('\t')
-        if not tab:
-          raise app.UsageError(f'--documents {_DOCUMENTS.value}:{number}: expected '
-                               'CLASS<TAB>TEXT, found no tab.')
-        texts[name.strip()] = text.strip()
-  except (OSError, UnicodeDecodeError) as e:
-    raise app.UsageError(f'--documents {_DOCUMENTS.value!r}: cannot read: {e}') from e
+    lines = reading.split_lines(reading.read_text(path))
+  except ValueError as e:
+    raise app.UsageError(f'--documents: {e}') from e
+  texts, where = {}, {}
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    name, tab, text = line.partition('\t')
+    name = name.strip()
+    if not tab:
+      raise app.UsageError(f'--documents {path}:{number}: expected CLASS<TAB>TEXT, found no tab.')
+    if name in texts:
+      raise app.UsageError(f'--documents {path}:{number}: class {name!r} again (first at line '
+                           f'{where[name]}): give each class one text.')
+    texts[name], where[name] = text.strip(), number
   unknown = sorted(set(texts) - set(class_names))
   if unknown:
-    raise app.UsageError(f'--documents {_DOCUMENTS.value!r} names classes the retriever does not '
-                         f'have: {", ".join(unknown[:5])}.')
+    raise app.UsageError(f'--documents {path} names classes the retriever does not have: '
+                         f'{", ".join(unknown[:5])} (line {where[unknown[0]]}).')
   return texts
 
 

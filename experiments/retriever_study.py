@@ -32,6 +32,7 @@ from absl import flags
 from experiments import cli
 from experiments import common
 from experiments import config_flags
+from fedasr_tff import privacy
 from fedasr_tff import private_files
 from fedasr_tff.program import study
 from fedasr_tff.retrieval import config as retrieval_config
@@ -117,13 +118,13 @@ def _run(name, overrides, seed, output_dir):
 
 
 def _epsilon(summary):
-  privacy = summary.get('privacy') or {}
-  if 'local_epsilon_max' in privacy:
-    return f'local, per client: {privacy["local_epsilon_max"]:.3g}'
-  if 'epsilon_run_rdp' in privacy:
-    return (f'run (K=3): {privacy["epsilon_run_rdp"]:.3g}; declared '
+  released = summary.get('privacy') or {}
+  if 'local_epsilon_max' in released:
+    return f'local, per client: {privacy.format_epsilon(released["local_epsilon_max"])}'
+  if 'epsilon_run_rdp' in released:
+    return (f'run (K=3): {privacy.format_epsilon(released["epsilon_run_rdp"])}; declared '
             f'(K\'={_DECLARED_POPULATION.value:,}, S\'={_DECLARED_COHORT.value:,}): '
-            f'{privacy["epsilon_declared_rdp"]:.3g}')
+            f'{privacy.format_epsilon(released["epsilon_declared_rdp"])}')
   return 'no DP'
 
 

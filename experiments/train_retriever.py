@@ -76,7 +76,7 @@ def main(argv):
       class_names=result.class_names, privacy_statement=statement,
       notes=[f'{metrics["test_examples_left_out"]} examples of --test_path were left out: '
              'their classes are not among the training corpus\'s.']
-      if metrics.get('test_examples_left_out') else [])
+      if metrics.get('test_examples_left_out') else [], inputs=metrics.get('inputs'))
   print(f'report: {path}')
 
 

@@ -5,11 +5,13 @@ word list (`WordList.restrict`).
 import collections
 import dataclasses
 from typing import List
+from typing import Optional
 from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from fedasr_tff import reading
 from fedasr_tff.data import text as text_lib
 from fedasr_tff.models import ctc
 
@@ -111,12 +113,15 @@ class WordList:
     self._nearest = {}
 
   @classmethod
-  def from_file(cls, path: str, vocabulary: text_lib.Vocabulary) -> 'WordList':
+  def from_file(cls, path: str, vocabulary: text_lib.Vocabulary,
+                report: Optional[reading.ReadReport] = None) -> 'WordList':
     """Reads a word list: one word per line, normalised as transcripts are.
 
     Args:
-      path: the file; blank lines are skipped.
+      path: the file (UTF-8); blank lines are skipped, and a word that repeats an earlier one
+        after normalisation is merged into it, both counted in `report`.
       vocabulary: the model's vocabulary, which every word must fit.
+      report: where the file's lines are counted; default a new one.
 
     Returns:
       The `WordList`.
@@ -125,15 +130,20 @@ class WordList:
       ValueError: naming `path:line` for a line that is not one word of `vocabulary`'s
         characters after normalisation, or `path` if it cannot be read or lists no word.
     """
-    words = []
+    report = reading.ReadReport() if report is None else report
+    account = report.account(path)
     try:
-      with open(path, encoding='utf-8') as f:
-        lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-      raise ValueError(f'{path}: cannot read the word list: {e}') from e
+      lines = reading.split_lines(reading.read_text(path))
+    except ValueError as e:
+      raise ValueError(f'{e} (the word list)') from e
+    account.lines += len(lines)
+    words = {}
     for number, line in enumerate(lines, start=1):
       if not line.strip():
+        account.blank += 1
         continue
+      account.records += 1
+      account.record_lines += 1
       word = text_lib.normalize_transcript(line, vocabulary.language)
       if not word or text_lib.WORD_BOUNDARY in word:
         raise ValueError(f'{path}:{number}: expected one word, got {line.strip()!r} (normalised '
@@ -142,10 +152,16 @@ class WordList:
       if unknown:
         raise ValueError(f'{path}:{number}: {line.strip()!r} has characters outside the '
                          f'{vocabulary.language!r} vocabulary: {"".join(sorted(unknown))!r}.')
-      words.append(word)
+      if word in words:
+        report.skip(path, number, 'repeats an earlier word (merged)', strict=False,
+                    where=f'{path}:{number} (as line {words[word]})')
+        continue
+      words[word] = number
+      report.keep(path)
+    account.check(path)
     if not words:
       raise ValueError(f'{path}: the word list has no words.')
-    return cls(words)
+    return cls(list(words))
 
   @classmethod
   def from_transcripts(cls, transcripts: Sequence[str],

@@ -8,6 +8,7 @@ import numpy as np
 
 from fedasr_tff import data
 from fedasr_tff import decoding
+from fedasr_tff import reading
 
 _TOKENS = ('a', 'b', ' ')
 # Frames of p(blank), p(a): the best path is "" (0.36); the best sequence "a" (0.64).
@@ -60,6 +61,17 @@ class WordListTest(absltest.TestCase):
     words = decoding.WordList.from_file(self._file('Hello,\n\nWORLD\nhello\n'),
                                         data.Vocabulary('en'))
     self.assertEqual(words.words, ('hello', 'world'))
+
+  def test_file_lines_are_counted_and_repeats_merged_and_counted(self):
+    path = self._file('Hello,\n\nWORLD\nhello\n')
+    report = reading.ReadReport()
+    decoding.WordList.from_file(path, data.Vocabulary('en'), report)
+    account = report.files[path]
+    account.check(path)
+    self.assertEqual((account.lines, account.blank, account.records, account.kept),
+                     (4, 1, 3, 2))
+    self.assertEqual(report.problems, [(f'{path}:4 (as line 1)',
+                                        'repeats an earlier word (merged)')])
 
   def test_file_errors_name_file_and_line(self):
     vocab = data.Vocabulary('en')

@@ -6,6 +6,7 @@ import math
 from typing import Any
 from typing import Dict
 
+from fedasr_tff import privacy
 from fedasr_tff.program import privacy_ledger
 
 CONSISTENT = 'consistent'
@@ -86,7 +87,8 @@ class AuditResult:
 
   def summary(self) -> str:
     """Returns one line: the claim, the lower bound, the tightness and the verdict."""
-    claimed = ', '.join(f'{k.upper()} {v:.3g}' for k, v in self.claimed.items())
+    claimed = ', '.join(f'{k.upper()} {privacy.format_epsilon(v)}'
+                        for k, v in self.claimed.items())
     return (f'{self.method}: claimed epsilon {claimed} at delta={self.delta:g}; measured lower '
             f'bound {self.lower_bound:.3g} at {self.confidence:.0%} confidence '
             f'(tightness {self.tightness:.2f}): {self.verdict}')

@@ -3,20 +3,25 @@
 LibriSpeech and Common Voice, the corpora of Pelikan et al., "Enabling Differentially Private
 Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
 Clipping", NeurIPS 2025, arXiv:2310.00098, Sec. 4. Readers list utterances (metadata only; no
-audio is decoded). Problems with single utterances (a missing `.trans.txt`, an audio file
-without a transcript line or the reverse, an empty transcript) are skipped and counted in a
-`ReadReport` naming each file, or raised at once with `strict=True`. A missing TSV column is
-always an error naming the file and column.
+audio is decoded) and count what became of every line they read in a `ReadReport`
+(`fedasr_tff.reading`). Problems with single utterances (a missing `.trans.txt`, an audio file
+without a transcript line or the reverse, an empty transcript) are skipped and counted naming
+each file, or raised at once with `strict=True`. TSVs are read without quoting (a transcript may
+start with `"`); a missing column, a row with another number of fields than the header and a
+file that is not UTF-8 are always errors naming the file (and line).
 """
 
-import collections
-import csv
 import dataclasses
 import glob
 import os
 from typing import List
 from typing import Optional
 from typing import Tuple
+
+from fedasr_tff import reading
+
+# Where readers count what they read (the feature pipeline counts unusable audio in it too).
+ReadReport = reading.ReadReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,41 +36,6 @@ class Utterance:
   path: str
   transcript: str
   speaker: str
-
-
-@dataclasses.dataclass
-class ReadReport:
-  """What a reader (or the feature pipeline) skipped, and why, file by file.
-
-  Attributes:
-    problems: (file or `file:line`, reason) pairs, in the order met.
-  """
-  problems: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
-
-  def add(self, path: str, reason: str, strict: bool) -> None:
-    """Records a problem, or raises it.
-
-    Args:
-      path: the file (or `file:line`) concerned.
-      reason: what is wrong with it.
-      strict: raise instead of recording.
-
-    Raises:
-      ValueError: `path: reason`, if `strict`.
-    """
-    if strict:
-      raise ValueError(f'{path}: {reason}')
-    self.problems.append((path, reason))
-
-  @property
-  def counts(self) -> collections.Counter:
-    """The number of problems by reason."""
-    return collections.Counter(reason for _, reason in self.problems)
-
-  def __str__(self) -> str:
-    if not self.problems:
-      return 'no problems'
-    return '; '.join(f'{n} x {reason}' for reason, n in self.counts.most_common())
 
 
 def read_librispeech(root: str, split: str, strict: bool = False,
@@ -104,54 +74,49 @@ def read_librispeech(root: str, split: str, strict: bool = False,
       for path in sorted(audio.values()):
         report.add(path, 'missing .trans.txt', strict)
       continue
-    with open(transcript_path, encoding='utf-8') as f:
-      for line_number, line in enumerate(f, start=1):
-        utterance_id, _, text = line.strip().partition(' ')
-        if not utterance_id:
-          continue
-        where = f'{transcript_path}:{line_number}'
-        if not text.strip():
-          report.add(where, 'empty transcript', strict)
-        elif utterance_id not in audio:
-          report.add(where, 'transcript without audio file', strict)
-        else:
-          utterances.append(Utterance(audio.pop(utterance_id), text.strip(), speaker))
+    lines = reading.split_lines(reading.read_text(transcript_path))
+    account = report.account(transcript_path)
+    account.lines += len(lines)
+    for line_number, line in enumerate(lines, start=1):
+      utterance_id, _, text = line.strip().partition(' ')
+      if not utterance_id:
+        account.blank += 1
+        continue
+      account.records += 1
+      account.record_lines += 1
+      if not text.strip():
+        report.skip(transcript_path, line_number, 'empty transcript', strict)
+      elif utterance_id not in audio:
+        report.skip(transcript_path, line_number, 'transcript without audio file', strict)
+      else:
+        report.keep(transcript_path)
+        utterances.append(Utterance(audio.pop(utterance_id), text.strip(), speaker))
+    account.check(transcript_path)
     for path in sorted(audio.values()):
       report.add(path, 'audio file without transcript', strict)
   return utterances
-
-
-def _read_tsv(path: str, required: Tuple[str, ...]):
-  try:
-    with open(path, newline='', encoding='utf-8') as f:
-      reader = csv.DictReader(f, delimiter='\t', quoting=csv.QUOTE_NONE)
-      columns = reader.fieldnames or []
-      missing = [c for c in required if c not in columns]
-      if missing:
-        raise ValueError(f'{path}: missing column(s) {", ".join(missing)} '
-                         f'(found: {", ".join(columns) or "no header"}).')
-      return [(reader.line_num, row) for row in reader]
-  except (OSError, UnicodeDecodeError, csv.Error) as e:
-    raise ValueError(f'{path}: cannot read TSV: {e}') from e
 
 
 def _utterances_from_tsv(tsv: str, audio_dir: str, columns: Tuple[str, str, str], strict: bool,
                          report: ReadReport) -> List[Utterance]:
   """Rows of a TSV with (audio path, transcript, speaker) `columns` -> utterances."""
   path_column, transcript_column, speaker_column = columns
+  table = reading.read_table(tsv, report, required=columns)
   utterances = []
-  for line, row in _read_tsv(tsv, columns):
-    where = f'{tsv}:{line}'
-    audio = os.path.join(audio_dir, row[path_column] or '')
-    transcript = (row[transcript_column] or '').strip()
+  for line, row in table.rows:
+    audio = os.path.join(audio_dir, table.field(row, path_column))
+    transcript = table.field(row, transcript_column).strip()
+    speaker = table.field(row, speaker_column)  # as written: it names the client
     if not transcript:
-      report.add(where, 'empty transcript', strict)
-    elif not row[speaker_column]:
-      report.add(where, f'empty {speaker_column}', strict)
+      report.skip(tsv, line, 'empty transcript', strict)
+    elif not speaker:
+      report.skip(tsv, line, f'empty {speaker_column}', strict)
     elif not os.path.isfile(audio):
-      report.add(audio, 'missing audio file', strict)
+      report.skip(tsv, line, 'missing audio file', strict, where=audio)
     else:
-      utterances.append(Utterance(audio, transcript, row[speaker_column]))
+      report.keep(tsv)
+      utterances.append(Utterance(audio, transcript, speaker))
+  report.account(tsv).check(tsv)
   return utterances
 
 
@@ -217,39 +182,41 @@ class AudioListEntry:
   reference: Optional[str] = None
 
 
-def read_audio_list(path: str) -> List[AudioListEntry]:
+def read_audio_list(path: str, report: Optional[ReadReport] = None) -> List[AudioListEntry]:
   """The entries of an audio list (files to transcribe), in order.
 
   Either a corpus manifest (`read_manifest`'s format, read by the same TSV reader), told by its
   header line naming a `path` column: the `transcript` column, if there is one, is the reference
   and other columns (`speaker`) are ignored. Or a simple list: one audio path per line,
   optionally followed by a tab and its reference transcript, no header. Blank lines are
-  skipped, paths relative to the list's folder unless absolute. Either every entry has a
-  reference or none has. Audio files are not opened here.
+  skipped (and counted), paths relative to the list's folder unless absolute. Either every entry
+  has a reference or none has. Audio files are not opened here.
 
   Args:
     path: the list.
+    report: where the list's lines are counted; default a new one.
 
   Returns:
     Its entries.
 
   Raises:
     ValueError: naming `path:line` for a line with an empty path, an empty reference, more than
-      two tab-separated fields without a header, or a reference where earlier lines have none
-      (or the reverse); naming `path` if it cannot be read or lists no file.
+      two tab-separated fields without a header (another number than the header's with one),
+      or a reference where earlier lines have none (or the reverse); naming `path` if it cannot
+      be read, is not UTF-8 or lists no file.
   """
-  try:
-    with open(path, encoding='utf-8') as f:
-      lines = f.read().splitlines()
-  except (OSError, UnicodeDecodeError) as e:
-    raise ValueError(f'{path}: cannot read the audio list: {e}') from e
+  report = ReadReport() if report is None else report
+  lines = reading.split_lines(reading.read_text(path))
   folder = os.path.dirname(os.path.abspath(path))
   header = next((line.split('\t') for line in lines if line.strip()), [])
   if 'path' in [column.strip() for column in header]:
-    return _audio_list_from_manifest(path, folder)
+    return _audio_list_from_manifest(path, folder, report)
+  account = report.account(path)
+  account.lines += len(lines)
   entries = []
   for number, line in enumerate(lines, start=1):
     if not line.strip():
+      account.blank += 1
       continue
     where = f'{path}:{number}'
     fields = line.split('\t')
@@ -266,25 +233,31 @@ def read_audio_list(path: str) -> List[AudioListEntry]:
     if entries and (reference is None) != (entries[0].reference is None):
       raise ValueError(f'{where}: {"no" if reference is None else "a"} reference transcript, '
                        f'unlike {entries[0].where}; give references on every line or on none.')
+    account.records += 1
+    account.record_lines += 1
+    report.keep(path)
     entries.append(AudioListEntry(os.path.join(folder, audio), where, reference))
   if not entries:
     raise ValueError(f'{path}: the audio list names no file.')
   return entries
 
 
-def _audio_list_from_manifest(path: str, folder: str) -> List[AudioListEntry]:
+def _audio_list_from_manifest(path: str, folder: str,
+                              report: ReadReport) -> List[AudioListEntry]:
   """The entries of a manifest (`read_audio_list`): its paths, its transcripts as references."""
+  table = reading.read_table(path, report, required=('path',))
   entries = []
-  for line, row in _read_tsv(path, ('path',)):
+  for line, row in table.rows:
     where = f'{path}:{line}'
-    audio = (row['path'] or '').strip()
+    audio = table.field(row, 'path').strip()
     if not audio:
       raise ValueError(f'{where}: empty path.')
     reference = None
-    if 'transcript' in row:
-      reference = (row['transcript'] or '').strip()
+    if 'transcript' in table.columns:
+      reference = table.field(row, 'transcript').strip()
       if not reference:
         raise ValueError(f'{where}: empty transcript (the reference).')
+    report.keep(path)
     entries.append(AudioListEntry(os.path.join(folder, audio), where, reference))
   if not entries:
     raise ValueError(f'{path}: the manifest names no file.')

@@ -133,7 +133,8 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
                max_utterance_seconds: float = 30.0,
                feature_cache_dir: Optional[str] = None,
                feature_normalization: str = features_lib.UTTERANCE,
-               report: Optional[corpora.ReadReport] = None):
+               report: Optional[corpora.ReadReport] = None,
+               read_report: Optional[corpora.ReadReport] = None):
     """Initializes the client data.
 
     Args:
@@ -152,7 +153,11 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
       feature_normalization: how each utterance's log-mels are normalised, "utterance" or
         "cmn" (`features.log_mel_features`); a model must be used with the features it was
         trained on.
-      report: where skipped utterances are counted; a new one by default.
+      report: where the utterances this view skips (when a client's dataset is made) are
+        counted; a new one by default.
+      read_report: what the corpus reader read to list `utterances` (each file's lines, the
+        rows it skipped), kept as `read_report`; an empty one by default. Apart from `report`:
+        it is known before any client is sampled.
 
     Raises:
       ValueError: for a non-positive duration or another `feature_normalization`.
@@ -173,6 +178,7 @@ class SpeechClientData(tff.simulation.datasets.ClientData):
                              else f'{_FEATURE_VERSION} normalization={feature_normalization}')
     self._strict = strict
     self.report = corpora.ReadReport() if report is None else report
+    self.read_report = corpora.ReadReport() if read_report is None else read_report
     self.unknown_characters = collections.Counter()
 
   @property

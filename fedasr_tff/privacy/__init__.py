@@ -21,6 +21,7 @@ from fedasr_tff.privacy.conventions import sigma_dp_from_noise_multiplier
 from fedasr_tff.privacy.extrapolation import PrivacyConfiguration
 from fedasr_tff.privacy.extrapolation import extrapolate
 from fedasr_tff.privacy.extrapolation import privacy_of_configuration
+from fedasr_tff.privacy.formatting import format_epsilon
 from fedasr_tff.privacy.published_tables import PUBLISHED_DELTA
 from fedasr_tff.privacy.published_tables import PUBLISHED_TABLES_CSV
 from fedasr_tff.privacy.published_tables import PublishedRow

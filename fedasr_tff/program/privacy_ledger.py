@@ -250,16 +250,16 @@ class PrivacyLedger:
       The line: the run's ε (RDP, PLD and, for fixed cohorts, without-replacement RDP) and the
       declared population's ε now and at `planned_rounds`.
     """
-    m = self.metrics(rounds)
+    m = {name: privacy.format_epsilon(value) for name, value in self.metrics(rounds).items()}
     parts = [f'this run (K={self.population}, S={self.cohort_size}): epsilon_run '
-             f'RDP {m["epsilon_run_rdp"]:.3g} / PLD {m["epsilon_run_pld"]:.3g}']
+             f'RDP {m["epsilon_run_rdp"]} / PLD {m["epsilon_run_pld"]}']
     if self.sampling == 'fixed':
-      parts[-1] += f' / without-replacement RDP {m["epsilon_run_wor_rdp"]:.3g}'
+      parts[-1] += f' / without-replacement RDP {m["epsilon_run_wor_rdp"]}'
     parts.append(f'declared (K\'={self.declared_population}, S\'={self.declared_cohort_size}, '
                  'assumes quality depends on sigma_dp only): epsilon_declared '
-                 f'RDP {m["epsilon_declared_rdp"]:.3g} / PLD {m["epsilon_declared_pld"]:.3g}, '
-                 f'{m["projected_epsilon_declared_rdp"]:.3g} / '
-                 f'{m["projected_epsilon_declared_pld"]:.3g} at {self.planned_rounds} rounds')
+                 f'RDP {m["epsilon_declared_rdp"]} / PLD {m["epsilon_declared_pld"]}, '
+                 f'{m["projected_epsilon_declared_rdp"]} / '
+                 f'{m["projected_epsilon_declared_pld"]} at {self.planned_rounds} rounds')
     return f'epsilon spent at delta={self.delta:g}: ' + '; '.join(parts)
 
   def statement(self, rounds: int, disclosures: Optional[Disclosures] = None) -> str:
@@ -279,16 +279,16 @@ class PrivacyLedger:
       return ('No noise was added: the run is **not** differentially private (ε = ∞), and every '
               'number it released (including client statistics) is outside any guarantee. '
               f'Cohort S = {self.cohort_size} of K = {self.population} clients, {rounds} rounds.')
-    m = self.metrics(rounds)
+    m = {name: privacy.format_epsilon(value) for name, value in self.metrics(rounds).items()}
     fixed = self.sampling == 'fixed'
     wor_header = ' ε (RDP, without replacement, replace-one) |' if fixed else ''
     wor_rule = '---|' if fixed else ''
 
     def row(name, population, cohort, k, q, z):
       cells = (f'| {name} | {cohort} | {k} | {q:.4g} | {z:.4g} | '
-               f'{m[f"epsilon_{population}_rdp"]:.3g} | {m[f"epsilon_{population}_pld"]:.3g} |')
+               f'{m[f"epsilon_{population}_rdp"]} | {m[f"epsilon_{population}_pld"]} |')
       if fixed:
-        cells += f' {m[f"epsilon_{population}_wor_rdp"]:.3g} |'
+        cells += f' {m[f"epsilon_{population}_wor_rdp"]} |'
       return cells
 
     sampling_text = (
@@ -383,9 +383,9 @@ class PrivacyLedger:
     ]
     if rounds < self.planned_rounds:
       lines.append(f'- At the planned {self.planned_rounds} rounds: epsilon_run '
-                   f'{m["projected_epsilon_run_rdp"]:.3g} (RDP), epsilon_declared '
-                   f'{m["projected_epsilon_declared_rdp"]:.3g} (RDP) / '
-                   f'{m["projected_epsilon_declared_pld"]:.3g} (PLD).')
+                   f'{m["projected_epsilon_run_rdp"]} (RDP), epsilon_declared '
+                   f'{m["projected_epsilon_declared_rdp"]} (RDP) / '
+                   f'{m["projected_epsilon_declared_pld"]} (PLD).')
     return '\n'.join(lines)
 
 

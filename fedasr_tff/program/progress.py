@@ -12,6 +12,8 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
+from fedasr_tff import privacy
+
 DEFAULT_SHOWN = ('train/loss', 'client/train/loss', 'eval/cer', 'eval/wer',
                  'privacy/epsilon_run_rdp', 'privacy/epsilon_declared_rdp')
 
@@ -52,7 +54,8 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
     for name in self._shown:
       if name in flat and np.ndim(flat[name]) == 0:
         self._latest[name.split('/')[-1]] = float(flat[name])
-    self._bar.set_postfix({k: f'{v:.4g}' for k, v in self._latest.items()}, refresh=False)
+    self._bar.set_postfix({k: privacy.format_epsilon(v) if 'epsilon' in k else f'{v:.4g}'
+                           for k, v in self._latest.items()}, refresh=False)
     self.advance(key)
 
   def advance(self, round_num: int) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Optional
 
 from fedasr_tff import privacy
+from fedasr_tff import reading
 from fedasr_tff import validation
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
@@ -54,6 +55,11 @@ class RetrieverConfig:
   package_label: str = _field('debtag', '--corpus=debian_packages: label a package by its most '
                               'specific debtag or by its archive section.',
                               corpora.DEBIAN_LABELS)
+  malformed_rows: str = _field(
+      'error', 'A malformed row of --corpus_path or --test_path (another number of fields than '
+      'the header, a field holding a line break, an empty text or label, a line without a '
+      'tab): refuse the file naming the line (error), or skip the row, counted in summary.json '
+      'and the report (skip).', reading.MALFORMED, fingerprint=False)
   max_chars: Optional[int] = _field(400, 'Fortunes: drop entries longer than this.')
   min_class_examples: int = _field(20, 'Drop classes with fewer examples.')
   max_class_examples: Optional[int] = _field(
@@ -173,6 +179,7 @@ class RetrieverConfig:
     for name, value, options in (('corpus', self.corpus, CORPORA),
                                  ('client_split', self.client_split, SPLITS),
                                  ('package_label', self.package_label, corpora.DEBIAN_LABELS),
+                                 ('malformed_rows', self.malformed_rows, reading.MALFORMED),
                                  ('mode', self.mode, tff_model.MODES),
                                  ('weighting', self.weighting, process_lib.WEIGHTINGS),
                                  ('local_dp', self.local_dp, LOCAL_DP),

@@ -4,16 +4,16 @@ The classifier-as-retriever (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Feder
 with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever",
 webAI 2025, Sec. 3.2) treats each class as one retrievable document, so a corpus is texts with a
 class label each (`LabelledTexts`), read by one reader per layout. Every file is decoded as UTF-8
-(a leading byte-order mark is dropped), or as latin-1 when it is not valid UTF-8. Bad input is an
-error naming the file and line; nothing is skipped silently but blank lines (and, in
-`read_fortunes`, what its arguments filter out). Splits return sorted int64 index arrays into the
+(a leading byte-order mark is dropped), or, with a warning, as latin-1 when it is not valid UTF-8.
+Every reader counts what became of each line in a `reading.ReadReport` it is given. A malformed
+line or row is an error naming the file and line, or, with `malformed="skip"`, skipped and
+counted; what a reader leaves out by design (blank lines, what `read_fortunes`' arguments filter
+out, a package listed twice) is counted too. Splits return sorted int64 index arrays into the
 corpus (`LabelledTexts.subset` applies them).
 """
 
 import collections
-import csv
 import dataclasses
-import io
 import math
 import os
 import stat
@@ -26,6 +26,7 @@ from typing import Tuple
 from absl import logging
 import numpy as np
 
+from fedasr_tff import reading
 from fedasr_tff import validation
 
 FORTUNES_DIR = '/usr/share/games/fortunes'
@@ -148,19 +149,6 @@ def _check_indices(indices, size: int) -> np.ndarray:
   return indices.astype(np.int64)
 
 
-def _read_text(path: str) -> str:
-  """The file at `path` as text: UTF-8, or latin-1 when it is not valid UTF-8."""
-  try:
-    with open(path, 'rb') as f:
-      data = f.read()
-  except OSError as e:
-    raise ValueError(f'{path}: cannot read: {e.strerror or e}.') from e
-  try:
-    return data.decode('utf-8-sig')
-  except UnicodeDecodeError:
-    return data.decode('latin-1')
-
-
 def _is_fortune_category(directory: str, name: str) -> bool:
   if name.startswith('.') or name.endswith(_FORTUNES_NOT_CATEGORIES):
     return False
@@ -170,21 +158,33 @@ def _is_fortune_category(directory: str, name: str) -> bool:
     return False
 
 
-def _fortune_entries(text: str) -> List[str]:
-  """The non-empty, stripped entries of a fortune file: text between lines holding only `%`."""
-  entries, lines = [], []
-  for line in text.replace('\r\n', '\n').split('\n'):  # not splitlines: it splits at \f, \x85
-    if line.rstrip() == '%':
-      entries.append('\n'.join(lines).strip())
-      lines = []
+def _fortune_entries(path: str, report: reading.ReadReport) -> List[Tuple[int, str]]:
+  """(line where it starts, text) of each entry of a fortune file: the stripped, non-empty text
+  between lines holding only `%`, each line counted in `path`'s account (`%` lines and those of
+  an empty entry as blank)."""
+  account = report.account(path)
+  lines = reading.split_lines(reading.read_text(path, latin1_fallback=True))
+  account.lines += len(lines)
+  entries, chunk, chunk_start = [], [], 1
+  for number, line in enumerate([*lines, '%'], start=1):  # a last entry ends at the file's end
+    if line.rstrip() != '%':
+      chunk.append(line)
+      continue
+    text = '\n'.join(chunk).strip()
+    if text:
+      entries.append((chunk_start, text))
+      account.records += 1
+      account.record_lines += len(chunk)
     else:
-      lines.append(line)
-  entries.append('\n'.join(lines).strip())
-  return [entry for entry in entries if entry]
+      account.blank += len(chunk)
+    account.blank += number <= len(lines)  # the `%` line itself, not the one added at the end
+    chunk, chunk_start = [], number + 1
+  return entries
 
 
 def read_fortunes(directory: str = FORTUNES_DIR, categories: Optional[Sequence[str]] = None, *,
-                  max_chars: Optional[int] = None, min_entries: int = 1) -> LabelledTexts:
+                  max_chars: Optional[int] = None, min_entries: int = 1,
+                  report: Optional[reading.ReadReport] = None) -> LabelledTexts:
   """The fortunes of a directory, one class per category, classes sorted.
 
   The Debian package `fortunes` (the data of fortune-mod; `make setup` installs it),
@@ -199,8 +199,10 @@ def read_fortunes(directory: str = FORTUNES_DIR, categories: Optional[Sequence[s
   Args:
     directory: a directory in the layout of Debian's `fortunes` package.
     categories: category (file) names to read; None reads every category.
-    max_chars: entries longer than this (ASCII art, long poems) are dropped; None keeps all.
-    min_entries: categories with fewer entries than this, after `max_chars`, are dropped.
+    max_chars: entries longer than this (ASCII art, long poems) are skipped; None keeps all.
+    min_entries: categories with fewer entries than this, after `max_chars`, are skipped.
+    report: where each category file's lines and entries are counted (skipped entries by
+      reason); default a new one.
 
   Returns:
     The `LabelledTexts`.
@@ -211,6 +213,7 @@ def read_fortunes(directory: str = FORTUNES_DIR, categories: Optional[Sequence[s
   if max_chars is not None:
     validation.check_positive_integer('max_chars', max_chars)
   validation.check_positive_integer('min_entries', min_entries)
+  report = reading.ReadReport() if report is None else report
   install = "`make setup` installs them (the Debian package `fortunes`)"
   if not os.path.isdir(directory):
     raise ValueError(f'{directory}: no such fortunes directory; {install}.')
@@ -232,12 +235,23 @@ def read_fortunes(directory: str = FORTUNES_DIR, categories: Optional[Sequence[s
                          f'are {", ".join(available)}.')
   texts, labels, class_names = [], [], []
   for name in names:
-    entries = _fortune_entries(_read_text(os.path.join(directory, name)))
-    if max_chars is not None:
-      entries = [entry for entry in entries if len(entry) <= max_chars]
+    path = os.path.join(directory, name)
+    entries = []
+    for line, entry in _fortune_entries(path, report):
+      if max_chars is not None and len(entry) > max_chars:
+        report.skip(path, line, f'longer than max_chars={max_chars}', strict=False)
+      else:
+        entries.append((line, entry))
     if len(entries) < min_entries:
+      for line, _ in entries:
+        report.skip(path, line, f'its category has fewer than min_entries={min_entries}',
+                    strict=False)
+      report.account(path).check(path)
       continue
-    texts.extend(entries)
+    for _ in entries:
+      report.keep(path)
+    report.account(path).check(path)
+    texts.extend(entry for _, entry in entries)
     labels.extend([len(class_names)] * len(entries))
     class_names.append(name)
   if not class_names:
@@ -256,7 +270,8 @@ def _from_string_labels(path: str, texts: List[str], names: List[str],
                        class_names, None if clients is None else tuple(clients))
 
 
-def read_sms_spam(path: str) -> LabelledTexts:
+def read_sms_spam(path: str, *, report: Optional[reading.ReadReport] = None,
+                  malformed: str = 'error') -> LabelledTexts:
   """The SMS Spam Collection.
 
   Almeida, Gomez Hidalgo and Yamakami, "Contributions to the Study of SMS Spam Filtering: New
@@ -269,6 +284,9 @@ def read_sms_spam(path: str) -> LabelledTexts:
 
   Args:
     path: the file.
+    report: where the file's lines are counted; default a new one.
+    malformed: "error" refuses a line without a tab or with an empty label or text; "skip"
+      skips it, counted.
 
   Returns:
     The `LabelledTexts`; class names from the data, sorted (`('ham', 'spam')` for the published
@@ -277,24 +295,43 @@ def read_sms_spam(path: str) -> LabelledTexts:
   Raises:
     ValueError: naming the line of a malformed message, or for a file with no message.
   """
-  texts, names, lines = [], [], []
-  for line_number, line in enumerate(_read_text(path).split('\n'), start=1):
-    line = line.rstrip('\r')
+  reading.check_malformed(malformed)
+  report = reading.ReadReport() if report is None else report
+  account = report.account(path)
+  lines = reading.split_lines(reading.read_text(path, latin1_fallback=True))
+  account.lines += len(lines)
+  texts, names, numbers = [], [], []
+  for line_number, line in enumerate(lines, start=1):
     if not line.strip():
+      account.blank += 1
       continue
+    account.records += 1
+    account.record_lines += 1
     label, tab, text = line.partition('\t')
     label, text = label.strip(), text.strip()
     if not tab:
-      raise ValueError(f'{path}:{line_number}: expected LABEL<TAB>TEXT, found no tab.')
-    if not label or not text:
-      raise ValueError(f'{path}:{line_number}: empty {"label" if not label else "text"}.')
+      reason, detail = 'no tab', 'expected LABEL<TAB>TEXT, found no tab'
+    elif not label or not text:
+      reason = detail = f'empty {"label" if not label else "text"}'
+    else:
+      reason = None
+    if reason is not None:
+      if malformed == 'error':
+        raise ValueError(f'{path}:{line_number}: {detail}.')
+      report.skip(path, line_number, reason, strict=False)
+      continue
     texts.append(text)
     names.append(label)
-    lines.append(line_number)
+    numbers.append(line_number)
   if _is_header(names, texts):
     logging.warning('%s:%d: %r taken as a header line and skipped (its label is on no other '
-                    'line, and it names a column).', path, lines[0], f'{names[0]}\t{texts[0]}')
+                    'line, and it names a column).', path, numbers[0], f'{names[0]}\t{texts[0]}')
     texts, names = texts[1:], names[1:]
+    account.records -= 1
+    account.record_lines -= 1
+    account.header += 1
+  account.kept += len(texts)
+  account.check(path)
   return _from_string_labels(path, texts, names)
 
 
@@ -307,19 +344,6 @@ def _is_header(names: Sequence[str], texts: Sequence[str]) -> bool:
   return names[0].lower() in _HEADER_NAMES or texts[0].lower() in _HEADER_NAMES
 
 
-def _csv_rows(path: str, delimiter: str) -> Iterator[Tuple[int, List[str]]]:
-  """(line where the row starts, fields) for each non-blank row of a CSV file."""
-  reader = csv.reader(io.StringIO(_read_text(path), newline=''), delimiter=delimiter)
-  start = 1
-  try:
-    for row in reader:
-      if any(field.strip() for field in row):
-        yield start, row
-      start = reader.line_num + 1
-  except csv.Error as e:
-    raise ValueError(f'{path}:{start}: cannot parse: {e}.') from e
-
-
 def _is_integer(field: str) -> bool:
   try:
     int(field)
@@ -328,11 +352,12 @@ def _is_integer(field: str) -> bool:
   return True
 
 
-def read_ag_news(path: str) -> LabelledTexts:
+def read_ag_news(path: str, *, report: Optional[reading.ReadReport] = None,
+                 malformed: str = 'error') -> LabelledTexts:
   """AG News, labels 0-3 for its classes 1-4 (`AG_NEWS_CLASSES`).
 
   As released by Zhang, Zhao and LeCun, "Character-level Convolutional Networks for Text
-  Classification", NeurIPS 2015, arXiv:1509.01626 (`train.csv`, `test.csv`): CSV rows
+  Classification", NeurIPS 2015, arXiv:1509.01626 (`train.csv`, `test.csv`): RFC 4180 CSV rows
   `CLASS,TITLE,DESCRIPTION`, classes 1-4 = World, Sports, Business, Sci/Tech. The text is
   title + ' ' + description, each escaped newline (backslash, `n`) read as a space; HTML entities
   (such as `#39;`) are left as they are. A first row whose class field is not an integer is a
@@ -340,6 +365,9 @@ def read_ag_news(path: str) -> LabelledTexts:
 
   Args:
     path: the CSV file.
+    report: where the file's lines are counted; default a new one.
+    malformed: "error" refuses a malformed row (not 3 fields, a field holding a line break, a
+      class other than 1-4, an empty title and description); "skip" skips it, counted.
 
   Returns:
     The `LabelledTexts`.
@@ -347,33 +375,47 @@ def read_ag_news(path: str) -> LabelledTexts:
   Raises:
     ValueError: naming the line of a malformed row, or for a file with no example.
   """
+  report = reading.ReadReport() if report is None else report
+  table = reading.read_table(path, report, delimiter=',', malformed=malformed,
+                             header=lambda row: not _is_integer(row[0]), latin1_fallback=True)
+  if table.columns is not None and len(table.columns) != 3:
+    raise ValueError(f'{path}: expected 3 columns CLASS,TITLE,DESCRIPTION, the header has '
+                     f'{len(table.columns)}.')
   texts, labels = [], []
-  for row_number, (line, row) in enumerate(_csv_rows(path, ',')):
-    if row_number == 0 and not _is_integer(row[0]):
-      continue
-    if len(row) != 3:
-      raise ValueError(f'{path}:{line}: expected 3 fields CLASS,TITLE,DESCRIPTION, found '
-                       f'{len(row)}.')
+  for line, row in table.rows:
     label = row[0].strip()
-    if label not in ('1', '2', '3', '4'):
-      raise ValueError(f'{path}:{line}: class must be 1, 2, 3 or 4, got {row[0]!r}.')
-    text = f'{row[1].strip()} {row[2].strip()}'.replace('\\n', ' ').strip()
-    if not text:
-      raise ValueError(f'{path}:{line}: empty title and description.')
-    texts.append(text)
-    labels.append(int(label) - 1)
+    text = ' '.join(field.strip() for field in row[1:]).replace('\\n', ' ').strip()
+    if len(row) != 3:
+      reason = 'not 3 fields'
+      detail = f'expected 3 fields CLASS,TITLE,DESCRIPTION, found {len(row)}'
+    elif label not in ('1', '2', '3', '4'):
+      reason, detail = 'class not 1-4', f'class must be 1, 2, 3 or 4, got {row[0]!r}'
+    elif not text:
+      reason = detail = 'empty title and description'
+    else:
+      report.keep(path)
+      texts.append(text)
+      labels.append(int(label) - 1)
+      continue
+    if malformed == 'error':
+      raise ValueError(f'{path}:{line}: {detail}.')
+    report.skip(path, line, reason, strict=False)
+  report.account(path).check(path)
   if not texts:
     raise ValueError(f'{path}: no examples.')
   return LabelledTexts(tuple(texts), np.array(labels, np.int32), AG_NEWS_CLASSES)
 
 
 def read_labelled_table(path: str, *, text_column: str = 'text', label_column: str = 'label',
-                        client_column: Optional[str] = None,
-                        delimiter: Optional[str] = None) -> LabelledTexts:
-  """A CSV or TSV table with a header: texts, string labels and, optionally, clients.
+                        client_column: Optional[str] = None, delimiter: Optional[str] = None,
+                        report: Optional[reading.ReadReport] = None,
+                        malformed: str = 'error') -> LabelledTexts:
+  """A table with a header: texts, string labels and, optionally, clients.
 
-  Fields may be quoted as by the `csv` module. A client column gives a natural split over
-  clients (`split_by_client`).
+  A tab-separated table (`.tsv`, or `delimiter` a tab) has no quoting: a text that starts with
+  `"` is read as written. Any other is RFC 4180 CSV: a field may be quoted (a quote inside it
+  doubled), so a quoted comma stays in its field (`reading.read_table`). A client column gives a
+  natural split over clients (`split_by_client`).
 
   Args:
     path: the table.
@@ -381,13 +423,16 @@ def read_labelled_table(path: str, *, text_column: str = 'text', label_column: s
     label_column: the header of the labels (class names, sorted).
     client_column: the header of a client id per example, or None.
     delimiter: one character; default a tab for a `.tsv` file and a comma otherwise.
+    report: where the file's lines are counted; default a new one.
+    malformed: "error" refuses a malformed row (another number of fields than the header, a
+      field holding a line break, an empty text, label or client id); "skip" skips it, counted.
 
   Returns:
     The `LabelledTexts`.
 
   Raises:
-    ValueError: for missing or repeated columns, a row of another length, or an empty text,
-      label or client id, naming the line.
+    ValueError: for missing or repeated columns, or a malformed row with `malformed="error"`,
+      naming the file and line.
   """
   columns = {'text_column': text_column, 'label_column': label_column}
   if client_column is not None:
@@ -400,34 +445,24 @@ def read_labelled_table(path: str, *, text_column: str = 'text', label_column: s
                      f'{list(columns.values())}.')
   if delimiter is None:
     delimiter = '\t' if os.path.splitext(path)[1].lower() == '.tsv' else ','
-  elif not isinstance(delimiter, str) or len(delimiter) != 1:
-    raise ValueError(f'`delimiter` must be one character, got {delimiter!r}.')
-  rows = _csv_rows(path, delimiter)
-  header_line, header = next(rows, (1, None))
-  if header is None:
-    raise ValueError(f'{path}: no header (empty file).')
-  header = [column.strip() for column in header]
-  missing = [column for column in columns.values() if column not in header]
-  if missing:
-    raise ValueError(f'{path}:{header_line}: missing column(s) {", ".join(missing)} '
-                     f'(columns present: {", ".join(header)}).')
-  repeated = [column for column in columns.values() if header.count(column) > 1]
-  if repeated:
-    raise ValueError(f'{path}:{header_line}: column(s) {", ".join(repeated)} appear more than '
-                     'once in the header.')
-  position = {name: header.index(column) for name, column in columns.items()}
+  report = reading.ReadReport() if report is None else report
+  table = reading.read_table(path, report, delimiter=delimiter, required=list(columns.values()),
+                             malformed=malformed, latin1_fallback=True)
   texts, names, clients = [], [], []
-  for line, row in rows:
-    if len(row) != len(header):
-      raise ValueError(f'{path}:{line}: expected {len(header)} fields as in the header, found '
-                       f'{len(row)}.')
-    values = {name: row[i].strip() for name, i in position.items()}
-    for name, value in values.items():
-      if not value:
-        raise ValueError(f'{path}:{line}: empty {columns[name]!r} ({name}).')
+  for line, row in table.rows:
+    values = {name: table.field(row, column).strip() for name, column in columns.items()}
+    empty = [name for name, value in values.items() if not value]
+    if empty:
+      problem = f'empty {columns[empty[0]]!r} ({empty[0]})'
+      if malformed == 'error':
+        raise ValueError(f'{path}:{line}: {problem}.')
+      report.skip(path, line, problem, strict=False)
+      continue
+    report.keep(path)
     texts.append(values['text_column'])
     names.append(values['label_column'])
     clients.append(values.get('client_column'))
+  report.account(path).check(path)
   return _from_string_labels(path, texts, names, None if client_column is None else clients)
 
 
@@ -438,20 +473,24 @@ DEBTAG_FORM_FACETS = frozenset({'role', 'interface', 'implemented-in', 'uitoolki
 DEBIAN_LABELS = ('debtag', 'section')
 
 
-def _deb822_stanzas(path: str) -> Iterator[Tuple[int, dict]]:
-  """(line where it starts, {field: value}) for each stanza of a Debian control file.
+def _deb822_stanzas(path: str, account: reading.FileAccount) -> Iterator[Tuple[int, dict]]:
+  """(line where it starts, {field: value}) for each stanza of a Debian control file, each line
+  counted in `account` (blank lines between stanzas as blank).
 
   Stanzas are separated by blank lines; a field is `Name: value`, continued by lines that start
   with a space or tab (joined with newlines, as Debian policy 5.1 writes them).
   """
+  lines = reading.split_lines(reading.read_text(path, latin1_fallback=True))
+  account.lines += len(lines)
   fields, start, name = {}, None, None
-  for line_number, line in enumerate(_read_text(path).split('\n'), start=1):
-    line = line.rstrip('\r')
+  for line_number, line in enumerate(lines, start=1):
     if not line.strip():
+      account.blank += 1
       if fields:
         yield start, fields
       fields, start, name = {}, None, None
       continue
+    account.record_lines += 1
     if line[0] in ' \t':
       if name is None:
         raise ValueError(f'{path}:{line_number}: a continuation line outside any field.')
@@ -463,6 +502,7 @@ def _deb822_stanzas(path: str) -> Iterator[Tuple[int, dict]]:
       raise ValueError(f'{path}:{line_number}: expected `Field: value`, got {line[:60]!r}.')
     if start is None:
       start = line_number
+      account.records += 1
     fields[name] = value.strip()
   if fields:
     yield start, fields
@@ -475,7 +515,8 @@ def _debian_description(value: str) -> str:
   return '\n'.join(line.strip() for line in lines if line.strip())
 
 
-def read_debian_packages(path: str, label: str = 'debtag') -> LabelledTexts:
+def read_debian_packages(path: str, label: str = 'debtag', *,
+                         report: Optional[reading.ReadReport] = None) -> LabelledTexts:
   """Debian package descriptions, labelled by debtag or section, with maintainers as clients.
 
   `apt-cache dumpavail > packages.txt` (or any Debian `Packages` file): one stanza per package
@@ -492,12 +533,13 @@ def read_debian_packages(path: str, label: str = 'debtag') -> LabelledTexts:
     file carry (ties by name).
   - `section`: the archive section (`contrib/` and `non-free/` prefixes dropped): 57 with 20 or
     more packages on Debian 12.
-  Packages without such a label (no tag, or only form tags; no Section) are skipped and counted
-  in a warning.
+  Packages without such a label (no tag, or only form tags; no Section) are skipped, counted in
+  `report` and a warning.
 
   Args:
     path: the file.
     label: one of `DEBIAN_LABELS`.
+    report: where the file's lines and stanzas are counted; default a new one.
 
   Returns:
     The `LabelledTexts`, class names sorted, with `clients`.
@@ -508,12 +550,14 @@ def read_debian_packages(path: str, label: str = 'debtag') -> LabelledTexts:
   """
   if label not in DEBIAN_LABELS:
     raise ValueError(f'`label` must be one of {DEBIAN_LABELS}, got {label!r}.')
+  report = reading.ReadReport() if report is None else report
   packages, seen = [], set()
-  for line, fields in _deb822_stanzas(path):
+  for line, fields in _deb822_stanzas(path, report.account(path)):
     for required in ('Package', 'Description'):
       if not fields.get(required, '').strip():
         raise ValueError(f'{path}:{line}: the stanza has no {required} field.')
     if fields['Package'] in seen:
+      report.skip(path, line, 'package listed before (read at its first stanza)', strict=False)
       continue
     seen.add(fields['Package'])
     tags = [tag.strip() for tag in fields.get('Tag', '').replace('\n', ' ').split(',')]
@@ -522,14 +566,21 @@ def read_debian_packages(path: str, label: str = 'debtag') -> LabelledTexts:
               and not tag.endswith('::TODO')]
     packages.append((_debian_description(fields['Description']), topics,
                      fields.get('Section', '').split('/')[-1].strip(),
-                     fields.get('Maintainer', '').strip() or '(no maintainer)'))
+                     fields.get('Maintainer', '').strip() or '(no maintainer)', line))
   if label == 'debtag':
-    carried = collections.Counter(tag for _, topics, _, _ in packages for tag in set(topics))
+    carried = collections.Counter(tag for _, topics, *_ in packages for tag in set(topics))
     labels = [min(topics, key=lambda tag: (carried[tag], tag)) if topics else ''
-              for _, topics, _, _ in packages]
+              for _, topics, *_ in packages]
   else:
-    labels = [section for _, _, section, _ in packages]
+    labels = [section for _, _, section, *_ in packages]
   kept = [i for i, name in enumerate(labels) if name]
+  missing = ('no debtag outside the form facets' if label == 'debtag' else 'no Section')
+  for i, name in enumerate(labels):
+    if name:
+      report.keep(path)
+    else:
+      report.skip(path, packages[i][4], missing, strict=False)
+  report.account(path).check(path)
   if len(kept) < len(packages):
     logging.warning('%s: %d of %d packages have no %s and are skipped.', path,
                     len(packages) - len(kept), len(packages),

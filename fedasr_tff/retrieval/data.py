@@ -18,6 +18,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from fedasr_tff import reading
 from fedasr_tff import text_models
 from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import corpora
@@ -44,6 +45,9 @@ class RetrievalData:
     client_indices: {client: the indices of its training examples}.
     test_left_out: examples of --test_path left out, their class not among the training
       corpus's (`with_test_file`).
+    read_report: what the readers read of --corpus_path and --test_path, line by line.
+    left_out: examples read but left out by the run's flags, by reason (`load_corpus`,
+      `with_test_file`).
   """
   texts: corpora.LabelledTexts
   tokens: Dict[str, np.ndarray]
@@ -51,9 +55,17 @@ class RetrievalData:
   client_ids: List[str]
   client_indices: Dict[str, np.ndarray]
   test_left_out: int = 0
+  read_report: reading.ReadReport = dataclasses.field(default_factory=reading.ReadReport)
+  left_out: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+  def inputs(self) -> dict:
+    """What became of the input: each file's lines and records (`reading.FileAccount`), the
+    problems skipped, and the examples the flags left out, as `summary.json` stores it."""
+    return {**self.read_report.as_dict(), 'left_out': dict(self.left_out)}
 
 
-def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
+def load_corpus(config: config_lib.RetrieverConfig, report: Optional[reading.ReadReport] = None,
+                left_out: Optional[Dict[str, int]] = None) -> corpora.LabelledTexts:
   """The corpus, without classes of fewer than `min_class_examples` examples, with at most
   `max_classes` classes (the first by name) and `max_class_examples` per class (a uniform sample
   without replacement drawn with `data_seed`, kept in file order: the first N of a file sorted
@@ -61,6 +73,8 @@ def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
 
   Args:
     config: the run (its corpus flags).
+    report: where the reader counts the file's lines (`reading.ReadReport`), or None.
+    left_out: where the examples these flags leave out are counted by reason, or None.
 
   Returns:
     The kept examples, their classes renumbered 0.. in the kept classes' order.
@@ -68,17 +82,26 @@ def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
   Raises:
     ValueError: if no class has `min_class_examples` examples.
   """
-  data = _read(config, config.corpus_path)
+  data = _read(config, config.corpus_path, report)
+  left_out = {} if left_out is None else left_out
   keep = []
   classes = 0
   rng = np.random.default_rng([config.data_seed, _SAMPLING_STREAM])
   for label in range(data.num_classes):
     members = np.flatnonzero(data.labels == label)
-    if len(members) >= config.min_class_examples and classes != config.max_classes:
+    if len(members) < config.min_class_examples:
+      reason = f'class with fewer than --min_class_examples={config.min_class_examples}'
+    elif classes == config.max_classes:
+      reason = f'class after the first --max_classes={config.max_classes}'
+    else:
       if config.max_class_examples is not None and len(members) > config.max_class_examples:
+        reason = f'beyond --max_class_examples={config.max_class_examples} of its class'
+        left_out[reason] = left_out.get(reason, 0) + len(members) - config.max_class_examples
         members = rng.choice(members, config.max_class_examples, replace=False)
       keep.extend(members)
       classes += 1
+      continue
+    left_out[reason] = left_out.get(reason, 0) + len(members)
   if not keep:
     raise ValueError(f'No class of {config.corpus_path or config.corpus!r} has '
                      f'--min_class_examples={config.min_class_examples} examples.')
@@ -92,28 +115,33 @@ def load_corpus(config: config_lib.RetrieverConfig) -> corpora.LabelledTexts:
                                clients=kept.clients)
 
 
-def _read(config: config_lib.RetrieverConfig, path) -> corpora.LabelledTexts:
-  """The corpus file (or fortunes folder) `path` in --corpus's format."""
+def _read(config: config_lib.RetrieverConfig, path,
+          report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
+  """The corpus file (or fortunes folder) `path` in --corpus's format, counted in `report`."""
   if config.corpus == 'fortunes':
-    return corpora.read_fortunes(path or corpora.FORTUNES_DIR, max_chars=config.max_chars)
+    return corpora.read_fortunes(path or corpora.FORTUNES_DIR, max_chars=config.max_chars,
+                                 report=report)
   if config.corpus == 'sms_spam':
-    return corpora.read_sms_spam(path)
+    return corpora.read_sms_spam(path, report=report, malformed=config.malformed_rows)
   if config.corpus == 'ag_news':
-    return corpora.read_ag_news(path)
+    return corpora.read_ag_news(path, report=report, malformed=config.malformed_rows)
   if config.corpus == 'debian_packages':
-    return corpora.read_debian_packages(path, config.package_label)
+    return corpora.read_debian_packages(path, config.package_label, report=report)
   return corpora.read_labelled_table(path, text_column=config.text_column,
                                      label_column=config.label_column,
-                                     client_column=config.client_column)
+                                     client_column=config.client_column, report=report,
+                                     malformed=config.malformed_rows)
 
 
-def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverConfig
+def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverConfig,
+                   report: Optional[reading.ReadReport] = None
                    ) -> Tuple[corpora.LabelledTexts, np.ndarray, int]:
   """`train` followed by the examples of --test_path whose class `train` has.
 
   Args:
     train: the kept training corpus (`load_corpus`).
     config: the run (`test_path`, and --corpus's format and columns).
+    report: where the reader counts the file's lines, or None.
 
   Returns:
     (the joined corpus, the indices of its test examples, how many test examples were left out
@@ -122,7 +150,7 @@ def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverCon
   Raises:
     ValueError: naming --test_path, if none of its examples has a class of the training corpus.
   """
-  test = _read(config, config.test_path)
+  test = _read(config, config.test_path, report)
   index = {name: i for i, name in enumerate(train.class_names)}
   known = [i for i, label in enumerate(test.labels) if test.class_names[label] in index]
   if not known:
@@ -207,18 +235,22 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
     ValueError: if `--client_column` names another number of clients than `num_clients`, or
       --top_k is more than the classes (`RetrieverConfig.retrieval_k`).
   """
-  texts = load_corpus(config)
+  report, left_out = reading.ReadReport(), {}
+  texts = load_corpus(config, report, left_out)
   config.retrieval_k(texts.num_classes)  # --top_k checked before any work.
   test_left_out = 0
   if config.test_path is None:
     train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
   else:
     train = np.arange(len(texts))
-    texts, test, test_left_out = with_test_file(texts, config)
+    texts, test, test_left_out = with_test_file(texts, config, report)
     if test_left_out:
       logging.warning('--test_path %s: %d of its examples are of classes the training corpus '
                       'does not keep; left out of the test set.', config.test_path,
                       test_left_out)
+      left_out['--test_path example of a class the training corpus does not keep'] = (
+          test_left_out)
+  report.warn_if_skipped('--corpus_path' + (' and --test_path' if config.test_path else ''))
   if config.client_split in ('even', 'dirichlet'):
     parts = (corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
              if config.client_split == 'even' else
@@ -233,7 +265,7 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
       raise ValueError(f'{column} names {len(ids)} clients; set --num_clients={len(ids)}.')
     client_ids, client_indices = list(ids), {c: train[p] for c, p in zip(ids, parts, strict=True)}
   return RetrievalData(texts, _tokenize(tokenizer, texts.texts), test, client_ids,
-                       client_indices, test_left_out)
+                       client_indices, test_left_out, report, left_out)
 
 
 def features(backbone, tokens: Dict[str, np.ndarray], config: config_lib.RetrieverConfig

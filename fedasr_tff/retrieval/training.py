@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import privacy
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import run_record
@@ -166,8 +167,9 @@ def privacy_statement(config: config_lib.RetrieverConfig, releases: np.ndarray,
                    'the unclipped norm, so no ε is accounted.')
     else:
       lines.append(f'- Per-client ε at δ = {config.delta:g} (RDP, replace-one: any two inputs of '
-                   f'a client; no amplification, every release counted): max {max(eps):.4g}, '
-                   f'min {min(eps):.4g} over {len(eps)} clients.' +
+                   f'a client; no amplification, every release counted): max '
+                   f'{privacy.format_epsilon(max(eps))}, '
+                   f'min {privacy.format_epsilon(min(eps))} over {len(eps)} clients.' +
                    (' With z = 0.1 this is vacuous: it bounds nothing useful.'
                     if max(eps) > 10 else ''))
     if local.warmup_rounds:
@@ -191,7 +193,8 @@ def privacy_statement(config: config_lib.RetrieverConfig, releases: np.ndarray,
                  'deltas; the aggregator is trusted.')
     m = ledger.metrics(rounds)
     lines.append(f'- This run (K = {ledger.population}, q = {ledger.sampling_rate:.3g}): ε = '
-                 f'{m["epsilon_run_rdp"]:.4g} (RDP) / {m["epsilon_run_pld"]:.4g} (PLD) at '
+                 f'{privacy.format_epsilon(m["epsilon_run_rdp"])} (RDP) / '
+                 f'{privacy.format_epsilon(m["epsilon_run_pld"])} (PLD) at '
                  f'δ = {ledger.delta:g} after {rounds} rounds' +
                  (', with no amplification: every client takes part every round.'
                   if config.full_participation else ', Poisson sampling.'))
@@ -202,7 +205,8 @@ def privacy_statement(config: config_lib.RetrieverConfig, releases: np.ndarray,
                    'rounds accounted.')
     lines.append(f'- Declared population (K\' = {ledger.declared_population}, S\' = '
                  f'{ledger.declared_cohort_size}; assumes quality depends on σ_DP only): ε = '
-                 f'{m["epsilon_declared_rdp"]:.4g} (RDP) / {m["epsilon_declared_pld"]:.4g} (PLD).')
+                 f'{privacy.format_epsilon(m["epsilon_declared_rdp"])} (RDP) / '
+                 f'{privacy.format_epsilon(m["epsilon_declared_pld"])} (PLD).')
     if config.central_dp == 'adaptive':
       lines.append('- Adaptive clipping (Andrew et al. 2021\'s geometric rule, not the paper\'s '
                    'EMA): the clip follows noised clipped counts, paid within the same z.')
@@ -470,6 +474,8 @@ class _RetrieverRounds(training_loop.Task):
         'num_classes': data.texts.num_classes, 'top_k': self.final_scores.k,
         'train_examples': int(sum(len(v) for v in data.client_indices.values())),
         'test_examples': int(len(data.test)), 'test_examples_left_out': data.test_left_out,
+        # What the readers made of the input files before training (public, as K is).
+        'inputs': {'corpus': data.inputs()},
         'feature_seconds': self.feature_seconds,
         'median_round_seconds': (float(np.median(self.round_seconds)) if self.round_seconds
                                  else None),
@@ -516,9 +522,10 @@ class _RetrieverRounds(training_loop.Task):
       parts.append(' '.join(f'{k} {100 * v:.1f}%' for k, v in values['eval'].items()))
     priv = values.get('privacy', {})
     if 'local_epsilon_max' in priv:
-      parts.append(f'local epsilon (max over clients) {priv["local_epsilon_max"]:.3g}')
+      parts.append('local epsilon (max over clients) '
+                   f'{privacy.format_epsilon(priv["local_epsilon_max"])}')
     elif 'epsilon_run_rdp' in priv:
-      parts.append(f'epsilon_run {priv["epsilon_run_rdp"]:.3g}')
+      parts.append(f'epsilon_run {privacy.format_epsilon(priv["epsilon_run_rdp"])}')
     return ' | '.join(parts)
 
 

@@ -186,7 +186,8 @@ def load_client_data(corpus_dir: str,
       `speakers` must be "all".
 
   Returns:
-    The `SpeechClientData`, its `report` counting what was skipped.
+    The `SpeechClientData`: its `read_report` says what the reader read and skipped (a warning
+    names any skipped row), its `report` counts the utterances skipped when audio is decoded.
 
   Raises:
     ValueError: for an unknown part, a part with `speaker_ids`, a named speaker the split does
@@ -194,8 +195,9 @@ def load_client_data(corpus_dir: str,
   """
   if speakers not in SPEAKER_PARTS:
     raise ValueError(f'`speakers` must be one of {SPEAKER_PARTS}, got {speakers!r}.')
-  report = corpora.ReadReport()
-  utterances = read_utterances(corpus_dir, layout, split, strict, report)
+  read_report = corpora.ReadReport()
+  utterances = read_utterances(corpus_dir, layout, split, strict, read_report)
+  read_report.warn_if_skipped(f'split {split!r} of {corpus_dir}')
   if speaker_ids is not None:
     if speakers != 'all':
       raise ValueError(f'Give `speakers`="all" with `speaker_ids`, got {speakers!r}.')
@@ -214,4 +216,5 @@ def load_client_data(corpus_dir: str,
   return data.SpeechClientData(utterances, vocabulary, max_batch_seconds=max_batch_seconds,
                                spec_augment=spec_augment, strict=strict,
                                feature_cache_dir=feature_cache_dir,
-                               feature_normalization=feature_normalization, report=report)
+                               feature_normalization=feature_normalization,
+                               read_report=read_report)

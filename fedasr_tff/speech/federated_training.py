@@ -308,6 +308,9 @@ class FederatedRun:
     evaluated_clients: how many federated clients the evaluation data holds.
     client_keys: with a client store, each client's index in it (the process then takes
       (index, seed) per client instead of its dataset); None: the driver ships datasets.
+    inputs: what the corpus readers read for each data set the run was given ("train",
+      "eval", "central", "validation"): each file's lines and the rows skipped, known before
+      any client is sampled (`reading.ReadReport.as_dict`), for `summary.json`.
   """
   config: config_lib.FederatedConfig
   train_data: pipeline.SpeechClientData
@@ -323,6 +326,7 @@ class FederatedRun:
   eval_data: Optional[pipeline.SpeechClientData] = None
   evaluated_clients: int = 0   # Federated clients among the evaluation's speakers.
   client_keys: Optional[Dict[str, int]] = None
+  inputs: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
   def next(self, state, client_datasets, secret: int, round_num: int):
     """One round of the process; a mixed FL or rehearsing round also takes the server's
@@ -463,9 +467,12 @@ def build_run(config: config_lib.FederatedConfig,
                                             weights).overall.cer,
         theta=config.dga.dga_rl_theta, exploration=config.dga.dga_rl_exploration,
         seed=config.run.seed_or_zero)
+  inputs = {name: data.read_report.as_dict() for name, data in (
+      ('train', train_data), ('eval', eval_data), ('central', central_data),
+      ('validation', validation_data)) if data is not None}
   return FederatedRun(config, train_data, output_dir, model_fn, process,
                       config.server.schedule(), noise, ledger,
-                      state, central, rl, eval_data, evaluated_clients, client_keys)
+                      state, central, rl, eval_data, evaluated_clients, client_keys, inputs)
 
 
 def _process(config, model_fn, vocabulary, noise_multiplier, tensor_names, cache):
@@ -639,4 +646,6 @@ class _SpeechRounds(training_loop.Task):
         'client_statistics_released': list(disclosures.client_statistics) + list(
             _evaluation_column(disclosures.evaluated_clients)),
         'privacy_statement': self.ledger.statement(rounds, disclosures),
+        # What the readers made of the input files before training (public, as K is).
+        'inputs': run.inputs,
     }

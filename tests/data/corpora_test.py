@@ -107,7 +107,7 @@ class CorporaTest(absltest.TestCase):
     self.assertEqual(report.problems, [(f'{tsv}:2', 'empty transcript')])
     with open(tsv, 'w') as f:
       f.write('client_id\tpath\n' + 'a\tb.mp3\n')
-    with self.assertRaisesRegex(ValueError, r'train\.tsv: missing column\(s\) sentence'):
+    with self.assertRaisesRegex(ValueError, r'train\.tsv:1: missing column\(s\) sentence'):
       data.read_common_voice(os.path.join(root, 'common_voice'), 'train')
 
   def test_manifest(self):
@@ -124,6 +124,47 @@ class CorporaTest(absltest.TestCase):
     self.assertEqual([(u.path, u.transcript) for u in utterances],
                      [(u.path, u.transcript) for u in ls])
     self.assertEqual(report.counts, {'missing audio file': 1})
+
+  def test_every_line_is_counted_in_each_layout(self):
+    root = self._copy()
+    report = data.ReadReport()
+    utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train',
+                                       report=report)
+    total = report.total()
+    self.assertEqual(total.kept, len(utterances))
+    self.assertEqual(total.lines, total.record_lines + total.blank)
+    for path, account in report.files.items():
+      account.check(path)
+      self.assertTrue(path.endswith('.trans.txt'))
+    tsv = os.path.join(root, 'common_voice', 'train.tsv')
+    with open(tsv) as f:
+      lines = f.read().splitlines()
+    with open(tsv, 'w') as f:
+      f.write('\n'.join(lines[:2] + [''] + lines[2:]) + '\n')
+    report = data.ReadReport()
+    utterances = data.read_common_voice(os.path.join(root, 'common_voice'), 'train',
+                                        report=report)
+    account = report.files[tsv]
+    account.check(tsv)
+    self.assertEqual((account.lines, account.header, account.blank, account.kept),
+                     (len(lines) + 1, 1, 1, len(utterances)))
+
+  def test_a_manifest_row_of_another_width_is_refused_and_a_quote_is_text(self):
+    root = self._copy()
+    ls = data.read_librispeech(os.path.join(root, 'librispeech'), 'train')
+    manifest = os.path.join(root, 'manifest.tsv')
+    rows = [f'{os.path.relpath(u.path, root)}\t{u.transcript}\t{u.speaker}' for u in ls]
+    rows[0] = rows[0].replace('\t', '\t"', 1)  # a transcript that starts with a quote
+    with open(manifest, 'w') as f:
+      f.write('path\ttranscript\tspeaker\n' + '\n'.join(rows) + '\n')
+    utterances = data.read_manifest(manifest)
+    self.assertLen(utterances, len(ls))
+    self.assertEqual(utterances[0].transcript, '"' + ls[0].transcript)
+    with open(manifest, 'a') as f:
+      f.write(f'{os.path.relpath(ls[0].path, root)}\ta\ttab\tinside\n')
+    with self.assertRaisesRegex(ValueError, f'{manifest}:{len(ls) + 2}: malformed row: 4 fields, '
+                                'not 3 as in the header'):
+      data.read_manifest(manifest)
 
   def test_bad_audio_names_the_file(self):
     root = self.enterContext(tempfile.TemporaryDirectory())
@@ -194,6 +235,17 @@ class CorporaTest(absltest.TestCase):
     for path in (self._audio_list('\n \n'), '/no/such/list.tsv'):
       with self.assertRaisesRegex(ValueError, path):
         data.read_audio_list(path)
+
+  def test_audio_list_lines_are_counted(self):
+    for text, blank in (('a.wav\tone\n\nb.wav\ttwo\n', 1),
+                        ('path\ttranscript\n\na.wav\tone\nb.wav\ttwo\n', 1)):
+      path = self._audio_list(text)
+      report = data.ReadReport()
+      self.assertLen(data.read_audio_list(path, report), 2)
+      account = report.files[path]
+      account.check(path)
+      self.assertEqual((account.lines, account.blank, account.kept),
+                       (text.count('\n'), blank, 2))
 
 
 if __name__ == '__main__':

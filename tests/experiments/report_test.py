@@ -1,4 +1,5 @@
 import asyncio
+import math
 import os
 import re
 import tempfile
@@ -9,6 +10,7 @@ from PIL import Image
 import tensorflow_federated as tff
 
 from experiments import report
+from fedasr_tff import reading
 from fedasr_tff.retrieval import evaluation
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
@@ -304,6 +306,28 @@ class ReportTest(absltest.TestCase):
     for link in links:
       self.assertPng(os.path.join(out_dir, link))
 
+  def test_epsilon_cells_keep_small_and_exactly_zero_values(self):
+    table = report._results_table([{'model': 'a', 'epsilon': 0.0}, {'model': 'b', 'epsilon': 3e-4},
+                                   {'model': 'c', 'epsilon': math.inf}])
+    self.assertIn('| a | exactly 0 |', table)
+    self.assertIn('| b | 0.0003 |', table)
+    self.assertIn('| c | ∞ |', table)
+
+  def test_input_files_section_accounts_for_every_file_and_what_was_left_out(self):
+    read = reading.ReadReport()
+    account = read.account('train.tsv')
+    account.lines, account.header, account.blank, account.record_lines = 6, 1, 1, 4
+    account.records = 4
+    for _ in range(3):
+      read.keep('train.tsv')
+    read.skip('train.tsv', 4, 'malformed row: wrong number of fields', strict=False)
+    read.add('a.flac', 'audio file without transcript', strict=False)
+    text = report.input_section({'--split': {**read.as_dict(), 'left_out': {'class x': 2}}})
+    self.assertIn('| --split | `train.tsv` | 6 | 1 | 1 | 4 | 3 | 1 (1 × malformed row: wrong '
+                  'number of fields) |', text)
+    self.assertIn('- --split: also skipped 1 (1 × audio file without transcript).', text)
+    self.assertIn('- --split: 2 example(s) read but left out: class x.', text)
+
   def test_wer_leads_the_table_whatever_the_rows_order(self):
     table = report._results_table([{'rounds': 4, 'cer': 0.1, 'wer': 0.3, 'model': 'FL'}])
     self.assertStartsWith(table, '| Model | WER (%) | CER (%) | Rounds |\n')
@@ -336,6 +360,7 @@ class ReportTest(absltest.TestCase):
     self.assertIn('![Confusion matrix](confusion.png)', text)
     self.assertIn('## Privacy\n\nNo DP.', text)
     self.assertIn('- a note', text)
+    self.assertNotIn('## Input files', text)
     self.assertPng(self.path('confusion.png'))
 
   def test_retriever_report_lists_confusions_beyond_twenty_classes(self):

@@ -16,6 +16,7 @@ import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
 from fedasr_tff.program import model_io
 from fedasr_tff.retrieval import retriever as retriever_lib
+from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _CACHE_HOME = tempfile.mkdtemp()
@@ -24,12 +25,15 @@ _SMALL = ('--max_classes=3', '--max_class_examples=5', '--min_class_examples=5',
           '--max_length=16')
 
 
-def _run(module, *args, timeout=600):
+def _env():
   # The default feature cache under a folder of the test's own, not the user's ~/.cache.
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]),
-             TF_CPP_MIN_LOG_LEVEL='2', XDG_CACHE_HOME=_CACHE_HOME)
+  return dict(os.environ, PYTHONPATH=os.pathsep.join([_ROOT] + [p for p in sys.path if p]),
+              TF_CPP_MIN_LOG_LEVEL='2', XDG_CACHE_HOME=_CACHE_HOME)
+
+
+def _run(module, *args, timeout=600, input=None):  # noqa: A002 (subprocess.run's name)
   return subprocess.run([sys.executable, '-m', module, *args], capture_output=True, text=True,
-                        env=env, cwd=_ROOT, timeout=timeout, check=False)
+                        env=_env(), cwd=_ROOT, timeout=timeout, check=False, input=input)
 
 
 class RetrieverBinariesTest(absltest.TestCase):
@@ -57,7 +61,18 @@ class RetrieverBinariesTest(absltest.TestCase):
     self.assertEqual((metadata['mode'], metadata['pooling'], metadata['max_length']),
                      ('classifier_only', 'mean', '16'))
     with open(os.path.join(output_dir, 'report.md')) as f:
-      self.assertRegex(f.read(), r'macro-F1 [\d.]+% on \d+ held-out examples of 3 classes')
+      written = f.read()
+    self.assertRegex(written, r'macro-F1 [\d.]+% on \d+ held-out examples of 3 classes')
+    # Every line of every category file is accounted for, and what the flags left out counted.
+    with open(os.path.join(output_dir, 'summary.json')) as f:
+      inputs = json.load(f)['inputs']['corpus']
+    total = inputs['total']
+    self.assertEqual(total['lines'], total['header'] + total['blank'] + total['record_lines'])
+    self.assertEqual(total['records'], total['kept'] + sum(total['skipped'].values()))
+    self.assertGreater(total['kept'], 15)
+    self.assertEqual(sum(inputs['left_out'].values()), total['kept'] - 15)  # 3 classes of 5
+    self.assertIn('## Input files', written)
+    self.assertIn('left out: class after the first --max_classes=3', written)
     # The held-out texts with the model's top-K classes: owner-only.
     predictions = os.path.join(output_dir, 'predictions.tsv')
     self.assertEqual(stat.S_IMODE(os.stat(predictions).st_mode), 0o600)
@@ -86,6 +101,29 @@ class RetrieverBinariesTest(absltest.TestCase):
     refused = _run('experiments.retrieve', f'--model={model}', '--top_k=4', 'q')
     self.assertNotEqual(refused.returncode, 0)
     self.assertIn('--top_k: `k` (4) must be between 1 and the 3 classes', refused.stderr)
+    blank = _run('experiments.retrieve', f'--model={model}', input='\n  \n')
+    self.assertNotEqual(blank.returncode, 0)
+    self.assertEqual(blank.stdout, '')
+    self.assertEqual(blank.stderr, 'retrieve: No query read from standard input (2 line(s), '
+                     'all blank): give queries as arguments, in --queries_file, or on standard '
+                     'input, one a line. Try --helpshort.\n')
+    folder = os.path.dirname(model)
+    documents = os.path.join(folder, 'documents.tsv')
+    name = retriever.class_names[0]
+    with open(documents, 'w') as f:
+      f.write(f'{name}\tfirst\n\n{name}\tsecond\n')
+    cases = [(['a query', ' '], 'retrieve: query 2 (argument 2) is empty'),
+             ([''], 'retrieve: query 1 (argument 1) is empty'),
+             ([f'--documents={documents}', 'q'], f'--documents {documents}:3: class {name!r} '
+              'again (first at line 1)')]
+    results = start_up.refusals('experiments.retrieve', [[f'--model={model}', *args]
+                                                         for args, _ in cases],
+                                env=_env(), cwd=_ROOT)
+    for result, (args, message) in zip(results, cases, strict=True):
+      self.assertEqual(result.returncode, 1, args)
+      self.assertEqual(result.stdout, '', args)
+      self.assertLen(result.stderr.splitlines(), 1, (args, result.stderr))
+      self.assertIn(message, result.stderr, args)
     # The SavedModel: plain tf.saved_model.load (with tensorflow-text's ops) gives the same.
     export_dir = os.path.join(os.path.dirname(model), 'saved_model')
     exported = _run('experiments.retrieve', f'--model={model}', f'--export_dir={export_dir}')

@@ -76,6 +76,19 @@ class PrivacyLedgerTest(absltest.TestCase):
     ledger = privacy_ledger.PrivacyLedger(noise_multiplier=0.0, **kwargs)
     self.assertIn('not** differentially private', ledger.statement(10))
 
+  def test_small_and_exactly_zero_epsilons_keep_their_meaning_in_print(self):
+    # z = 10 on a cohort of 1 in a million for one round: RDP's conversion clamps ε at exactly 0.
+    ledger = privacy_ledger.PrivacyLedger(
+        noise_multiplier=10.0, cohort_size=1, population=1_000_000,
+        declared_noise_multiplier=10.0, declared_cohort_size=1,
+        declared_population=1_000_000, planned_rounds=1, delta=1e-9)
+    self.assertEqual(ledger.metrics(1)['epsilon_run_rdp'], 0.0)
+    line, statement = ledger.summary_line(1), ledger.statement(1)
+    self.assertIn('epsilon_run RDP exactly 0 / PLD 9.75e-05', line)
+    self.assertIn('| exactly 0 | 9.75e-05 |', statement)
+    for text in (line, statement):
+      self.assertNotRegex(text, r'\b0\.0+\b')
+
   def test_statement_names_what_lies_outside_the_guarantee(self):
     ledger = self._ledger(0.05)
     plain = ledger.statement(10)

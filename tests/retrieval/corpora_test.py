@@ -9,6 +9,7 @@ from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
 
+from fedasr_tff import reading
 from fedasr_tff import retrieval
 from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import data as data_lib
@@ -132,6 +133,25 @@ class FortunesTest(_FilesTest):
                                                       '`min_entries` = 4')):
       retrieval.read_fortunes(self.dir, min_entries=4)
 
+  def test_every_line_is_counted_and_what_the_arguments_leave_out_is_counted(self):
+    self.make_directory()
+    report = reading.ReadReport()
+    data = retrieval.read_fortunes(self.dir, max_chars=12, min_entries=2, report=report)
+    self.assertLen(data, 4)
+    zen, art = report.files[self.path('zen')], report.files[self.path('art')]
+    # zen: 7 lines; a blank entry before `%` (line 1 is blank inside entry 1), `%`, an empty
+    # entry, `%`; two entries, both longer than 12 characters: its category is dropped.
+    self.assertEqual((zen.lines, zen.records, zen.kept), (7, 2, 0))
+    self.assertEqual(dict(zen.skipped), {'longer than max_chars=12': 2})
+    self.assertEqual((art.lines, art.records, art.kept, art.blank), (5, 3, 2, 2))
+    self.assertEqual(dict(art.skipped), {'longer than max_chars=12': 1})
+    for path, account in report.files.items():
+      account.check(path)
+    report = reading.ReadReport()
+    retrieval.read_fortunes(self.dir, min_entries=3, report=report)
+    self.assertEqual(dict(report.files[self.path('latin')].skipped),
+                     {'its category has fewer than min_entries=3': 2})
+
   def test_unknown_category_names_it_and_lists_the_categories(self):
     self.make_directory()
     for name in ('off', 'art.dat', 'rude', '.hidden', 'dangling'):
@@ -206,6 +226,22 @@ class SmsSpamTest(_FilesTest):
       data = retrieval.read_sms_spam(self.write('sms.tsv', first + body))
       self.assertLen(data, 4, first)
 
+  def test_every_line_is_counted_and_malformed_lines_skipped_on_request(self):
+    path = self.write('sms.tsv', 'Label\tSMS\nham\tOk\n\nno tab\nspam\t \nham\tWin\tnow\n'
+                      'spam\tPrize\n')
+    with self.assertRaisesRegex(ValueError, re.escape(f'{path}:4: expected LABEL<TAB>TEXT')):
+      retrieval.read_sms_spam(path)
+    report = reading.ReadReport()
+    with self.assertLogs(level='WARNING'):  # the header line
+      data = retrieval.read_sms_spam(path, report=report, malformed='skip')
+    self.assertEqual(data.texts, ('Ok', 'Win\tnow', 'Prize'))
+    account = report.files[path]
+    account.check(path)
+    self.assertEqual((account.lines, account.header, account.blank, account.records,
+                      account.kept), (7, 1, 1, 5, 3))
+    self.assertEqual(dict(account.skipped), {'no tab': 1, 'empty text': 1})
+    self.assertEqual(report.problems, [(f'{path}:4', 'no tab'), (f'{path}:5', 'empty text')])
+
   def test_bad_lines_name_file_and_line(self):
     for content, message in (('ham\tfine\n\nno tab here\n', ':3: expected LABEL<TAB>TEXT'),
                              ('ham\tfine\n\tno label\n', ':2: empty label'),
@@ -224,7 +260,7 @@ class AgNewsTest(_FilesTest):
 
   _ROWS = ('"3","Wall St. Bears Claw Back","Reuters - Short-sellers, Wall Street\'s\\ndwindling"\n'
            '"4","Title, with comma","It\'s #39;fine#39; \\n ok"\n'
-           '1,"Multi\nline title",desc\n')
+           '1,"A ""quoted"" title",desc\n')
 
   def test_reads_canonical_rows(self):
     data = retrieval.read_ag_news(self.write('train.csv', self._ROWS))
@@ -233,7 +269,7 @@ class AgNewsTest(_FilesTest):
     self.assertEqual(data.texts, (
         "Wall St. Bears Claw Back Reuters - Short-sellers, Wall Street's dwindling",
         "Title, with comma It's #39;fine#39;   ok",
-        'Multi\nline title desc'))
+        'A "quoted" title desc'))
     np.testing.assert_array_equal(data.labels, [2, 3, 0])
 
   def test_header_row_is_skipped(self):
@@ -241,10 +277,25 @@ class AgNewsTest(_FilesTest):
         self.write('with_header.csv', '\ufeffClass Index,Title,Description\n' + self._ROWS))
     self.assertEqual(with_header, retrieval.read_ag_news(self.write('train.csv', self._ROWS)))
 
+  def test_every_line_is_counted_and_bad_rows_skipped_on_request(self):
+    path = self.write('train.csv', 'Class Index,Title,Description\n' + self._ROWS +
+                      '\n5,t,d\n2,"joined\nrows",d\n2, , \n')
+    report = reading.ReadReport()
+    data = retrieval.read_ag_news(path, report=report, malformed='skip')
+    self.assertLen(data, 3)
+    account = report.files[path]
+    account.check(path)
+    self.assertEqual((account.lines, account.header, account.blank, account.records,
+                      account.record_lines, account.kept), (9, 1, 1, 6, 7, 3))
+    self.assertEqual(dict(account.skipped), {
+        'class not 1-4': 1, 'malformed row: a field holds a line break': 1,
+        'empty title and description': 1})
+
   def test_bad_rows_name_file_and_line(self):
-    for content, message in ((self._ROWS + '2,"only two"\n', ':5: expected 3 fields'),
-                             (self._ROWS + '\n5,t,d\n', ":6: class must be 1, 2, 3 or 4, got '5'"),
-                             (self._ROWS + 'Class,t,d\n', ":5: class must be 1, 2, 3 or 4"),
+    for content, message in ((self._ROWS + '2,"only two"\n',
+                              ':4: malformed row: 2 fields, not 3 as in the first row'),
+                             (self._ROWS + '\n5,t,d\n', ":5: class must be 1, 2, 3 or 4, got '5'"),
+                             (self._ROWS + 'Class,t,d\n', ":4: class must be 1, 2, 3 or 4"),
                              ('0,t,d\n', ":1: class must be 1, 2, 3 or 4, got '0'"),
                              ('2, , \n', ':1: empty title and description')):
       path = self.write('bad.csv', content)
@@ -259,13 +310,45 @@ class LabelledTableTest(_FilesTest):
 
   def test_csv_with_clients(self):
     path = self.write('table.csv', 'id,text,label,user\n1,"hello, world",pos,u2\n'
-                      '2,"bye\nnow",neg,u1\n\n3, meh ,pos,u2\n')
+                      '2,"bye ""now""",neg,u1\n\n3, meh ,pos,u2\n')
     data = retrieval.read_labelled_table(path, client_column='user')
-    self.assertEqual(data.texts, ('hello, world', 'bye\nnow', 'meh'))
+    self.assertEqual(data.texts, ('hello, world', 'bye "now"', 'meh'))
     self.assertEqual(data.class_names, ('neg', 'pos'))
     np.testing.assert_array_equal(data.labels, [1, 0, 1])
     self.assertEqual(data.clients, ('u2', 'u1', 'u2'))
     self.assertIsNone(retrieval.read_labelled_table(path).clients)
+
+  def test_a_tsv_whose_texts_start_with_a_quote_keeps_every_row(self):
+    # A public intent corpus's trap: `csv`'s default quoting read a text that starts with `"`
+    # as a quoted field and joined the rows after it into one text, silently.
+    rows = [(f'"{i} quoted at the start' if i % 5 == 0 else f'plain text {i}', f'class{i % 7}')
+            for i in range(200)]
+    path = self.write('train.tsv', 'text\tlabel\n' + ''.join(f'{t}\t{c}\n' for t, c in rows))
+    report = reading.ReadReport()
+    data = retrieval.read_labelled_table(path, report=report)
+    self.assertLen(data, 200)
+    self.assertEqual(data.texts[0], '"0 quoted at the start')
+    self.assertEqual(data.num_classes, 7)
+    account = report.files[path]
+    account.check(path)
+    self.assertEqual((account.lines, account.header, account.records, account.kept), (201, 1,
+                                                                                      200, 200))
+    self.assertEqual(report.problems, [])
+
+  def test_a_field_with_a_tab_or_a_quote_left_open_is_refused_or_skipped_and_counted(self):
+    tsv = self.write('t.tsv', 'text\tlabel\nfine\ta\nhas a\ttab\tb\nno label\t\n')
+    with self.assertRaisesRegex(ValueError, re.escape(
+        f'{tsv}:3: malformed row: 3 fields, not 2 as in the header')):
+      retrieval.read_labelled_table(tsv)
+    report = reading.ReadReport()
+    data = retrieval.read_labelled_table(tsv, report=report, malformed='skip')
+    self.assertEqual(data.texts, ('fine',))
+    self.assertEqual(dict(report.files[tsv].skipped), {
+        'malformed row: wrong number of fields': 1, "empty 'label' (label_column)": 1})
+    csv_path = self.write('t.csv', 'text,label\nfine,a\n"open quote,b\nnext,c\nclosed",d\n')
+    with self.assertRaisesRegex(ValueError, re.escape(
+        f'{csv_path}:3: malformed row: a field holds a line break (the row spans lines 3-5')):
+      retrieval.read_labelled_table(csv_path)
 
   def test_delimiter_from_extension_or_argument(self):
     content = 'sentence\tintent\nplay jazz\tmusic\nwake me\talarm\n'
@@ -289,8 +372,9 @@ class LabelledTableTest(_FilesTest):
 
   def test_bad_rows_name_file_and_line(self):
     for content, message in (('text,label,client\nx,a,c1\n\ny,b,\n', ":4: empty 'client'"),
-                             ('text,label\nx,a\n"y\nz",\n', ":3: empty 'label'"),
-                             ('text,label\nx,a\ny,b,extra\n', ':3: expected 2 fields'),
+                             ('text,label\nx,a\ny,\n', ":3: empty 'label'"),
+                             ('text,label\nx,a\ny,b,extra\n',
+                              ':3: malformed row: 3 fields, not 2 as in the header'),
                              ('text,label,text\nx,a,y\n', ':1: column(s) text appear more than')):
       path = self.write('t.csv', content)
       with self.assertRaisesRegex(ValueError, re.escape(path + message)):
@@ -369,6 +453,21 @@ Section: utils
     self.assertEqual(data.clients, ('Sky Team <sky@example.org>',) * 2 +
                      ('Ann <ann@example.org>',))
     self.assertIn('2 of 5 packages have no debtag outside the form facets', logs.output[0])
+
+  def test_every_line_and_stanza_is_counted(self):
+    path = self.write('packages.txt', self._PACKAGES)
+    report = reading.ReadReport()
+    with self.assertLogs(level='WARNING'):
+      retrieval.read_debian_packages(path, report=report)
+    account = report.files[path]
+    account.check(path)
+    self.assertEqual((account.lines, account.blank, account.records, account.kept),
+                     (self._PACKAGES.count('\n'), 5, 6, 3))
+    self.assertEqual(dict(account.skipped), {
+        'no debtag outside the form facets': 2,
+        'package listed before (read at its first stanza)': 1})
+    self.assertIn((f'{path}:18', 'package listed before (read at its first stanza)'),
+                  report.problems)
 
   def test_labels_by_section(self):
     path = self.write('packages.txt', self._PACKAGES)
