@@ -42,4 +42,11 @@ def load_tests(loader: unittest.TestLoader, standard_tests, pattern):
 
 
 if __name__ == '__main__':
+  if 'tensorflow_federated' in sys.modules:
+    # As conftest.py does under pytest, a context of ours instead of the one TFF sets on import:
+    # the in-process one, which starts no worker until a computation needs one (these modules
+    # start no subprocess).
+    from fedasr_tff import runtime  # pylint: disable=g-import-not-at-top
+
+    runtime.set_inprocess_execution_context()
   absltest.main()

@@ -7,7 +7,8 @@ def unit_tests(modules, deps, size = "large"):
 
     Args:
       modules: the test modules, without ".py".
-      deps: what the modules need (the union of their own targets' deps).
+      deps: what the modules need (the union of their own targets' deps); the runner's own,
+        `//fedasr_tff/runtime`, is added.
       size: the target's size.
     """
     package = native.package_name().replace("/", ".")
@@ -18,5 +19,5 @@ def unit_tests(modules, deps, size = "large"):
         args = ["--test_modules=" + ",".join([package + "." + module for module in modules])],
         main = "//tests:run_modules.py",
         python_version = "PY3",
-        deps = deps,
+        deps = deps + ([] if "//fedasr_tff/runtime" in deps else ["//fedasr_tff/runtime"]),
     )

@@ -20,6 +20,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.aggregators import per_layer_dp
 from fedasr_tff.aggregators import per_layer_query
@@ -322,6 +323,7 @@ class BoundedWeightDPFactory(tff.aggregators.WeightedAggregationFactory):
     Raises:
       ValueError: for an argument out of range.
     """
+    tff_default_context.warn_if_current('aggregators.BoundedWeightDPFactory.gaussian_fixed')
     value_z, weight_z = split_noise_multiplier(noise_multiplier, weight_budget)
     value_factory = per_layer_dp.PerLayerDPFactory.gaussian_fixed(
         value_z, clients_per_round, clip, noise_seed=noise_seed, **per_layer_kwargs)
@@ -356,6 +358,7 @@ class BoundedWeightDPFactory(tff.aggregators.WeightedAggregationFactory):
     Raises:
       ValueError: for an argument out of range.
     """
+    tff_default_context.warn_if_current('aggregators.BoundedWeightDPFactory.gaussian_adaptive')
     value_z, weight_z = split_noise_multiplier(noise_multiplier, weight_budget)
     value_factory = per_layer_dp.PerLayerDPFactory.gaussian_adaptive(
         value_z, clients_per_round, initial_clip, noise_seed=noise_seed, **per_layer_kwargs)

@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.aggregators import allocation as allocation_lib
 from fedasr_tff.aggregators import per_layer_query
@@ -97,6 +98,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
     Raises:
       ValueError: for an argument out of range or inconsistent with the others.
     """
+    tff_default_context.warn_if_current('aggregators.PerLayerDPFactory.gaussian_fixed')
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('clip', clip)
     return cls(noise_multiplier, clients_per_round, clip, allocation, layer_weights, normalize,
@@ -142,6 +144,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         counts' budget is checked when the query is built
         (`per_layer_query.adaptive_value_noise_multiplier`).
     """
+    tff_default_context.warn_if_current('aggregators.PerLayerDPFactory.gaussian_adaptive')
     validation.check_non_negative('noise_multiplier', noise_multiplier)
     validation.check_positive('initial_clip', initial_clip)
     validation.check_open_unit_interval('target_quantile', target_quantile)

@@ -16,6 +16,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.algorithms import local_training
 
@@ -168,6 +169,7 @@ def build_central_work(
     ValueError: for an argument out of range or an optimizer that is not a
       `tff.learning.optimizers.Optimizer`.
   """
+  tff_default_context.warn_if_current('algorithms.build_central_work')
   validation.check_positive_integer('central_steps', steps)
   validation.check_non_negative('central_weight', loss_weight)
   if clip_norm is not None:

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.aggregators import bounded_weight_dp
 from fedasr_tff.algorithms import central_work as central_work_lib
@@ -308,6 +309,7 @@ def build_dga_process(
       unweighted aggregator with softmax weights, or a `BoundedWeightDPFactory` whose
       `min_weight` exceeds the weighting's.
   """
+  tff_default_context.warn_if_current('algorithms.build_dga_process')
   if weighting is not None and not isinstance(weighting, SoftmaxWeighting):
     raise ValueError(f'`weighting` must be None (uniform) or a SoftmaxWeighting, got '
                      f'{weighting!r}.')

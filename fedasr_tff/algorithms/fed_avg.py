@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import tff_default_context
 from fedasr_tff.algorithms import local_training
 
 
@@ -62,6 +63,7 @@ def build_fed_avg_process(
   Returns:
     A `tff.learning.templates.LearningProcess` (`compose_process`).
   """
+  tff_default_context.warn_if_current('algorithms.build_fed_avg_process')
   client_work = local_training.build_local_training_client_work(
       model_fn,
       client_learning_rate=client_learning_rate,
@@ -104,6 +106,7 @@ def compose_process(
     The `LearningProcess` of TFF's `compose_learning_process` over TFF's broadcast,
     `client_work` and `build_server_components`.
   """
+  tff_default_context.warn_if_current('algorithms.compose_process')
   model_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
   aggregator, finalizer = build_server_components(
@@ -219,4 +222,5 @@ def build_evaluation_process(
   Returns:
     TFF's federated evaluation `LearningProcess`.
   """
+  tff_default_context.warn_if_current('algorithms.build_evaluation_process')
   return tff.learning.algorithms.build_fed_eval(model_fn)

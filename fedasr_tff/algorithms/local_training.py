@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.optimizers import hparams
 
@@ -303,6 +304,7 @@ def build_local_training_client_work(
     ValueError: for an argument out of range, both or neither of `local_steps` and
       `local_epochs`, or `augmented` without `local_steps`.
   """
+  tff_default_context.warn_if_current('algorithms.build_local_training_client_work')
   validation.check_positive('client_learning_rate', client_learning_rate)
   check_local_work(local_steps, local_epochs)
   if local_clip_norm is not None:

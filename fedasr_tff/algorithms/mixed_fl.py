@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.algorithms import central_work as central_work_lib
 from fedasr_tff.algorithms import fed_avg
@@ -210,6 +211,7 @@ def build_mixed_fl_process(
       1-w GT, `gradient_dissimilarity` without `diagnostics` or with w_c not in (0, 1), or a
       gradient transfer without `local_steps`.
   """
+  tff_default_context.warn_if_current('algorithms.build_mixed_fl_process')
   if algorithm not in ALGORITHMS:
     raise ValueError(f'`algorithm` must be one of {ALGORITHMS}, got {algorithm!r}.')
   validation.check_unit_interval('central_weight', central_weight)

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fedasr_tff import tff_default_context
 from fedasr_tff import validation
 from fedasr_tff.algorithms import fed_avg
 from fedasr_tff.algorithms import local_training
@@ -262,6 +263,7 @@ def build_retrieval_process(
   Raises:
     ValueError: naming the argument that is out of range or the combination that is refused.
   """
+  tff_default_context.warn_if_current('retrieval.build_retrieval_process')
   validation.check_positive('client_learning_rate', client_learning_rate)
   validation.check_positive_integer('local_epochs', local_epochs)
   validation.check_positive('server_learning_rate', server_learning_rate)

@@ -9,6 +9,7 @@ import tensorflow_federated as tff
 
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
+from fedasr_tff import runtime
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import mixed_fl
 from tests.algorithms import linear_model
@@ -70,4 +71,6 @@ class WithDatasetComputationTest(parameterized.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

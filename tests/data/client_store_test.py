@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import data
+from fedasr_tff import runtime
 from fedasr_tff.data import client_store
 from fedasr_tff.data import synthetic
 
@@ -129,4 +130,6 @@ class ClientStoreTest(parameterized.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

@@ -15,6 +15,7 @@ from fedasr_tff import data
 from fedasr_tff import metrics
 from fedasr_tff import models
 from fedasr_tff import optimizers
+from fedasr_tff import runtime
 from fedasr_tff.data import synthetic
 
 
@@ -201,4 +202,6 @@ class SeededClientWorkTest(absltest.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  runtime.set_local_cpp_execution_context()
   absltest.main()

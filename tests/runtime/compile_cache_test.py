@@ -130,4 +130,6 @@ class CompileCacheTest(absltest.TestCase):
         compile_cache.CompileCache(self.directory)
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  execution_context.set_local_cpp_execution_context()
   absltest.main()

@@ -128,4 +128,6 @@ class InProcessContextTest(absltest.TestCase):
 
 
 if __name__ == '__main__':
+  # Under pytest, conftest.py sets the context; bazel runs the module directly.
+  execution_context.set_local_cpp_execution_context()
   absltest.main()

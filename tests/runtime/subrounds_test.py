@@ -123,10 +123,13 @@ def _text_clients(sizes, seed=0):
   return datasets
 
 
+# The options of each configuration, made when a run starts: under the run's context, not TFF's
+# own, which is current when the module is imported.
 _RETRIEVER_CONFIGURATIONS = {
-    'no_dp': {},
-    'local_dp': dict(local_dp=retrieval.LocalDPConfig.adaptive(0.1, retrieval.sigma_b(2))),
-    'central_dp': dict(weighting='uniform', model_aggregator=(
+    'no_dp': dict,
+    'local_dp': lambda: dict(
+        local_dp=retrieval.LocalDPConfig.adaptive(0.1, retrieval.sigma_b(2))),
+    'central_dp': lambda: dict(weighting='uniform', model_aggregator=(
         aggregators.PerLayerDPFactory.gaussian_fixed(0.5, 5, 1.0, allocation='global',
                                                      noise_seed=5))),
 }
@@ -134,7 +137,7 @@ _RETRIEVER_CONFIGURATIONS = {
 
 def _retriever_run(configuration, rounds=2):
   """`rounds` rounds of the retriever; returns (final weights, each client's DP state)."""
-  options = _RETRIEVER_CONFIGURATIONS[configuration]
+  options = _RETRIEVER_CONFIGURATIONS[configuration]()
   model_fn = retrieval.build_model_fn(retrieval.CLASSIFIER_ONLY, _CLASSES, head='linear',
                                       feature_dim=_DIM)
   process = retrieval.build_retrieval_process(model_fn, client_learning_rate=0.1,
