@@ -81,6 +81,10 @@ def _check_flags(audio_args):
   if not (audio_args or _AUDIO.value or _MANIFEST.value or _EXPORT_SAVED_MODEL.value):
     raise app.UsageError('Nothing to do: give audio files (arguments, --audio or --manifest) '
                          'or --export_saved_model.')
+  if _OUTPUT.value:
+    cli.check_output('output', _OUTPUT.value, folder=False)
+  if _EXPORT_SAVED_MODEL.value:
+    cli.check_output('export_saved_model', _EXPORT_SAVED_MODEL.value)
   decoding_flags.check()
 
 
