@@ -217,3 +217,21 @@ def require(*names: str) -> None:
   missing = [f'--{name}' for name in names if FLAGS[name].value in (None, '')]
   if missing:
     raise app.UsageError(f'{", ".join(missing)} must be given.')
+
+
+def seeds(flag) -> List[int]:
+  """The seeds of a study's list flag (--seeds): distinct integers, at least one.
+
+  Args:
+    flag: the flag's holder (`flags.DEFINE_list`).
+
+  Raises:
+    app.UsageError: naming the flag otherwise.
+  """
+  try:
+    values = [int(value) for value in flag.value]
+  except ValueError:
+    values = []
+  if not values or len(set(values)) != len(values):
+    raise app.UsageError(f'--{flag.name} must be distinct integers, got {flag.value}.')
+  return values
