@@ -170,9 +170,8 @@ def _cell_config(variant, seed, data_config, seed_model, server_lrs):
       noise_seed=seed if variant.noise else None)
 
 
-def _cells(variants, seeds, data_config, seed_model, output_dir):
+def _cells(variants, seeds, data_config, seed_model, server_lrs, output_dir):
   """{(variant, seed): study.Cell}: `experiments.train_federated` with the cell's flags."""
-  server_lrs = _server_lrs()
   cells = {}
   # Seed-major: a study stopped early has every variant at its first seeds.
   for seed in seeds:
@@ -298,25 +297,23 @@ def main(argv):
   if common.FLAGS['spec_augment'].present:
     raise app.UsageError('--spec_augment is the demo\'s; the ablation trains with SpecAugment '
                          '(as it always has, its seed model and its cells alike).')
-  try:
-    seeds = [int(s) for s in _SEEDS.value]
-  except ValueError:
-    raise app.UsageError(f'--seeds must be integers, got {_SEEDS.value}.') from None
-  if not seeds or len(set(seeds)) != len(seeds):
-    raise app.UsageError(f'--seeds must be distinct integers, got {_SEEDS.value}.')
+  seeds = common.seeds(_SEEDS)
   variants = _variants()
   started = time.monotonic()
   output_dir = common.OUTPUT_DIR.value
   data_config = dataclasses.replace(recipe.recipe_data(output_dir), spec_augment=True)
+  # Every cell configured before the corpus is written or the seed model trained.
+  with config_flags.flag_errors():
+    seed_config = config_flags.config_from_flags(speech_stages.SeedConfig)
+    cells = _cells(variants, seeds, data_config, os.path.join(output_dir, 'seed', 'model.npz'),
+                   _server_lrs(), output_dir)
+  recipe.write_synthetic_corpus(output_dir)
   vocab = data_config.vocabulary()
   seed_data = data_config.load_client_data(data_config.split, vocab, speakers='seed',
                                            training=True)
   eval_data = data_config.load_eval_data(vocab)
-  _, seed_eval = speech_stages.seed_model(
-      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir,
-      eval_data=eval_data)
-  cells = _cells(variants, seeds, data_config, os.path.join(output_dir, 'seed', 'model.npz'),
-                 output_dir)
+  _, seed_eval = speech_stages.seed_model(seed_config, seed_data, vocab, output_dir,
+                                          eval_data=eval_data)
 
   calibrated = (_OVERHEAD_SECONDS.value + _STEP_SECONDS.value * common.FLAGS.rounds
                 * common.FLAGS.cohort_size * common.FLAGS.local_steps)

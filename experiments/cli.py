@@ -39,6 +39,37 @@ def usage_error_line(error: app.UsageError) -> str:
   return f'{program_name()}: {message}{end} Try --helpshort.'
 
 
+def check_output(flag: str, path: str, *, folder: bool = True) -> None:
+  """Refuses an output path the run could not write, before it reads or writes anything.
+
+  A run that fails only when it writes its results (after minutes of training) loses them; so a
+  binary checks each output flag first: the path must be a folder (`folder`) or a file, or not
+  exist yet under a writable folder. Nothing is created.
+
+  Args:
+    flag: the flag's name, without dashes.
+    path: its value.
+    folder: whether the path is a folder (else a file).
+
+  Raises:
+    app.UsageError: naming the flag, the path and what is in the way.
+  """
+  where = f'--{flag} {path!r}'
+  if os.path.exists(path):
+    if folder != os.path.isdir(path):
+      raise app.UsageError(f'{where} is a {"file" if folder else "folder"}, not a '
+                           f'{"folder" if folder else "file"}.')
+    writable = path
+  else:
+    writable = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(writable):
+      writable = os.path.dirname(writable)
+    if not os.path.isdir(writable):
+      raise app.UsageError(f'{where}: {writable!r} is a file, so no folder can be made in it.')
+  if not os.access(writable, os.W_OK):
+    raise app.UsageError(f'{where}: {writable!r} is not writable.')
+
+
 def run(main: Callable[[List[str]], None], argv: Optional[Sequence[str]] = None) -> None:
   """`app.run(main)`, but a refusal (`app.UsageError`) prints one line, not the usage text.
 

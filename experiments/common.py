@@ -98,8 +98,11 @@ def start_binary(max_concurrent_computation_calls=None,
     The --workers (None: local).
 
   Raises:
-    app.UsageError: for worker flags this binary or this combination cannot take.
+    app.UsageError: for worker flags this binary or this combination cannot take, or an
+      --output_dir that cannot be a folder (`cli.check_output`).
   """
+  if OUTPUT_DIR.value:
+    cli.check_output('output_dir', OUTPUT_DIR.value)
   remote = workers()
   tls_flags = [f'--{flag.name}' for flag in (WORKER_TLS_ROOT_CERTS, WORKER_TLS_KEY,
                                              WORKER_TLS_CERT) if flag.value is not None]
@@ -109,7 +112,8 @@ def start_binary(max_concurrent_computation_calls=None,
                            f'{distributed_refusal}')
   elif remote is None:
     if tls_flags:
-      raise app.UsageError(f'{", ".join(tls_flags)} apply to --workers, which is not given.')
+      raise app.UsageError(f'{", ".join(tls_flags)} appl{"y" if len(tls_flags) > 1 else "ies"} '
+                           'to --workers, which is not given.')
     local_worker.set_context(max_concurrent_computation_calls, ENGINE.value)
   else:
     if distributed_refusal is not None:
@@ -213,3 +217,21 @@ def require(*names: str) -> None:
   missing = [f'--{name}' for name in names if FLAGS[name].value in (None, '')]
   if missing:
     raise app.UsageError(f'{", ".join(missing)} must be given.')
+
+
+def seeds(flag) -> List[int]:
+  """The seeds of a study's list flag (--seeds): distinct integers, at least one.
+
+  Args:
+    flag: the flag's holder (`flags.DEFINE_list`).
+
+  Raises:
+    app.UsageError: naming the flag otherwise.
+  """
+  try:
+    values = [int(value) for value in flag.value]
+  except ValueError:
+    values = []
+  if not values or len(set(values)) != len(values):
+    raise app.UsageError(f'--{flag.name} must be distinct integers, got {flag.value}.')
+  return values

@@ -151,10 +151,17 @@ def main(argv):
     raise app.UsageError(f'--noisy_speakers must lie in (0, 1), got {_NOISY.value}.')
   output_dir = common.OUTPUT_DIR.value
   seed = speech_stages.seed_or_zero()
-  corpus_dir, noisy = _corpus(output_dir, seed)
   # SpecAugment on the training data, as this study has always trained.
-  data_config = speech_stages.data_config(corpus_dir, output_dir, CLIENT_SPLIT, speakers='all',
+  data_config = speech_stages.data_config(speech_stages.synthetic_corpus_dir(output_dir),
+                                          output_dir, CLIENT_SPLIT, speakers='all',
                                           spec_augment=True)
+  # Every run configured before the corpus is written or a model trained.
+  with config_flags.flag_errors():
+    seed_config = config_flags.config_from_flags(speech_stages.SeedConfig)
+    base_config = _federated_config(data_config, 'dga_softmax', 0.0)
+    configs = {(dp_mode, aggregation): _federated_config(data_config, aggregation, sigma_dp)
+               for dp_mode, sigma_dp in noise_levels for aggregation in RUNS}
+  _, noisy = _corpus(output_dir, seed)
   vocab = data_config.vocabulary()
   seed_data = data_config.load_client_data(SEED_SPLIT, vocab, speakers='all', training=True)
   client_data = data_config.load_client_data(CLIENT_SPLIT, vocab, speakers='all', training=True)
@@ -165,22 +172,18 @@ def main(argv):
     # A model made now: building a TFF process (graph mode) invalidates Keras models made before.
     return evaluation.evaluate(model_fn(), eval_data, weights).overall
 
-  seed_weights, _ = speech_stages.seed_model(
-      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir)
-  base_config = _federated_config(data_config, 'dga_softmax', 0.0)
+  seed_weights, _ = speech_stages.seed_model(seed_config, seed_data, vocab, output_dir)
   rows = [dict(model='seed', dp='-', scores=score(seed_weights), epsilons=None,
                weights=client_weights(base_config, model_fn, client_data, seed_weights, noisy,
                                       seed))]
-  for dp_mode, sigma_dp in noise_levels:
-    for aggregation in RUNS:
-      name = f'{aggregation}_{dp_mode}'
-      config = _federated_config(data_config, aggregation, sigma_dp)
-      result = speech_stages.federated_run(name, config, client_data, vocab, output_dir,
-                                           seed_weights, central_data=seed_data)
-      rows.append(dict(model=name, dp=dp_mode, scores=score(result.weights),
-                       epsilons=speech_stages.epsilons(result, config),
-                       weights=client_weights(config, model_fn, client_data, result.weights,
-                                              noisy, seed)))
+  for (dp_mode, aggregation), config in configs.items():
+    name = f'{aggregation}_{dp_mode}'
+    result = speech_stages.federated_run(name, config, client_data, vocab, output_dir,
+                                         seed_weights, central_data=seed_data)
+    rows.append(dict(model=name, dp=dp_mode, scores=score(result.weights),
+                     epsilons=speech_stages.epsilons(result, config),
+                     weights=client_weights(config, model_fn, client_data, result.weights,
+                                            noisy, seed)))
 
   text = table(rows)
   print(text)

@@ -183,6 +183,8 @@ def main(argv):
     raise app.UsageError(f'--dga_runs: unknown run(s) {unknown}; choose from {RUNS}.')
   if not 0 <= _NOISY.value < 1:
     raise app.UsageError(f'--dga_noisy_fraction must lie in [0, 1), got {_NOISY.value}.')
+  if _RESULTS_DIR.value:
+    cli.check_output('dga_results_dir', _RESULTS_DIR.value)
   settings = dict(rounds=_ROUNDS.value, clients=_CLIENTS.value, cohort=_COHORT.value,
                   classes=_CLASSES.value, noisy_fraction=_NOISY.value,
                   noise_kind=_NOISE_KIND.value, beta=_BETA.value,

@@ -40,6 +40,8 @@ def main(argv):
   common.start_binary(distributed_refusal='evaluation runs no federated round.',
                       tff_computations=False)
   common.require('corpus_dir', 'eval_split', 'model')
+  if _PER_SPEAKER_CSV.value:
+    cli.check_output('per_speaker_csv', _PER_SPEAKER_CSV.value, folder=False)
   decoding_flags.check()
   with config_flags.flag_errors():
     data = config_flags.config_from_flags(data_config.DataConfig)

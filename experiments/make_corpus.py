@@ -14,6 +14,7 @@ from absl import app
 from absl import flags
 
 from experiments import cli
+from experiments import config_flags
 from fedasr_tff.data import synthetic
 
 # Checked in main rather than with required=True, so other binaries' tests can parse flags in
@@ -48,11 +49,13 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if not _OUTPUT_DIR.value:
     raise app.UsageError('--output_dir is required.')
-  voices = synthetic.make_corpus(
-      _OUTPUT_DIR.value, num_speakers=_SPEAKERS.value, mean_utterances=_UTTERANCES.value,
-      words=_WORDS.value, language=_LANGUAGE.value, seed=_SEED.value, layouts=tuple(_LAYOUTS.value),
-      split=_SPLIT.value, skew=_SKEW.value, first_speaker=_FIRST_SPEAKER.value,
-      conditions=synthetic.CONDITIONS[_CONDITIONS.value])
+  cli.check_output('output_dir', _OUTPUT_DIR.value)
+  with config_flags.flag_errors():  # --words, --split: the library names its arguments.
+    voices = synthetic.make_corpus(
+        _OUTPUT_DIR.value, num_speakers=_SPEAKERS.value, mean_utterances=_UTTERANCES.value,
+        words=_WORDS.value, language=_LANGUAGE.value, seed=_SEED.value,
+        layouts=tuple(_LAYOUTS.value), split=_SPLIT.value, skew=_SKEW.value,
+        first_speaker=_FIRST_SPEAKER.value, conditions=synthetic.CONDITIONS[_CONDITIONS.value])
   by_voice = collections.Counter(v.voice for v in voices.values())
   print(f'wrote {len(voices)} speakers ({", ".join(sorted(by_voice))}) to {_OUTPUT_DIR.value} '
         f'in layouts {", ".join(_LAYOUTS.value)}, conditions {_CONDITIONS.value}')

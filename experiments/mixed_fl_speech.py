@@ -95,13 +95,19 @@ def main(argv):
       raise app.UsageError(f'--algorithms takes any of {RUNS}, got {name!r}.')
   noise_levels = speech_stages.noise_levels(_DP_MODES.value, FLAGS.sigma_dp)
   output_dir = common.OUTPUT_DIR.value
-  corpus_dir = speech_stages.synthetic_corpus(
+  # SpecAugment on the training data, as this study has always trained.
+  data_config = speech_stages.data_config(speech_stages.synthetic_corpus_dir(output_dir),
+                                          output_dir, 'train_clients', speakers='all',
+                                          spec_augment=True)
+  # Every run configured before the corpus is written or a model trained.
+  with config_flags.flag_errors():
+    seed_config = config_flags.config_from_flags(speech_stages.SeedConfig)
+    configs = {(dp_mode, algorithm): _federated_config(data_config, algorithm, sigma_dp)
+               for dp_mode, sigma_dp in noise_levels for algorithm in _ALGORITHMS.value}
+  speech_stages.synthetic_corpus(
       output_dir, {'train_server': _SERVER_SPEAKERS.value, 'dev_server': None,
                    'train_clients': _CLIENT_SPEAKERS.value, 'dev_clients': None},
       words=SPLITS, skew=0.3)
-  # SpecAugment on the training data, as this study has always trained.
-  data_config = speech_stages.data_config(corpus_dir, output_dir, 'train_clients',
-                                          speakers='all', spec_augment=True)
   vocab = data_config.vocabulary()
   server_data = data_config.load_client_data('train_server', vocab, speakers='all',
                                              training=True)
@@ -117,16 +123,13 @@ def main(argv):
     return {domain: evaluation.evaluate(model, eval_data, weights).overall
             for domain, eval_data in eval_sets.items()}
 
-  seed_weights, _ = speech_stages.seed_model(
-      config_flags.config_from_flags(speech_stages.SeedConfig), server_data, vocab, output_dir)
+  seed_weights, _ = speech_stages.seed_model(seed_config, server_data, vocab, output_dir)
   rows = [('seed (server domain)', '-', score(seed_weights), None)]
-  for dp_mode, sigma_dp in noise_levels:
-    for algorithm in _ALGORITHMS.value:
-      name = f'{"fl_alone" if algorithm == config_lib.MIXED_NONE else algorithm}_{dp_mode}'
-      config = _federated_config(data_config, algorithm, sigma_dp)
-      result = speech_stages.federated_run(name, config, client_data, vocab, output_dir,
-                                           seed_weights, central_data=server_data)
-      rows.append((name, dp_mode, score(result.weights), speech_stages.epsilons(result, config)))
+  for (dp_mode, algorithm), config in configs.items():
+    name = f'{"fl_alone" if algorithm == config_lib.MIXED_NONE else algorithm}_{dp_mode}'
+    result = speech_stages.federated_run(name, config, client_data, vocab, output_dir,
+                                         seed_weights, central_data=server_data)
+    rows.append((name, dp_mode, score(result.weights), speech_stages.epsilons(result, config)))
 
   lines = ['| model | DP | WER server domain | CER server domain | WER client domain | '
            'CER client domain | ε declared / run (RDP, δ=1e-9) |', '|---|---|---|---|---|---|---|']

@@ -245,8 +245,10 @@ def _label_skew_table(runs):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  local_worker.set_context()
   results_dir = _RESULTS_DIR.value
+  if results_dir:
+    cli.check_output('results_dir', results_dir)
+  local_worker.set_context()
   if _TASK.value == 'quadratic':
     results = run_quadratic(_ROUNDS.value or 300)
     print('| algorithm | ||x_T - x*|| | f(x_T) - f(x*) |\n|---|---|---|')

@@ -20,7 +20,6 @@ Single-configuration mode starts as soon as `--steps` is given:
 """
 
 import math
-import sys
 
 from absl import app
 from absl import flags
@@ -94,7 +93,10 @@ def _format_epsilon(value: float) -> str:
 
 
 def _print_table() -> int:
-  rows = privacy.read_privacy_table(_CSV.value)
+  try:
+    rows = privacy.read_privacy_table(_CSV.value)
+  except ValueError as e:  # The message names the file, line and column.
+    raise app.UsageError(f'--csv: {e}') from e
   if _ONLY_OK.value:
     rows = [row for row in rows if row.check == 'ok']
   accountants = _ACCOUNTANTS.value
@@ -174,8 +176,7 @@ def main(argv):
   try:
     return _print_single() if _STEPS.value is not None else _print_table()
   except ValueError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
+    raise app.UsageError(str(e)) from e
 
 
 if __name__ == '__main__':

@@ -153,8 +153,8 @@ def federated_config(data_config, sigma_dp, **fields) -> config_lib.FederatedCon
 
 def recipe_data(output_dir: str) -> config_lib.DataConfig:
   """The data flags (--corpus_dir, --layout, --split, --eval_split, ...), or the synthetic
-  corpus's (`speech_stages.synthetic_corpus`) with --synthetic_speakers; the features cached in
-  `output_dir/feature_cache`."""
+  corpus's with --synthetic_speakers (written by `write_synthetic_corpus`); the features cached
+  in `output_dir/feature_cache`."""
   # --split_seed defaults to --seed: each seed of a study is another draw of the roles.
   fields = {'seed_fraction': FLAGS.seed_fraction, 'spec_augment': FLAGS.spec_augment,
             'feature_normalization': FLAGS.feature_normalization,
@@ -166,10 +166,8 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
     if given:
       raise app.UsageError(f'{", ".join(given)}: the synthetic corpus (--synthetic_speakers) '
                            'has its own layout, splits and language.')
-    corpus_dir = speech_stages.synthetic_corpus(
-        output_dir, {_SYNTHETIC_TRAIN: _SYNTHETIC_SPEAKERS.value, _SYNTHETIC_HELD_OUT: None})
-    return speech_stages.data_config(corpus_dir, output_dir, _SYNTHETIC_TRAIN,
-                                     eval_split=_SYNTHETIC_HELD_OUT, **fields)
+    return speech_stages.data_config(speech_stages.synthetic_corpus_dir(output_dir), output_dir,
+                                     _SYNTHETIC_TRAIN, eval_split=_SYNTHETIC_HELD_OUT, **fields)
   common.require('corpus_dir')
   if FLAGS.eval_split and (_HELD_OUT.value or FLAGS['held_out_speakers'].present):
     raise app.UsageError('--eval_split holds out its own speakers: give it, or --held_out / '
@@ -179,6 +177,14 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
       eval_split=FLAGS.eval_split or None, language=FLAGS.language,
       max_batch_seconds=FLAGS.max_batch_seconds,
       feature_cache_dir=os.path.join(output_dir, config_lib.FEATURE_CACHE_SUBDIR), **fields)
+
+
+def write_synthetic_corpus(output_dir: str) -> None:
+  """With --synthetic_speakers, writes the synthetic corpus `recipe_data` names, if not there
+  (`speech_stages.synthetic_corpus`)."""
+  if _SYNTHETIC_SPEAKERS.value is not None:
+    speech_stages.synthetic_corpus(
+        output_dir, {_SYNTHETIC_TRAIN: _SYNTHETIC_SPEAKERS.value, _SYNTHETIC_HELD_OUT: None})
 
 
 def speaker_roles(data: config_lib.DataConfig, utterances,
@@ -295,9 +301,13 @@ def main(argv):
   stages = {}  # stage -> wall seconds (of this invocation: a reused stage costs little)
   data_config = recipe_data(output_dir)
   vocab = data_config.vocabulary()
+  with config_flags.flag_errors():
+    seed_config = config_flags.config_from_flags(speech_stages.SeedConfig)
+  write_synthetic_corpus(output_dir)
   read = reading.ReadReport()
-  utterances = corpus.read_utterances(data_config.corpus_dir, data_config.layout,
-                                      data_config.split, report=read)
+  with config_flags.flag_errors():  # A missing, unreadable or malformed --split.
+    utterances = corpus.read_utterances(data_config.corpus_dir, data_config.layout,
+                                        data_config.split, report=read)
   roles = speaker_roles(data_config, utterances, output_dir)
   # The word list before any training or file: a bad --word_list, or seed speakers without a
   # word, is refused at start-up rather than after the training.
@@ -305,6 +315,16 @@ def main(argv):
   seed_words = None
   if word_list is None and _SEED_WORD_LIST.value:
     word_list = seed_words = seed_word_list(data_config, utterances, roles, vocab)
+  # The federated runs' flags too, before anything is written or trained. A corpus with fewer
+  # clients than the cohort: all of them every round, unless the flag says.
+  clients = len(roles.federated)
+  cohort = ({} if FLAGS['cohort_size'].present or clients >= FLAGS.cohort_size
+            else {'cohort_size': clients})
+  with config_flags.flag_errors():
+    configs = {name: federated_config(data_config, sigma_dp, **cohort)
+               for name, sigma_dp in (('fl_no_noise', 0.0), ('fl_dp', FLAGS.sigma_dp))}
+    for config in configs.values():  # The noise and populations, as each run's ledger takes them.
+      config.ledger(config.noise_level(clients), clients)
   save_speaker_roles(roles, output_dir)
   if seed_words is not None:
     with private_files.open_private(os.path.join(output_dir, SEED_WORDS_FILE)) as f:
@@ -316,24 +336,16 @@ def main(argv):
   eval_data = (data_config.load_eval_data(vocab) if data_config.eval_split else
                _client_data(data_config, data_config.split, vocab, roles.held_out))
   stages['corpus'] = time.monotonic() - started
-  clients = len(fl_data.client_ids)
   print(f'== speakers: {_count(len(seed_data.client_ids), "seed speaker")}, '
         f'{_count(clients, "client")}, {_count(len(eval_data.client_ids), "held-out speaker")} '
         f'({"--eval_split=" + data_config.eval_split if data_config.eval_split else "of --split"}'
         f'; roles in {os.path.join(output_dir, SPEAKERS_FILE)})')
 
   mark = time.monotonic()
-  seed_weights, seed_eval = speech_stages.seed_model(
-      config_flags.config_from_flags(speech_stages.SeedConfig), seed_data, vocab, output_dir,
-      eval_data=eval_data)
+  seed_weights, seed_eval = speech_stages.seed_model(seed_config, seed_data, vocab, output_dir,
+                                                     eval_data=eval_data)
   stages['seed model'] = time.monotonic() - mark
-  # A corpus with fewer clients than the cohort: all of them every round, unless the flag says.
-  cohort = ({} if FLAGS['cohort_size'].present or clients >= FLAGS.cohort_size
-            else {'cohort_size': clients})
   results = {}
-  with config_flags.flag_errors():
-    configs = {name: federated_config(data_config, sigma_dp, **cohort)
-               for name, sigma_dp in (('fl_no_noise', 0.0), ('fl_dp', FLAGS.sigma_dp))}
   for name, stage in (('fl_no_noise', 'FL, no noise'), ('fl_dp', 'FL + DP')):
     mark = time.monotonic()
     results[name] = speech_stages.federated_run(name, configs[name], fl_data, vocab, output_dir,

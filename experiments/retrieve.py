@@ -108,6 +108,8 @@ def main(argv):
   common.start_binary(tff_computations=False,
                       distributed_refusal='retrieval runs no TFF computation.')
   common.require('model')
+  if _EXPORT_DIR.value:
+    cli.check_output('export_dir', _EXPORT_DIR.value)
   try:
     retriever = retriever_lib.load_retriever(_MODEL.value, _TOP_K.value)
   except ValueError as e:

@@ -139,7 +139,7 @@ def main(argv):
     if unknown:
       raise app.UsageError(f'--cells: unknown {unknown}; known {sorted(chosen)}.')
     chosen = {k: v for k, v in chosen.items() if k in _CELLS.value}
-  seeds = [int(s) for s in _SEEDS.value]
+  seeds = common.seeds(_SEEDS)
   rows = []
   for name, (description, overrides) in chosen.items():
     with config_flags.flag_errors():  # A corpus or flag error as one line naming it.

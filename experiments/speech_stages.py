@@ -19,6 +19,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
+from experiments import cli
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
@@ -100,6 +101,13 @@ def seed_or_zero() -> int:
   return config_lib.RunConfig(seed=FLAGS.seed).seed_or_zero
 
 
+def synthetic_corpus_dir(output_dir: str) -> str:
+  """The LibriSpeech folder of a study's synthetic corpus, under --corpus_dir or
+  `output_dir/corpus` (`synthetic_corpus` writes it): a study configures its runs on it before
+  anything is written."""
+  return os.path.join(CORPUS_DIR.value or os.path.join(output_dir, 'corpus'), LAYOUT)
+
+
 def synthetic_corpus(output_dir: str, speakers: Mapping[str, Optional[int]], *,
                      words: Optional[Mapping[str, Sequence[str]]] = None, **kwargs) -> str:
   """The synthetic corpus under --corpus_dir or `output_dir/corpus`, of the size of the study's
@@ -115,8 +123,10 @@ def synthetic_corpus(output_dir: str, speakers: Mapping[str, Optional[int]], *,
   """
   with config_flags.flag_errors():
     size = config_flags.config_from_flags(CorpusConfig)
-  root = CORPUS_DIR.value or os.path.join(output_dir, 'corpus')
-  librispeech = os.path.join(root, LAYOUT)
+  if CORPUS_DIR.value:
+    cli.check_output('corpus_dir', CORPUS_DIR.value)
+  librispeech = synthetic_corpus_dir(output_dir)
+  root = os.path.dirname(librispeech)
   first = 0
   for index, (split, count) in enumerate(speakers.items()):
     count = size.held_out_speakers if count is None else count
@@ -164,15 +174,17 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
     app.UsageError: naming the flags, if the seed model there was trained with other
       --seed_steps, --seed_lr, --seed_warmup_steps, --model_config, --seed or --spec_augment
       (`seed_settings.json`; a model whose file predates --seed_warmup_steps had none;
-      a seed model written before that file is reused as it is), or other features.
+      a seed model written before that file is reused as it is), or other features, or if
+      that model is damaged or not finite.
   """
   seed_dir = os.path.join(output_dir, 'seed')
   seed_path = os.path.join(seed_dir, 'model.npz')
   settings_path = os.path.join(seed_dir, SEED_SETTINGS_FILE)
   central = config.central_config()
   settings = _seed_settings(central, train_data)
-  print(f'== seed model: central training on {len(train_data.client_ids)} speakers '
-        f'({config.seed_steps} steps)')
+  # Printed once the stage is known to go ahead: a refused command prints nothing on stdout.
+  heading = (f'== seed model: central training on {len(train_data.client_ids)} speakers '
+             f'({config.seed_steps} steps)')
   if os.path.isfile(seed_path):
     if os.path.isfile(settings_path):
       with open(settings_path) as f:
@@ -185,16 +197,18 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
             + ', '.join(f'--{name}={_flag_value(saved.get(name))}' for name in differ)
             + ', not ' + ', '.join(f'--{name}={_flag_value(settings[name])}' for name in differ)
             + ': give those flags to reuse it, or use a new --output_dir.')
-    print(f'reusing {seed_path}')
     model = models.build_tff_model_fn(FLAGS.model_config, vocab.tokens)()
     try:
       data_config_lib.check_model_features(seed_path, train_data.feature_normalization,
                                            'seed model')
-    except ValueError as e:
+      weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
+    except ValueError as e:  # Other features, a damaged file, non-finite weights.
       raise app.UsageError(f'{e} Or use a new --output_dir.') from e
-    weights = model_io.load_weights(seed_path, model.keras_model, source='seed model')
+    print(heading)
+    print(f'reusing {seed_path}')
     return weights, (None if eval_data is None
                      else evaluation.evaluate(model, eval_data, weights))
+  print(heading)
   os.makedirs(seed_dir, exist_ok=True)
   with open(settings_path, 'w') as f:
     json.dump(settings, f, indent=1)
@@ -232,10 +246,12 @@ def federated_run(name: str, config: config_lib.FederatedConfig, train_data, voc
   print(f'\n== {name}: {config.run.rounds} rounds, {config.run.cohort_size} of '
         f'{len(train_data.client_ids)} speakers a round, '
         f'sigma_dp={config.dp.sigma_dp or 0.0:g}')
-  return federated_training.train(
-      config, train_data, vocab, os.path.join(output_dir, name), eval_data=eval_data,
-      initial_weights=seed_weights, show_progress=common.PROGRESS.value,
-      central_data=central_data if config.uses_central_data else None)
+  with config_flags.flag_errors():  # What a builder refuses, in one line naming the flag.
+    run = federated_training.build_run(
+        config, train_data, vocab, os.path.join(output_dir, name), eval_data=eval_data,
+        initial_weights=seed_weights,
+        central_data=central_data if config.uses_central_data else None)
+  return run.train(show_progress=common.PROGRESS.value)
 
 
 def noise_levels(dp_modes: Sequence[str], sigma_dp: float):

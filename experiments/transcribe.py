@@ -17,7 +17,8 @@ transcripts before it are written); with --skip_unreadable either is reported on
 out instead.
 
 Output: `PATH<TAB>TRANSCRIPT` per file (the absolute path), in input order, each written as soon
-as it is done, on stdout or in --output. With references, the corpus-level WER and CER against
+as it is done, on stdout or in --output (opened at the first transcript: a run stopped before it
+leaves an existing --output as it was). With references, the corpus-level WER and CER against
 the normalised references follow on stderr.
 
 Decoding (`fedasr_tff.decoding`): greedy (best path) or CTC prefix beam search; --word_list
@@ -81,6 +82,10 @@ def _check_flags(audio_args):
   if not (audio_args or _AUDIO.value or _MANIFEST.value or _EXPORT_SAVED_MODEL.value):
     raise app.UsageError('Nothing to do: give audio files (arguments, --audio or --manifest) '
                          'or --export_saved_model.')
+  if _OUTPUT.value:
+    cli.check_output('output', _OUTPUT.value, folder=False)
+  if _EXPORT_SAVED_MODEL.value:
+    cli.check_output('export_saved_model', _EXPORT_SAVED_MODEL.value)
   decoding_flags.check()
 
 
@@ -137,6 +142,11 @@ def _load(vocab):
   return transcriber, vocab.tokens
 
 
+def _open_output():
+  os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
+  return open(_OUTPUT.value, 'w', encoding='utf-8')
+
+
 def main(argv):
   audio_args = argv[1:]
   common.start_binary(distributed_refusal='transcription runs no federated round.',
@@ -148,11 +158,11 @@ def main(argv):
   transcriber, tokens = _load(vocab)
   if not entries:
     return
-  if _OUTPUT.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
   results = []
-  with (open(_OUTPUT.value, 'w', encoding='utf-8') if _OUTPUT.value
-        else contextlib.nullcontext(sys.stdout)) as out:
+  with contextlib.ExitStack() as stack:
+    # --output is opened (emptied) at the first transcript, or at the end if every file was
+    # skipped: a run stopped by an unreadable first file leaves an existing --output as it was.
+    out = None if _OUTPUT.value else sys.stdout
     try:
       for result in transcription.transcribe_files(
           transcriber.transcribe, tokens, entries, decoding_flags.DECODER.value,
@@ -161,11 +171,15 @@ def main(argv):
         results.append(result)
         if result.error is not None:
           print(f'Skipped {result.error}', file=sys.stderr)
-        else:
-          out.write(f'{result.entry.path}\t{result.text}\n')
-          out.flush()
+          continue
+        if out is None:
+          out = stack.enter_context(_open_output())
+        out.write(f'{result.entry.path}\t{result.text}\n')
+        out.flush()
     except data.AudioError as e:
       raise app.UsageError(f'{e} (--skip_unreadable goes on without it)') from e
+    if out is None:  # Every file skipped: this run's --output is empty.
+      stack.enter_context(_open_output())
   scored = [r for r in results if r.error is None and r.entry.reference is not None]
   if scored:
     references = [data.normalize_transcript(r.entry.reference, vocab.language) for r in scored]

@@ -2,6 +2,7 @@
 
 import functools
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -10,6 +11,15 @@ import tensorflow_io as tfio
 from fedasr_tff.data import features
 
 SUPPORTED_EXTENSIONS = ('.wav', '.flac', '.mp3')
+
+
+# What a TensorFlow op error adds around its reason: the op's device path and the op's name.
+_OP_ERROR_NOISE = re.compile(r'\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\]')
+
+
+def _reason(error: Exception) -> str:
+  """The reason an op gives (`unable to read metadata`), without TensorFlow's wrapping."""
+  return _OP_ERROR_NOISE.sub('', str(error)).strip()
 
 
 class AudioError(ValueError):
@@ -52,7 +62,7 @@ def load_audio(path: str) -> np.ndarray:
     rate = int(audio.rate.numpy())
     samples = audio.to_tensor()
   except (tf.errors.OpError, RuntimeError, ValueError, NotImplementedError) as e:
-    raise AudioError(f'{path}: cannot decode audio: {e}') from e
+    raise AudioError(f'{path}: cannot decode audio: {_reason(e)}') from e
   if samples.shape[0] == 0:
     raise AudioError(f'{path}: audio has no samples.')
   if samples.dtype == tf.int16:
@@ -69,7 +79,7 @@ def load_audio(path: str) -> np.ndarray:
       waveform = _resampler(rate)(waveform)
     except (tf.errors.OpError, ValueError) as e:
       raise AudioError(f'{path}: cannot resample from {rate} Hz to {features.SAMPLE_RATE} Hz: '
-                       f'{e}') from e
+                       f'{_reason(e)}') from e
   waveform = waveform.numpy()
   if not np.all(np.isfinite(waveform)):
     raise AudioError(f'{path}: decoded audio contains NaN or Inf.')

@@ -72,27 +72,28 @@ def make_iid(utterances: Sequence[corpora.Utterance], seed: int) -> List[corpora
                                                                        strict=True)]
 
 
-def split_speakers(speakers: Sequence[str], fraction: float,
+def split_speakers(speakers: Sequence[str], seed_fraction: float,
                    seed: int) -> Tuple[List[str], List[str]]:
-  """A seeded split of the speakers into `fraction` of them and the rest.
+  """A seeded split of the speakers into `seed_fraction` of them (the seed part) and the rest.
 
   Args:
     speakers: the speakers (duplicates are merged), at least 2.
-    fraction: the share of the first part, in (0, 1); both parts get at least one speaker.
+    seed_fraction: the share of the first part, in (0, 1); both parts get at least one
+      speaker.
     seed: seed of the split.
 
   Returns:
     (first part, rest), each sorted.
 
   Raises:
-    ValueError: for fewer than 2 speakers or `fraction` outside (0, 1).
+    ValueError: for fewer than 2 speakers or `seed_fraction` outside (0, 1).
   """
-  validation.check_open_unit_interval('fraction', fraction)
+  validation.check_open_unit_interval('seed_fraction', seed_fraction)
   speakers = sorted(set(speakers))
   if len(speakers) < 2:
     raise ValueError(f'Need at least 2 speakers to split, got {len(speakers)}.')
   order = np.random.default_rng(seed).permutation(len(speakers))
-  count = min(len(speakers) - 1, max(1, round(fraction * len(speakers))))
+  count = min(len(speakers) - 1, max(1, round(seed_fraction * len(speakers))))
   first = sorted(speakers[i] for i in order[:count])
   rest = sorted(speakers[i] for i in order[count:])
   return first, rest

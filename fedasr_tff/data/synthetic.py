@@ -27,6 +27,7 @@ import wave
 import numpy as np
 
 from fedasr_tff import validation
+from fedasr_tff.data import text as text_lib
 
 LAYOUTS = ('librispeech', 'common_voice')
 
@@ -178,7 +179,8 @@ def make_corpus(output_dir: str,
     {speaker id: its `SpeakerVoice`}.
 
   Raises:
-    ValueError: for an argument out of range.
+    ValueError: for an argument out of range, words the language's vocabulary cannot spell, or
+      a split `output_dir` already holds.
     RuntimeError: if espeak-ng or sox is missing or fails.
   """
   validation.check_positive_integer('num_speakers', num_speakers)
@@ -197,6 +199,20 @@ def make_corpus(output_dir: str,
   words = tuple(words or DEFAULT_WORDS[language])
   if not words:
     raise ValueError('`words` is empty.')
+  # A word of other characters would be spoken as something else than its transcript says.
+  vocabulary = text_lib.Vocabulary(language)
+  unspelled = [word for word in words
+               if vocabulary.encode(text_lib.normalize_transcript(word, language))[1]]
+  if unspelled:
+    raise ValueError(f'`words` has words the {language!r} vocabulary cannot spell: '
+                     f'{", ".join(map(repr, unspelled[:5]))}.')
+  written = [path for layout, path in (
+      ('librispeech', os.path.join(output_dir, 'librispeech', split)),
+      ('common_voice', os.path.join(output_dir, 'common_voice', f'{split}.tsv')))
+             if layout in layouts and os.path.exists(path)]
+  if written:  # Written over, it would mix two corpora's speakers.
+    raise ValueError(f'`output_dir` holds split {split!r} already ({written[0]}): give another '
+                     '`split` or `output_dir`.')
   _check_tools(layouts)
 
   rng = np.random.default_rng(seed)

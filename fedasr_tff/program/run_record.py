@@ -39,6 +39,8 @@ class RunRecord:
     checks: extra top-level entries of `config.json` a resume must match, by key, each with
       (value, what to call it in the refusal), e.g. the seed model's hash.
     clients_description: what to call the clients in the refusal.
+    kind: what kind of run it is (for example "federated speech training"), saved so that a
+      directory of another kind of run is refused as such; empty: not saved.
   """
   config: Any
   clients_digest: str
@@ -46,10 +48,12 @@ class RunRecord:
   format_note: str = ''
   checks: Mapping[str, Tuple[Any, str]] = dataclasses.field(default_factory=dict)
   clients_description: str = 'the training clients'
+  kind: str = ''
 
   def saved_form(self) -> Dict[str, Any]:
     """The content of `config.json`: no clients' fingerprint, no secret."""
     return {'format': self.format, 'config': dataclasses.asdict(self.config),
+            **({'kind': self.kind} if self.kind else {}),
             **{key: value for key, (value, _) in self.checks.items()}}
 
 
@@ -128,13 +132,18 @@ def check(output_dir: str, record: RunRecord) -> bool:
 
   Raises:
     ValueError: naming every flag (and extra check) that differs from the saved run, or saying
-      that the directory was written by a version whose `config.json` cannot be compared.
+      that the directory holds another kind of run or was written by a version whose
+      `config.json` cannot be compared.
   """
   path = os.path.join(output_dir, CONFIG_FILE)
   if not os.path.exists(path):
     return False
   with open(path) as f:
     saved = json.load(f)
+  # A run written before kinds were saved has none: its format tells it apart (below).
+  if saved.get('kind', record.kind) != record.kind:
+    raise ValueError(f'{output_dir!r} holds a {saved["kind"]} run, not a {record.kind} run: '
+                     'use a new output directory.')
   if saved.get('format') != record.format:
     note = f': {record.format_note}' if record.format_note else ''
     raise ValueError(f'{output_dir!r} holds a run written by an older fedasr-tff (its '

@@ -187,11 +187,19 @@ def load_backbone_from(checkpoint_dir: Optional[str], max_length: int, mode: str
     (the frozen backbone, its tokenizer of `max_length` tokens).
 
   Raises:
-    ValueError: if the checkpoint's `model_type` is not bert, llama or mistral, or a Llama or
-      Mistral backbone is too large for the adapter mode.
+    ValueError: naming `checkpoint_dir`, if it lacks a file of a checkpoint, its `model_type`
+      is not bert, llama or mistral, or a Llama or Mistral backbone is too large for the adapter
+      mode.
   """
   if checkpoint_dir is None:
     return minilm.load_minilm(max_length)
+  try:
+    return _load_checkpoint(checkpoint_dir, max_length, mode)
+  except FileNotFoundError as e:  # No config.json, weights or vocabulary: not a checkpoint.
+    raise ValueError(f'--checkpoint_dir {checkpoint_dir!r}: {e}') from e
+
+
+def _load_checkpoint(checkpoint_dir: str, max_length: int, mode: str):
   hf_config = checkpoints.read_config(checkpoint_dir)
   model_type = hf_config.get('model_type')
   if model_type in ('llama', 'mistral') and mode == tff_model.ADAPTER_CLASSIFIER:

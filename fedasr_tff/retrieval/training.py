@@ -65,7 +65,7 @@ def _run_record(config: config_lib.RetrieverConfig,
     for i in data.client_indices[client]:
       h.update(data.texts.texts[i].encode())
   return run_record.RunRecord(config, h.hexdigest(), _FORMAT,
-                              clients_description='the clients\' data')
+                              clients_description='the clients\' data', kind='retriever training')
 
 
 def _model_weights(model) -> tff.learning.models.ModelWeights:

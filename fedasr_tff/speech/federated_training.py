@@ -233,7 +233,8 @@ def _run_record(config: config_lib.FederatedConfig, client_ids: List[str],
   return run_record.RunRecord(
       config, digest, _CONFIG_FORMAT, _FORMAT_NOTE,
       checks={'seed_model_sha256': (weights_digest, 'the seed model')},
-      clients_description='the training clients (corpus, split or speaker split)')
+      clients_description='the training clients (corpus, split or speaker split)',
+      kind='federated speech training')
 
 
 def _initial_weights(model_fn, seed) -> tff.learning.models.ModelWeights:

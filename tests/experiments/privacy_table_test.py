@@ -3,6 +3,7 @@ import io
 import os
 import tempfile
 
+from absl import app
 from absl import flags
 from absl.testing import absltest
 from absl.testing import flagsaver
@@ -51,12 +52,9 @@ class PrivacyTableTest(absltest.TestCase):
     self.assertIn('extrapolated (rdp): S=204800 K=69506000', out)
     self.assertIn('epsilon=7.223', out)
 
-  def test_unreadable_csv_is_reported_with_its_path(self):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-      code, _ = _run('--csv=/nonexistent/rows.csv')
-    self.assertEqual(code, 1)
-    self.assertIn('/nonexistent/rows.csv', err.getvalue())
+  def test_unreadable_csv_is_refused_naming_the_flag_and_path(self):
+    with self.assertRaisesRegex(app.UsageError, '^--csv: /nonexistent/rows.csv: '):
+      _run('--csv=/nonexistent/rows.csv')
 
   def test_conflicting_noise_flags_are_refused(self):
     with flagsaver.flagsaver():

@@ -78,6 +78,18 @@ class RunRecordTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '--seed differ'):
       run_record.check_or_write(self.dir, _record(_Config(seed=2)))
 
+  def test_a_run_of_another_kind_is_refused_as_such(self):
+    run_record.check_or_write(self.dir, dataclasses.replace(_record(), kind='speech training'))
+    with open(os.path.join(self.dir, run_record.CONFIG_FILE)) as f:
+      self.assertEqual(json.load(f)['kind'], 'speech training')
+    with self.assertRaisesRegex(ValueError, 'holds a speech training run, not a retriever '
+                                'training run: use a new output directory'):
+      run_record.check(self.dir, dataclasses.replace(_record(), kind='retriever training'))
+    # A run saved before kinds were: compared as before.
+    old = os.path.join(os.path.dirname(self.dir), 'old')
+    run_record.check_or_write(old, _record())
+    self.assertTrue(run_record.check(old, dataclasses.replace(_record(), kind='speech training')))
+
   def test_another_format_is_refused(self):
     os.makedirs(self.dir)
     with open(os.path.join(self.dir, run_record.CONFIG_FILE), 'w') as f:
