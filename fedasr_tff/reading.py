@@ -37,6 +37,11 @@ MALFORMED = ('error', 'skip')
 _WARNED = set()
 
 
+class MalformedRowError(ValueError):
+  """A malformed row or line, refused naming the file and line (a reader's `malformed="error"`);
+  with `malformed="skip"` the reader would have skipped and counted it."""
+
+
 @dataclasses.dataclass
 class FileAccount:
   """What became of the lines of one file.
@@ -333,7 +338,9 @@ def read_table(path: str, report: ReadReport, *, delimiter: str = '\t',
 
   Raises:
     ValueError: naming the file (and line) for an unreadable file, no header, missing or
-      repeated required columns, or a malformed row with `malformed="error"`.
+      repeated required columns, or a quote RFC 4180 cannot parse (past which no row can be
+      trusted, so it is refused even with `malformed="skip"`).
+    MalformedRowError: naming the file and line of a malformed row, with `malformed="error"`.
   """
   check_malformed(malformed)
   if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '\r\n"':
@@ -370,8 +377,7 @@ def read_table(path: str, report: ReadReport, *, delimiter: str = '\t',
       detail = f'a field holds a line break{spans}'
     if reason is not None:
       if malformed == 'error':
-        raise ValueError(f'{path}:{start}: malformed row: {detail}; fix the file, or skip such '
-                         'rows (malformed="skip").')
+        raise MalformedRowError(f'{path}:{start}: malformed row: {detail}.')
       report.skip(path, start, reason, strict=False)
       continue
     rows.append((start, fields))
@@ -396,6 +402,7 @@ def _rows(path: str, lines: Sequence[str], delimiter: str
       yield start, reader.line_num, fields
       start = reader.line_num + 1
   except csv.Error as e:
+    # Refused even with malformed="skip": past a quote it cannot parse, no row can be trusted.
     raise ValueError(f'{path}:{start}: malformed row: {e} (RFC 4180 quoting: a quote inside a '
                      'quoted field is doubled).') from e
 

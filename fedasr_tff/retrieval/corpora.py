@@ -317,7 +317,7 @@ def read_sms_spam(path: str, *, report: Optional[reading.ReadReport] = None,
       reason = None
     if reason is not None:
       if malformed == 'error':
-        raise ValueError(f'{path}:{line_number}: {detail}.')
+        raise reading.MalformedRowError(f'{path}:{line_number}: {detail}.')
       report.skip(path, line_number, reason, strict=False)
       continue
     texts.append(text)
@@ -398,7 +398,7 @@ def read_ag_news(path: str, *, report: Optional[reading.ReadReport] = None,
       labels.append(int(label) - 1)
       continue
     if malformed == 'error':
-      raise ValueError(f'{path}:{line}: {detail}.')
+      raise reading.MalformedRowError(f'{path}:{line}: {detail}.')
     report.skip(path, line, reason, strict=False)
   report.account(path).check(path)
   if not texts:
@@ -455,7 +455,7 @@ def read_labelled_table(path: str, *, text_column: str = 'text', label_column: s
     if empty:
       problem = f'empty {columns[empty[0]]!r} ({empty[0]})'
       if malformed == 'error':
-        raise ValueError(f'{path}:{line}: {problem}.')
+        raise reading.MalformedRowError(f'{path}:{line}: {problem}.')
       report.skip(path, line, problem, strict=False)
       continue
     report.keep(path)

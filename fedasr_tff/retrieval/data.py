@@ -117,7 +117,17 @@ def load_corpus(config: config_lib.RetrieverConfig, report: Optional[reading.Rea
 
 def _read(config: config_lib.RetrieverConfig, path,
           report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
-  """The corpus file (or fortunes folder) `path` in --corpus's format, counted in `report`."""
+  """The corpus file (or fortunes folder) `path` in --corpus's format, counted in `report`; a
+  malformed row's refusal says how to skip such rows instead."""
+  try:
+    return _read_format(config, path, report)
+  except reading.MalformedRowError as e:
+    raise reading.MalformedRowError(
+        f'{e} Fix the file, or give --malformed_rows=skip to skip and count such rows.') from e
+
+
+def _read_format(config: config_lib.RetrieverConfig, path,
+                 report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
   if config.corpus == 'fortunes':
     return corpora.read_fortunes(path or corpora.FORTUNES_DIR, max_chars=config.max_chars,
                                  report=report)

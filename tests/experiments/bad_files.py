@@ -167,6 +167,21 @@ class BadFiles:
     self.topics = write(self.path('topics.csv'), 'text,label\n' + ''.join(
         f'a short note about {topic} number {i},{topic}\n'
         for topic in ('weather', 'football', 'cooking') for i in range(8)))
+    # The readers' traps: a row of another width, a quote left open, a duplicated class.
+    self.wide_manifest = write(self.path('wide.tsv'), f'path\ttranscript\tspeaker\n'
+                               f'{self.flac}\tyes\tspk1\n{self.flac}\ta\ttab\tspk2\n')
+    self.topics_tab = write(self.path('topics_tab.tsv'), 'text\tlabel\n' + ''.join(
+        f'a note about {topic} {i}\t{topic}\n' for topic in ('weather', 'cooking')
+        for i in range(6)) + 'a note\twith a tab\tweather\n')
+    self.topics_open_quote = write(self.path('topics_open_quote.csv'), 'text,label\n' + ''.join(
+        f'a note about {topic} {i},{topic}\n' for topic in ('weather', 'cooking')
+        for i in range(6)).replace('a note about cooking 0', '"a note about cooking 0', 1)
+        + 'closed",weather\n')
+    self.topics_no_label = write(self.path('topics_no_label.csv'), 'text,topic\nx,weather\n')
+    self.queries_blank = write(self.path('queries_blank.txt'), '\n   \n')
+    self.queries_latin1 = write(self.path('queries_latin1.txt'), 'a café\n', 'latin-1')
+    self.documents_twice = write(self.path('documents_twice.tsv'),
+                                 'cooking\trecipes\n\ncooking\tmore recipes\n')
 
   def _runs(self):
     # A federated speech run's folder: its record as the runner writes it (a default

@@ -185,6 +185,10 @@ class BadInputsTest(absltest.TestCase):
              '--workers_file'),
         Case('--worker_tls_key without --workers', [*base, f'--worker_tls_key={bad.a_file}'],
              '--worker_tls_key'),
+        Case('manifest (--split) with a row of 4 fields', [
+            *base[1:], f'--corpus_dir={bad.folder}', '--layout=manifest',
+            f'--split={bad.wide_manifest}'],
+             f'{bad.wide_manifest}:3: malformed row: 4 fields, not 3 as in the header'),
         Case('--speakers unknown', [*base, '--speakers=some'], '--speakers', flag_parse=True),
     ])
 
@@ -299,6 +303,17 @@ class BadInputsTest(absltest.TestCase):
         Case('--checkpoint_dir missing', [f'--output_dir={out}',
                                           '--checkpoint_dir=/no/such/checkpoint'],
              '/no/such/checkpoint'),
+        Case('table (.tsv) with a tab inside a text', [
+            f'--output_dir={out}', '--corpus=table', f'--corpus_path={bad.topics_tab}'],
+             f'{bad.topics_tab}:14: malformed row: 3 fields, not 2 as in the header'),
+        Case('table (.csv) with a quote left open', [
+            f'--output_dir={out}', '--corpus=table', f'--corpus_path={bad.topics_open_quote}'],
+             f'{bad.topics_open_quote}:8: malformed row: a field holds a line break'),
+        Case('table without the label column', [
+            f'--output_dir={out}', '--corpus=table', f'--corpus_path={bad.topics_no_label}'],
+             'missing column(s) label'),
+        Case('--malformed_rows unknown', [f'--output_dir={out}', '--malformed_rows=drop'],
+             '--malformed_rows', flag_parse=True),
         Case('--mode unknown', [f'--output_dir={out}', '--mode=adapter'], '--mode',
              flag_parse=True),
     ])
@@ -322,6 +337,13 @@ class BadInputsTest(absltest.TestCase):
         Case('--export_dir under a regular file', [model, f'--export_dir={bad.under_file}'],
              '--export_dir'),
         Case('--workers given', [model, '--workers=localhost:1', 'q'], '--workers'),
+        Case('a blank query', [model, 'q', '  '], 'query 2 (argument 2) is empty'),
+        Case('--queries_file of blank lines', [model, f'--queries_file={bad.queries_blank}'],
+             'No query read from --queries_file'),
+        Case('--queries_file in Latin-1', [model, f'--queries_file={bad.queries_latin1}'],
+             f'{bad.queries_latin1}:1: not UTF-8'),
+        Case('--documents names a class twice', [model, f'--documents={bad.documents_twice}',
+                                                 'q'], f'{bad.documents_twice}:3: class '),
     ])
 
   def test_retriever_study(self):
