@@ -43,7 +43,8 @@ def read_librispeech(root: str, split: str, strict: bool = False,
   """Utterances of a split in the LibriSpeech layout.
 
   `ROOT/SPLIT/SPEAKER/CHAPTER/SPEAKER-CHAPTER-UTT.flac` with one `SPEAKER-CHAPTER.trans.txt` per
-  chapter (lines `SPEAKER-CHAPTER-UTT TRANSCRIPT`).
+  chapter (lines `SPEAKER-CHAPTER-UTT TRANSCRIPT`). The lines of all the split's transcript files
+  are counted in one account, `report.files[ROOT/SPLIT]`; each problem names its file.
 
   Args:
     root: ROOT.
@@ -62,6 +63,9 @@ def read_librispeech(root: str, split: str, strict: bool = False,
   if not os.path.isdir(split_dir):
     raise ValueError(f'{split_dir}: no such LibriSpeech split folder.')
   utterances = []
+  # One account for the split's transcript files: named by file, they would name the speakers,
+  # the clients (`clients.json` is kept owner-only for that reason).
+  account = report.account(split_dir)
   for chapter_dir in sorted(glob.glob(os.path.join(split_dir, '*', '*'))):
     if not os.path.isdir(chapter_dir):
       continue
@@ -75,7 +79,6 @@ def read_librispeech(root: str, split: str, strict: bool = False,
         report.add(path, 'missing .trans.txt', strict)
       continue
     lines = reading.split_lines(reading.read_text(transcript_path))
-    account = report.account(transcript_path)
     account.lines += len(lines)
     for line_number, line in enumerate(lines, start=1):
       utterance_id, _, text = line.strip().partition(' ')
@@ -84,16 +87,17 @@ def read_librispeech(root: str, split: str, strict: bool = False,
         continue
       account.records += 1
       account.record_lines += 1
+      where = f'{transcript_path}:{line_number}'
       if not text.strip():
-        report.skip(transcript_path, line_number, 'empty transcript', strict)
+        report.skip(split_dir, line_number, 'empty transcript', strict, where=where)
       elif utterance_id not in audio:
-        report.skip(transcript_path, line_number, 'transcript without audio file', strict)
+        report.skip(split_dir, line_number, 'transcript without audio file', strict, where=where)
       else:
-        report.keep(transcript_path)
+        report.keep(split_dir)
         utterances.append(Utterance(audio.pop(utterance_id), text.strip(), speaker))
-    account.check(transcript_path)
     for path in sorted(audio.values()):
       report.add(path, 'audio file without transcript', strict)
+  account.check(split_dir)
   return utterances
 
 

@@ -130,12 +130,15 @@ class CorporaTest(absltest.TestCase):
     report = data.ReadReport()
     utterances = data.read_librispeech(os.path.join(root, 'librispeech'), 'train',
                                        report=report)
-    total = report.total()
-    self.assertEqual(total.kept, len(utterances))
-    self.assertEqual(total.lines, total.record_lines + total.blank)
-    for path, account in report.files.items():
-      account.check(path)
-      self.assertTrue(path.endswith('.trans.txt'))
+    # One account for the split: files named by chapter would name the speakers (clients).
+    split_dir = os.path.join(root, 'librispeech', 'train')
+    self.assertEqual(list(report.files), [split_dir])
+    account = report.files[split_dir]
+    account.check(split_dir)
+    self.assertEqual(account.kept, len(utterances))
+    self.assertEqual(account.lines, account.record_lines + account.blank)
+    for speaker in self.voices:
+      self.assertNotIn(f'{os.sep}{speaker}{os.sep}', ' '.join(report.lines()))
     tsv = os.path.join(root, 'common_voice', 'train.tsv')
     with open(tsv) as f:
       lines = f.read().splitlines()
