@@ -8,7 +8,8 @@ the flattened leaves to `program_state_N/state.npz` instead, in milliseconds. Th
 back from the `structure` argument of `load`, as in TFF.
 
 - Atomic: the file is written and fsynced in a temporary folder renamed to `program_state_N`
-  (a run killed while saving leaves no partial version; TFF's folders are renamed the same way).
+  (a run killed while saving leaves no partial version; TFF's folders are renamed the same way;
+  a save that fails, on a full disk say, removes it and names `program_state_N/state.npz`).
 - No pickles: a leaf NumPy can hold only as an object array is refused at save, and files are
   read with `allow_pickle=False`, so a checkpoint cannot run code when it is loaded.
 - Damage is named: a truncated or altered file (zip CRC), a missing one or a leaf count that
@@ -30,6 +31,8 @@ import tensorflow_federated as tff
 # Serializable, which `tff.program` does not export.
 from tensorflow_federated.python.common_libs import serializable
 from tensorflow_federated.python.program import structure_utils
+
+from fedasr_tff import private_files
 
 STATE_FILE = 'state.npz'
 
@@ -71,12 +74,14 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
     leaves = [_leaf_array(i, leaf) for i, leaf in enumerate(structure_utils.flatten(
         materialized))]
     temporary = f'{path}_temp{random.randrange(10**9)}'
-    os.makedirs(temporary)
     try:
-      with open(os.path.join(temporary, STATE_FILE), 'wb') as f:
-        np.savez(f, *leaves)
-        f.flush()
-        os.fsync(f.fileno())
+      # A full disk stops the save naming the version's file; the versions saved stay.
+      with private_files.writing(os.path.join(path, STATE_FILE)):
+        os.makedirs(temporary)
+        with open(os.path.join(temporary, STATE_FILE), 'wb') as f:
+          np.savez(f, *leaves)
+          f.flush()
+          os.fsync(f.fileno())
       os.rename(temporary, path)
     finally:
       if os.path.exists(temporary):
