@@ -101,6 +101,9 @@ def start_binary(max_concurrent_computation_calls=None,
   Raises:
     app.UsageError: for worker flags this binary or this combination cannot take.
   """
+  # First: the local worker starts below, and may be killed while it does.
+  if sys.excepthook is sys.__excepthook__:
+    sys.excepthook = _report_outside_cause
   remote = workers()
   tls_flags = [f'--{flag.name}' for flag in (WORKER_TLS_ROOT_CERTS, WORKER_TLS_KEY,
                                              WORKER_TLS_CERT) if flag.value is not None]
@@ -136,8 +139,6 @@ def start_binary(max_concurrent_computation_calls=None,
   if not FLAGS['verbosity'].present:
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger('tensorflow').setLevel(logging.ERROR)
-  if sys.excepthook is sys.__excepthook__:
-    sys.excepthook = _report_outside_cause
   return remote
 
 
