@@ -130,8 +130,9 @@ def tasks(work_dir: str, rounds: int) -> Dict[str, Task]:
       'mixed_fl': Task('experiments.train_federated',
                        (*speech, *central, '--mixed=two_way', '--central_weight=0.3')),
       'dga_rehearsal': Task('experiments.train_federated',
-                            (*speech, *central, '--aggregation=dga_softmax',
-                             '--server_optimizer=adam', '--rehearsal_steps=1')),
+                            (*speech, *central, '--aggregation=dga_softmax', '--dga_beta=0.1',
+                             '--dga_loss_clip=80', '--server_optimizer=adam',
+                             '--rehearsal_steps=1')),
       'retriever_local_dp': Task('experiments.train_retriever', (
           f'--rounds={rounds}', '--local_dp=fixed', '--max_classes=3',
           '--max_class_examples=5', '--min_class_examples=5', '--max_length=16',
@@ -377,7 +378,8 @@ def run_task(task: Task, work_dir: str, kills: int, rounds: int, rng: random.Ran
   reference_seconds = time.monotonic() - start
   total_rounds = rounds * len(task.runs)
   if ended.returncode != 0:
-    raise RuntimeError(f'The reference run of {task.module} failed:\n{ended.stderr_tail}')
+    return Outcome(collections.Counter(), 0, 0, ended.traceback, Comparison(False, False),
+                   reference_seconds, 0.0, f'the reference run failed:\n{ended.stderr_tail}')
   kinds = [k for k in KINDS if task.worker or k != 'worker']
   chaos = os.path.join(work_dir, 'chaos')
   counted, inside, resumes, tracebacks, failed = collections.Counter(), 0, 0, 0, None
