@@ -150,6 +150,9 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
   Raises:
     ValueError: if the latest checkpoint cannot be read (`release_journal.load_latest`: it is
       refused, never skipped).
+    OSError: a write that failed (a full disk), naming its file; the checkpoints saved before
+      it stay whole, and a later call resumes from the latest (`file_sinks`,
+      `private_files.writing`).
   """
   # Every file in it owner-only, those of a run written before this was done too.
   checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
