@@ -20,6 +20,7 @@ from absl import logging as absl_logging
 
 from experiments import cli
 from experiments import local_worker
+from fedasr_tff import private_files
 from fedasr_tff import runtime
 
 FLAGS = flags.FLAGS
@@ -85,8 +86,8 @@ def start_binary(max_concurrent_computation_calls=None,
   `distributed_refusal` if given (why this binary cannot run distributed). Unless --verbosity
   is given, keeps the log to warnings from our code: TF and TFF log a line per checkpoint file
   written and warn when evaluation traces the model for a new batch shape, which would bury the
-  per-evaluation lines. A local worker that dies during the run ends it with one line on stderr
-  naming it (`_report_dead_worker`).
+  per-evaluation lines. A local worker that dies during the run, or a full disk, ends it with
+  one line on stderr naming the worker or the file (`_report_outside_cause`).
 
   Args:
     max_concurrent_computation_calls: as in `local_worker.set_context`.
@@ -101,6 +102,9 @@ def start_binary(max_concurrent_computation_calls=None,
     app.UsageError: for worker flags this binary or this combination cannot take, or an
       --output_dir that cannot be a folder (`cli.check_output`).
   """
+  # First: the local worker starts below, and may be killed while it does.
+  if sys.excepthook is sys.__excepthook__:
+    sys.excepthook = _report_outside_cause
   if OUTPUT_DIR.value:
     cli.check_output('output_dir', OUTPUT_DIR.value)
   remote = workers()
@@ -139,8 +143,6 @@ def start_binary(max_concurrent_computation_calls=None,
   if not FLAGS['verbosity'].present:
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger('tensorflow').setLevel(logging.ERROR)
-  if sys.excepthook is sys.__excepthook__:
-    sys.excepthook = _report_dead_worker
   return remote
 
 
@@ -179,21 +181,33 @@ def with_trust_statement(statement: str, workers: Optional[List[str]],
   return statement if line is None else f'{statement}\n{line}'
 
 
-def _report_dead_worker(kind, value, traceback) -> None:
-  """sys.excepthook: a run ended by its local worker's death gets one line, not a traceback.
+def _report_outside_cause(kind, value, traceback) -> None:
+  """sys.excepthook: a run ended by its local worker's death or by a full disk gets one line, not
+  a traceback.
 
-  The worker dies from outside (a kill, the OOM killer), not from a bug here, and the run's last
-  checkpoint is intact, so the line says how to go on; any other error keeps its traceback.
+  Both come from outside (a kill, the OOM killer, another program filling the disk), not from a
+  bug here, and the run's last checkpoint is intact (checkpoints are written to a temporary
+  folder, renamed when complete), so the line says what happened, where, and how to go on; any
+  other error keeps its traceback.
   """
   died = getattr(sys.modules.get('fedasr_tff.runtime.execution_context'), 'WorkerDiedError', ())
   error = value
-  while error is not None and not isinstance(error, died):
+  while error is not None and not isinstance(error, died) and not _full_disk(error):
     error = error.__cause__ or error.__context__  # TFF may re-raise it inside its own error
   if error is None:
     sys.__excepthook__(kind, value, traceback)
     return
-  print(f'{cli.program_name()}: {error.summary()}; rerun the same command to resume '
-        'from the latest checkpoint.', file=sys.stderr)
+  if isinstance(error, died):
+    what, then = error.summary(), 'rerun the same command'
+  else:
+    where = f' writing {error.filename}' if error.filename else ''
+    what, then = f'{error.strerror}{where}', 'free space and rerun the same command'
+  print(f'{cli.program_name()}: {what}; {then} to resume from the latest checkpoint.',
+        file=sys.stderr)
+
+
+def _full_disk(error: BaseException) -> bool:
+  return isinstance(error, OSError) and error.errno in private_files.FULL_DISK
 
 
 def _release_tff_default_context() -> None:

@@ -116,9 +116,11 @@ RECIPE_ROUNDS = 100
 # the noise sigma_dp x C is no larger than it needs to be: at C = 1 it cost 6 WER points,
 # docs/results.md, "The demo, measured"), one local step, --rounds=RECIPE_ROUNDS, and the demo's
 # noise and declared population K', S'.
+# --noise_seed fixes the DP run's noise for a reproducible simulation (benchmarks/chaos.py
+# compares a killed recipe with one never killed); its statement then says it has no guarantee.
 FEDERATED_FLAGS = ('rounds', 'cohort_size', 'local_steps', 'client_lr', 'server_lr', 'clip',
                    'sigma_dp', 'population', 'population_cohort_size', 'eval_every',
-                   'spec_augment', 'feature_normalization')
+                   'spec_augment', 'feature_normalization', 'noise_seed')
 FEDERATED_DEFAULTS = {**presets.for_config(presets.CPU, config_lib.FederatedConfig),
                       'rounds': RECIPE_ROUNDS, 'local_steps': 1, 'sigma_dp': 3e-4,
                       'population': 10_000_000, 'population_cohort_size': 2_000}
@@ -224,8 +226,11 @@ def save_speaker_roles(roles: corpus.SpeakerRoles, output_dir: str) -> None:
   path = os.path.join(output_dir, SPEAKERS_FILE)
   if not os.path.isfile(path):
     os.makedirs(output_dir, exist_ok=True)
-    with private_files.open_private(path) as f:
+    # Atomically: a partial file (a full disk) would refuse every rerun.
+    with private_files.writing(path, f'{path}.partial'), \
+        private_files.open_private(f'{path}.partial') as f:
       json.dump(roles.as_dict(), f, indent=1)
+    os.replace(f'{path}.partial', path)
 
 
 def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
@@ -327,7 +332,8 @@ def main(argv):
       config.ledger(config.noise_level(clients), clients)
   save_speaker_roles(roles, output_dir)
   if seed_words is not None:
-    with private_files.open_private(os.path.join(output_dir, SEED_WORDS_FILE)) as f:
+    seed_words_path = os.path.join(output_dir, SEED_WORDS_FILE)
+    with private_files.writing(seed_words_path), private_files.open_private(seed_words_path) as f:
       f.write(''.join(f'{word}\n' for word in seed_words.words))
   seed_data = _client_data(data_config, data_config.split, vocab, roles.seed,
                            data_config.spec_augment)

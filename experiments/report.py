@@ -26,6 +26,7 @@ import numpy as np
 from fedasr_tff import aggregators
 from fedasr_tff import models
 from fedasr_tff import privacy
+from fedasr_tff import private_files
 
 matplotlib.use('Agg')
 
@@ -145,7 +146,8 @@ def _save(fig: mpl_figure.Figure, png_path: str) -> str:
   directory = os.path.dirname(png_path)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  fig.savefig(png_path, dpi=120)
+  with private_files.writing(png_path):
+    fig.savefig(png_path, dpi=120)
   return png_path
 
 
@@ -656,7 +658,7 @@ def _write_sections(output_dir: str, sections: Sequence[str], notes: Sequence[st
   if notes:
     sections = [*sections, '## Notes', '\n'.join(f'- {note}' for note in notes)]
   report_path = os.path.join(output_dir, 'report.md')
-  with open(report_path, 'w') as f:
+  with private_files.writing(report_path), open(report_path, 'w') as f:
     f.write('\n\n'.join(sections) + '\n')
   return report_path
 

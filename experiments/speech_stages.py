@@ -23,6 +23,7 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from fedasr_tff import models
+from fedasr_tff import private_files
 from fedasr_tff import validation
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import fields as fields_lib
@@ -210,7 +211,7 @@ def seed_model(config: SeedConfig, train_data, vocab, output_dir: str, *, eval_d
                      else evaluation.evaluate(model, eval_data, weights))
   print(heading)
   os.makedirs(seed_dir, exist_ok=True)
-  with open(settings_path, 'w') as f:
+  with private_files.writing(settings_path), open(settings_path, 'w') as f:
     json.dump(settings, f, indent=1)
   seed = central_training.train(central, train_data, vocab, seed_dir, eval_data=eval_data,
                                 show_progress=common.PROGRESS.value)

@@ -4,9 +4,47 @@ A DP run's checkpoints hold the noise seed and the sampling secret (anyone holdi
 subtract the noise) and the fingerprint of the training clients, and the feature cache holds
 features derived from raw client audio. Every file in them is owner-only (0600, directories
 0700), not only their top folder: a copy or an archive of a folder keeps each file's own mode.
+A write that fails names its file (`writing`), so that a full disk stops a run with one line
+saying where (`FULL_DISK`).
 """
 
+import contextlib
+import errno
 import os
+from typing import Iterator
+from typing import Optional
+
+# The errors of a write that more space would let through: no space left, a quota reached.
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def writing(path: str, partial: Optional[str] = None) -> Iterator[None]:
+  """Names `path` in an `OSError` raised by the writes of it inside, and removes `partial`.
+
+  `write()`, `flush()` and `fsync()` errors name no file (a full disk fails there, not at
+  `open()`), so without this a run would stop without saying which of its files was not
+  written.
+
+  Args:
+    path: the file written.
+    partial: the temporary file that becomes `path` once complete, removed if the writes fail
+      (a full disk leaves the old `path` or the new, and no partial file), or None.
+
+  Yields:
+    Nothing; the writes go in the `with` block.
+
+  Raises:
+    OSError: the writes' error, with `path` as its file name if it named none.
+  """
+  try:
+    yield
+  except BaseException as e:
+    if partial is not None and os.path.lexists(partial):
+      os.remove(partial)
+    if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+      raise OSError(e.errno, e.strerror, path) from e
+    raise
 
 
 def make_private_directory(path: str) -> str:

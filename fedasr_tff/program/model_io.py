@@ -24,6 +24,8 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
+from fedasr_tff import private_files
+
 if TYPE_CHECKING:
   import tensorflow_federated as tff
 
@@ -106,7 +108,8 @@ def save_named_weights(path: str, names: Tuple[Sequence[str], Sequence[str]],
       arrays[prefix + name] = np.asarray(value)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   partial = f'{path}.{os.getpid()}.partial.npz'
-  np.savez(partial, **arrays)
+  with private_files.writing(path, partial):
+    np.savez(partial, **arrays)
   os.replace(partial, path)
 
 

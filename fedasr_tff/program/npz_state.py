@@ -8,7 +8,9 @@ the flattened leaves to `program_state_N/state.npz` instead, in milliseconds. Th
 back from the `structure` argument of `load`, as in TFF.
 
 - Atomic: the file is written and fsynced in a temporary folder renamed to `program_state_N`
-  (a run killed while saving leaves no partial version; TFF's folders are renamed the same way).
+  (a run killed while saving leaves no partial version, and the next save of that version removes
+  the temporary folder; TFF's folders are renamed the same way; a save that fails, on a full disk
+  say, removes it and names `program_state_N/state.npz`).
 - No pickles: a leaf NumPy can hold only as an object array is refused at save, and files are
   read with `allow_pickle=False`, so a checkpoint cannot run code when it is loaded.
 - Damage is named: a truncated or altered file (zip CRC), a missing one or a leaf count that
@@ -17,6 +19,7 @@ back from the `structure` argument of `load`, as in TFF.
   `state.npz` is read by `FileProgramStateManager.load`.
 """
 
+import glob
 import os
 import random
 import shutil
@@ -30,6 +33,8 @@ import tensorflow_federated as tff
 # Serializable, which `tff.program` does not export.
 from tensorflow_federated.python.common_libs import serializable
 from tensorflow_federated.python.program import structure_utils
+
+from fedasr_tff import private_files
 
 STATE_FILE = 'state.npz'
 
@@ -70,13 +75,18 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
     materialized = await tff.program.materialize_value(program_state)
     leaves = [_leaf_array(i, leaf) for i, leaf in enumerate(structure_utils.flatten(
         materialized))]
+    # The temporary folders of a save of this version that a kill cut short.
+    for stale in glob.glob(f'{glob.escape(path)}_temp[0-9]*'):
+      shutil.rmtree(stale)
     temporary = f'{path}_temp{random.randrange(10**9)}'
-    os.makedirs(temporary)
     try:
-      with open(os.path.join(temporary, STATE_FILE), 'wb') as f:
-        np.savez(f, *leaves)
-        f.flush()
-        os.fsync(f.fileno())
+      # A full disk stops the save naming the version's file; the versions saved stay.
+      with private_files.writing(os.path.join(path, STATE_FILE)):
+        os.makedirs(temporary)
+        with open(os.path.join(temporary, STATE_FILE), 'wb') as f:
+          np.savez(f, *leaves)
+          f.flush()
+          os.fsync(f.fileno())
       os.rename(temporary, path)
     finally:
       if os.path.exists(temporary):

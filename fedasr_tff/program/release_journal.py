@@ -70,7 +70,8 @@ class ReleaseJournal:
   def write(self, checkpoint_round: int) -> None:
     """Durably writes the held outputs, tagged with the checkpoint that is about to cover them.
 
-    Owner-only and atomic (a temporary file replaced, then the folder synced).
+    Owner-only and atomic (a temporary file replaced, then the folder synced); an error names
+    the journal (`private_files.writing`).
 
     Args:
       checkpoint_round: the round of the checkpoint saved next.
@@ -78,7 +79,7 @@ class ReleaseJournal:
     data = {'checkpoint_round': checkpoint_round,
             'values': {str(k): v for k, v in self._values.items()}, 'lines': self._lines}
     partial = f'{self._path}.tmp'
-    with private_files.open_private(partial) as f:
+    with private_files.writing(self._path, partial), private_files.open_private(partial) as f:
       json.dump(data, f)
       f.flush()
       os.fsync(f.fileno())

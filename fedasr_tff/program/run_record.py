@@ -183,6 +183,6 @@ def _resumed_fields(cls, saved: Mapping[str, Any]) -> Dict[str, Optional[Any]]:
 def _write_config(output_dir: str, values: Dict[str, Any]) -> None:
   """Writes config.json atomically: a crash leaves the old or the new one."""
   path = os.path.join(output_dir, CONFIG_FILE)
-  with open(path + '.partial', 'w') as f:
+  with private_files.writing(path, path + '.partial'), open(path + '.partial', 'w') as f:
     json.dump(values, f, indent=2, sort_keys=True)
   os.replace(path + '.partial', path)

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from fedasr_tff import private_files
+from fedasr_tff.program import file_sinks
 from fedasr_tff.program import model_io
 from fedasr_tff.program import npz_state
 from fedasr_tff.program import progress as progress_lib
@@ -149,6 +150,9 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
   Raises:
     ValueError: if the latest checkpoint cannot be read (`release_journal.load_latest`: it is
       refused, never skipped).
+    OSError: a write that failed (a full disk), naming its file; the checkpoints saved before
+      it stay whole, and a later call resumes from the latest (`file_sinks`,
+      `private_files.writing`).
   """
   # Every file in it owner-only, those of a run written before this was done too.
   checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
@@ -161,9 +165,8 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
                                                     task.shown_metrics,
                                                     disable=not show_progress)
   release = tff.program.GroupingReleaseManager([
-      tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv')),
-      tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard')),
-      progress])
+      file_sinks.metrics_csv(os.path.join(output_dir, 'metrics.csv')),
+      file_sinks.tensorboard(os.path.join(output_dir, 'tensorboard')), progress])
 
   def release_held(held: release_journal.Held) -> None:
     values, lines = held
@@ -236,6 +239,6 @@ def update_norm(before: tff.learning.models.ModelWeights,
 def _write_private_json(path: str, values: Values) -> None:
   """Writes `values` to `path` owner-only and atomically (a crash leaves the old or the new)."""
   partial = f'{path}.partial'
-  with private_files.open_private(partial) as f:
+  with private_files.writing(path, partial), private_files.open_private(partial) as f:
     json.dump(values, f, indent=2)
   os.replace(partial, path)

@@ -192,6 +192,9 @@ def _local_worker_context(max_concurrent_computation_calls: Optional[int],
   while not stub.is_ready and worker.process.poll() is None and time.monotonic() < deadline:
     time.sleep(0.01)
   if not stub.is_ready:
+    if (worker.process.returncode or 0) < 0:
+      # Killed by a signal while it started: from outside, as a worker that dies in a round.
+      raise WorkerDiedError(_failure(worker, log), worker.worker_pid, worker.process.returncode)
     raise RuntimeError(_failure(worker, log))  # _stop_worker kills it (at exit, or next time)
 
   def check_worker():

@@ -25,6 +25,7 @@ from fedasr_tff.data import text as text_lib
 from fedasr_tff.optimizers import hparams
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import fields as fields_lib
+from fedasr_tff.program import file_sinks
 from fedasr_tff.program import model_io
 from fedasr_tff.program import progress as progress_lib
 from fedasr_tff.speech import data_config
@@ -179,7 +180,7 @@ def train(config: CentralConfig,
   if not batches:
     raise ValueError('The training speakers have no usable utterance (see the data report).')
   eval_model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
-  release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, 'metrics.csv'))
+  release = file_sinks.metrics_csv(os.path.join(output_dir, 'metrics.csv'))
   progress = progress_lib.ProgressBarReleaseManager(config.steps, unit='step',
                                                     disable=not show_progress)
   managers = tff.program.GroupingReleaseManager([release, progress])

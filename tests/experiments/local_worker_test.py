@@ -1,13 +1,19 @@
 """Tests of `--allow_exposed_worker`: a binary on a machine without network namespaces stops with
 an error naming the flag, and starts an exposed worker only when the flag is given (passing the
 choice on to the binary's own subprocesses), with either engine; and the rest of `set_context`:
---compile_cache_dir, and the imports' objects frozen out of the garbage collector's way."""
+--compile_cache_dir, and the imports' objects frozen out of the garbage collector's way; and the
+one line a binary ends with when its worker dies (also while `common.start_binary` starts it) or
+its disk is full."""
 
+import contextlib
+import errno
 import gc
+import io
 import os
 import pathlib
 import re
 import shutil
+import sys
 import tempfile
 from unittest import mock
 
@@ -114,6 +120,46 @@ class SetContextTest(absltest.TestCase):
       local_worker.set_context()  # as start_binary calls it without --engine
     self.assertIsInstance(tff.framework.get_context_stack().current,
                           inprocess_context.InProcessContext)
+
+
+class OutsideCauseTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS(['local_worker_test'])
+    hook = mock.patch.object(sys, 'excepthook', sys.__excepthook__)
+    hook.start()
+    self.addCleanup(hook.stop)
+
+  def _reported(self, error):
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+      sys.excepthook(type(error), error, error.__traceback__)
+    return stderr.getvalue()
+
+  def test_a_worker_killed_while_the_binary_starts_it_ends_it_with_one_line(self):
+    # --engine=worker starts the worker in start_binary: the chaos benchmark killed it there,
+    # and the binary printed a traceback, its hook not yet set.
+    died = execution_context.WorkerDiedError('not serving', 123, -9)
+    with mock.patch.object(local_worker, 'set_context', side_effect=died), \
+        self.assertRaises(execution_context.WorkerDiedError):
+      common.start_binary()
+    self.assertRegex(self._reported(died), r'^\S+: TFF worker_binary 123 ended \(exit status -9, '
+                     r'SIGKILL\); rerun the same command to resume from the latest checkpoint\.\n$')
+
+  def test_a_full_disk_ends_the_binary_with_one_line_naming_the_file(self):
+    with mock.patch.object(local_worker, 'set_context'):
+      common.start_binary()
+    try:
+      try:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), '/out/metrics.csv')
+      except OSError as e:
+        raise RuntimeError('TFF re-raised it') from e
+    except RuntimeError as e:
+      reported = self._reported(e)
+    self.assertRegex(reported, r'^\S+: No space left on device writing /out/metrics\.csv; free '
+                     r'space and rerun the same command to resume from the latest checkpoint\.\n$')
 
 
 if __name__ == '__main__':

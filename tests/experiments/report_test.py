@@ -1,8 +1,10 @@
 import asyncio
+import errno
 import math
 import os
 import re
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
@@ -379,6 +381,22 @@ class ReportTest(absltest.TestCase):
     self.assertIn('Not drawn for more than 20 classes', text)
     self.assertIn('- class0 → class5: 2\n- class1 → class0: 1\n\n## Privacy', text)
     self.assertNotIn('confusion.png', os.listdir(out_dir))
+
+  def test_a_full_disk_names_the_figure_or_report_it_could_not_write(self):
+    # write() fails on a full disk, naming no file: the binary's one line must say which.
+    logits = np.array([[3.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
+    scores = evaluation.score(logits, np.array([0, 1]), 2)
+    no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    savefig = 'matplotlib.figure.Figure.savefig'
+    for failing, written in ((savefig, 'confusion.png'), ('builtins.open', 'report.md')):
+      with self.subTest(written):
+        with mock.patch(savefig), mock.patch(failing, side_effect=no_space), \
+            self.assertRaises(OSError) as raised:
+          report.write_retriever_report(self.dir, title='Retriever', scores=scores,
+                                        class_names=('ham', 'spam', 'eggs'),
+                                        privacy_statement='-')
+        self.assertEqual((raised.exception.errno, raised.exception.filename),
+                         (errno.ENOSPC, self.path(written)))
 
 
 if __name__ == '__main__':

@@ -63,6 +63,19 @@ class NpzProgramStateManagerTest(absltest.TestCase):
     self.assertEqual(asyncio.run(manager.get_versions()), [0, 3, 4])
     self.assertFalse([n for n in os.listdir(self.dir) if 'temp' in n])
 
+  def test_a_save_cut_short_by_a_kill_is_cleared_by_the_next_save(self):
+    # SIGKILL inside a save leaves its temporary folder (no clean-up runs); the resumed run
+    # saves that version again.
+    manager = npz_state.NpzProgramStateManager(self.dir)
+    asyncio.run(manager.save(_state(), 1))
+    left = os.path.join(self.dir, 'program_state_2_temp123')
+    os.makedirs(left)
+    with open(os.path.join(left, npz_state.STATE_FILE), 'wb') as f:
+      f.write(b'PK\x03')   # Cut short.
+    self.assertEqual(asyncio.run(manager.get_versions()), [1])
+    asyncio.run(manager.save(_state(2.0), 2))
+    self.assertEqual(sorted(os.listdir(self.dir)), ['program_state_1', 'program_state_2'])
+
   def test_a_checkpoint_written_by_tffs_manager_still_loads(self):
     asyncio.run(tff.program.FileProgramStateManager(self.dir).save(_state(3.0), 5))
     manager = npz_state.NpzProgramStateManager(self.dir)

@@ -1,17 +1,24 @@
 """The round loop every task runs on (`fedasr_tff.program.training_loop`), with a toy task."""
 
 import csv
+import errno
+import glob
+import inspect
 import json
 import os
 import stat
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import training_loop
+
+_NO_SPACE = os.strerror(errno.ENOSPC)
 
 
 class _Killed(Exception):
@@ -56,6 +63,21 @@ class _CountingTask(training_loop.Task):
 
   def summary(self):
     return {'rounds': self.rounds, 'score': float(np.sum(self.weights))}
+
+
+def _full_disk_at(real, call, error):
+  """`real`, but its `call`-th call (from 1) fails with `error`, as a full disk fails a write."""
+  calls = []
+
+  def fail_or_call(*args, **kwargs):
+    calls.append(None)
+    if len(calls) == call:
+      raise error
+    return real(*args, **kwargs)
+
+  async def fail_or_await(*args, **kwargs):
+    return await fail_or_call(*args, **kwargs)
+  return fail_or_await if inspect.iscoroutinefunction(real) else fail_or_call
 
 
 def _released_rounds(output_dir):
@@ -134,6 +156,66 @@ class TrainingLoopTest(absltest.TestCase):
     self._train('finished', again)
     self.assertEqual(again.trained, [])
     self.assertEqual(_released_rounds(output_dir), [0, 1, 2])
+
+  def test_a_full_disk_names_the_file_keeps_the_checkpoint_and_resumes(self):
+    whole, _ = self._train('whole', _CountingTask(seed=7))
+    # A full disk fails write(), flush() or fsync() (errors that name no file), or TF's writes
+    # (metrics.csv, TensorBoard) with a tf.errors whose message says why. Each write of the
+    # loop fails in turn, after round 0's checkpoint (rounds 0, 2, 4, 5 are checkpointed).
+    os_error = OSError(errno.ENOSPC, _NO_SPACE)
+    tf_error = tf.errors.ResourceExhaustedError(None, None, f'/x/y_temp1234; {_NO_SPACE}')
+    cases = [
+        ('journal', json, 'dump', 2, os_error, 'checkpoints/held_releases.json'),
+        ('checkpoint', np, 'savez', 2, os_error, 'checkpoints/program_state_2/state.npz'),
+        ('metrics', tff.program.CSVFileReleaseManager, 'release', 2, tf_error, 'metrics.csv'),
+        ('events', tff.program.TensorBoardReleaseManager, 'release', 2, tf_error,
+         'tensorboard'),
+        ('model', np, 'savez', 5, os_error, 'model.npz'),
+        ('summary', json, 'dump', 5, os_error, 'summary.json'),
+    ]
+    for name, owner, attribute, call, error, path in cases:
+      with self.subTest(name):
+        output_dir = os.path.join(self.root, name)
+        with mock.patch.object(owner, attribute,
+                               _full_disk_at(getattr(owner, attribute), call, error)), \
+            self.assertRaises(OSError) as raised:
+          self._train(name, _CountingTask(seed=7))
+        self.assertEqual(raised.exception.errno, errno.ENOSPC)
+        self.assertEqual(raised.exception.filename, os.path.join(output_dir, path))
+        # No partial file is left, and the latest checkpoint reads.
+        self.assertEmpty([f for f in glob.glob(os.path.join(output_dir, '**'), recursive=True)
+                          if f.endswith(('.tmp', '.partial', '.partial.npz'))
+                          or '_temp' in f])
+        training_loop.check_checkpoints(output_dir)
+        # Space is back: the same run resumes, ends where the whole run ended and releases
+        # every round once.
+        self._train(name, _CountingTask())
+        self.assertEqual(_released_rounds(output_dir), [0, 1, 2, 3, 4, 5])
+        with np.load(os.path.join(whole, 'model.npz')) as a, \
+            np.load(os.path.join(output_dir, 'model.npz')) as b:
+          np.testing.assert_array_equal(a['w'], b['w'])
+
+  def test_a_metrics_row_torn_by_a_full_disk_is_dropped_on_resume(self):
+    rounds = 12
+    whole, _ = self._train('whole', _CountingTask(rounds=rounds, seed=7))
+    output_dir = os.path.join(self.root, 'torn')
+
+    # Round 12's row is cut by a full disk after its first byte ('1' of '12'); the run stops.
+    def torn_release(manager, value, key):
+      if key == rounds:
+        with open(os.path.join(output_dir, 'metrics.csv'), 'a') as f:
+          f.write(str(key)[0])
+        raise tf.errors.ResourceExhaustedError(None, None, f'metrics.csv; {_NO_SPACE}')
+      return release(manager, value, key)
+    release = tff.program.CSVFileReleaseManager.release
+    with mock.patch.object(tff.program.CSVFileReleaseManager, 'release', torn_release), \
+        self.assertRaises(OSError):
+      self._train('torn', _CountingTask(rounds=rounds, seed=7))
+    self._train('torn', _CountingTask(rounds=rounds))
+    self.assertEqual(_released_rounds(output_dir), list(range(rounds + 1)))
+    with open(os.path.join(whole, 'metrics.csv')) as a, \
+        open(os.path.join(output_dir, 'metrics.csv')) as b:
+      self.assertEqual(a.read(), b.read())
 
 
 if __name__ == '__main__':

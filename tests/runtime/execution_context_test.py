@@ -245,6 +245,20 @@ class SetLocalCppExecutionContextTest(parameterized.TestCase):
       with self.assertRaisesRegex(RuntimeError, r'exit status 3\):\nno such flag: --port='):
         execution_context.set_local_cpp_execution_context()
 
+  def test_a_worker_killed_while_it_starts_is_reported_as_died(self):
+    # Killed from outside before it serves (the chaos benchmark's kills found this): the run
+    # ends as when its worker dies in a round, with one line (experiments/common.py).
+    with tempfile.NamedTemporaryFile('w', suffix='.sh', delete=False) as script:
+      script.write('#!/bin/sh\nkill -KILL $$\n')
+    self.addCleanup(os.remove, script.name)
+    os.chmod(script.name, 0o755)
+    self.addCleanup(execution_context.set_local_cpp_execution_context)
+    with mock.patch.object(execution_context, 'WORKER_PATH', script.name), \
+        self.assertRaises(execution_context.WorkerDiedError) as raised:
+      execution_context.set_local_cpp_execution_context()
+    self.assertEqual(raised.exception.returncode, -9)
+    self.assertEndsWith(raised.exception.summary(), 'ended (exit status -9, SIGKILL)')
+
   def test_must_be_called_from_the_main_thread(self):
     raised = []
 
