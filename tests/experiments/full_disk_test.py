@@ -120,7 +120,7 @@ class FullDiskTest(absltest.TestCase):
     self.assertNotIn('Traceback', stopped.stderr)
     lines = [line for line in stopped.stderr.splitlines() if _NO_SPACE in line]
     self.assertLen(lines, 1, msg=stopped.stderr[-3000:])
-    self.assertRegex(lines[0], rf'^train_federated\.py: {_NO_SPACE} writing {output_dir}/\S+; '
+    self.assertRegex(lines[0], rf'^train_federated: {_NO_SPACE} writing {output_dir}/\S+; '
                      'free space and rerun the same command to resume from the latest '
                      r'checkpoint\.$')
     self.assertFalse(os.path.exists(seen(os.path.join(output_dir, 'model.npz'))))
