@@ -89,7 +89,8 @@ def _relative(ours: float, published: float) -> str:
 
 
 def _format_epsilon(value: float) -> str:
-  return f'{value:.4g}'
+  # Four significant digits: the published tables' ε are compared with ours to the third.
+  return privacy.format_epsilon(value, digits=4)
 
 
 def _print_table() -> int:
@@ -154,10 +155,10 @@ def _print_single() -> int:
     if accountant == 'rdp':
       epsilon, order = privacy.compute_epsilon_and_order(noise_multiplier, sampling_rate, steps,
                                                          delta)
-      print(f'  rdp: epsilon={privacy.format_epsilon(epsilon)} (order {order:g})')
+      print(f'  rdp: epsilon={_format_epsilon(epsilon)} (order {order:g})')
     else:
       epsilon = privacy.compute_epsilon(noise_multiplier, sampling_rate, steps, delta, 'pld')
-      print(f'  pld: epsilon={privacy.format_epsilon(epsilon)}')
+      print(f'  pld: epsilon={_format_epsilon(epsilon)}')
   if _COHORT_SCALE.value is not None:
     for accountant in _ACCOUNTANTS.value:
       result = privacy.extrapolate(
@@ -166,7 +167,7 @@ def _print_single() -> int:
           extrapolated_steps=_EXTRAPOLATED_STEPS.value, accountant=accountant)
       print(f'extrapolated ({accountant}): S={result.cohort_size} K={result.population} '
             f'q={result.sampling_rate:.6g} z={result.noise_multiplier:g} T={result.steps} '
-            f'epsilon={privacy.format_epsilon(result.epsilon)}')
+            f'epsilon={_format_epsilon(result.epsilon)}')
   return 0
 
 

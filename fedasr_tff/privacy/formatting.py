@@ -11,12 +11,13 @@ import math
 from typing import Optional
 
 
-def format_epsilon(epsilon: float, delta: Optional[float] = None) -> str:
+def format_epsilon(epsilon: float, delta: Optional[float] = None, digits: int = 3) -> str:
   """ε as this project prints it (module docstring), optionally with its δ.
 
   Args:
     epsilon: ε ≥ 0, or inf.
     delta: the δ it holds at, to write `at δ = ...` after it; None writes ε alone.
+    digits: significant digits (4 where ε is compared with a published table's).
 
   Returns:
     For example `3.26`, `0.000123`, `1.59e+04`, `∞`, `exactly 0`, or `exactly 0 at δ = 1e-09`.
@@ -29,5 +30,5 @@ def format_epsilon(epsilon: float, delta: Optional[float] = None) -> str:
   elif epsilon == 0:
     text = 'exactly 0'
   else:
-    text = f'{epsilon:.3g}'
+    text = f'{epsilon:.{digits}g}'
   return text if delta is None else f'{text} at δ = {delta:g}'

@@ -17,6 +17,7 @@ class FormatEpsilonTest(absltest.TestCase):
     self.assertEqual(privacy.format_epsilon(0.0), 'exactly 0')
     self.assertEqual(privacy.format_epsilon(0.0, 1e-9), 'exactly 0 at δ = 1e-09')
     self.assertEqual(privacy.format_epsilon(1.5, 1e-5), '1.5 at δ = 1e-05')
+    self.assertEqual(privacy.format_epsilon(7.2234, digits=4), '7.223')
 
   def test_dp_accounting_returns_an_exact_zero_where_delta_covers_the_loss(self):
     # The case the words are for: RDP's conversion clamps at 0 (a valid (0, δ) guarantee).
