@@ -6,7 +6,8 @@ stands for, naming the file, as every other write of a run does (`private_files.
 binary stops with one line saying where. A full disk can also tear the row being appended to
 `metrics.csv`: opened again, the file loses that partial last line (the round it held is released
 again from the release journal, `release_journal`), and the next row does not run into it; the
-temporary copies TFF failed to write are removed.
+temporary copy TFF failed to write is removed as the write fails (and, should the process have died
+first, when the file is opened again).
 """
 
 import glob
@@ -19,20 +20,35 @@ import tensorflow_federated as tff
 from fedasr_tff import private_files
 
 
-class _Named(tff.program.ReleaseManager):
-  """`manager`, its full-disk errors raised as `OSError`s naming `path`."""
+def _remove_temporary_copies(path: str) -> None:
+  # TFF rewrites a file through `{path}_tempNNNN`, left behind where that write failed.
+  for partial in glob.glob(f'{glob.escape(path)}_temp[0-9][0-9][0-9][0-9]'):
+    os.remove(partial)
 
-  def __init__(self, manager: tff.program.ReleaseManager, path: str):
-    self._manager, self._path = manager, path
+
+class _Named(tff.program.ReleaseManager):
+  """`manager`, its full-disk errors raised as `OSError`s naming `path`; where a release fails,
+  TFF's temporary copies of `path` are removed (`rewritten`: whether it writes through them)."""
+
+  def __init__(self, manager: tff.program.ReleaseManager, path: str, rewritten: bool = False):
+    self._manager, self._path, self._rewritten = manager, path, rewritten
 
   async def release(self, value: Any, key: int) -> None:
     try:
       await self._manager.release(value, key)
     except tf.errors.OpError as e:
+      self._clean_up()
       for number in private_files.FULL_DISK:
         if os.strerror(number) in e.message:
           raise OSError(number, os.strerror(number), self._path) from e
       raise
+    except BaseException:
+      self._clean_up()
+      raise
+
+  def _clean_up(self) -> None:
+    if self._rewritten:
+      _remove_temporary_copies(self._path)
 
 
 def metrics_csv(path: str) -> tff.program.ReleaseManager:
@@ -45,9 +61,7 @@ def metrics_csv(path: str) -> tff.program.ReleaseManager:
   Returns:
     The release manager.
   """
-  # TFF rewrites the file through `{path}_tempNNNN`, left behind where that write failed.
-  for partial in glob.glob(f'{glob.escape(path)}_temp[0-9][0-9][0-9][0-9]'):
-    os.remove(partial)
+  _remove_temporary_copies(path)  # Left by a process that died while it wrote.
   if os.path.isfile(path):
     with open(path, 'rb+') as f:
       content = f.read()
@@ -55,7 +69,7 @@ def metrics_csv(path: str) -> tff.program.ReleaseManager:
         f.truncate(content.rfind(b'\n') + 1)
     if not content.rfind(b'\n') + 1:  # Not even the header: TFF writes it anew.
       os.remove(path)
-  return _Named(tff.program.CSVFileReleaseManager(path), path)
+  return _Named(tff.program.CSVFileReleaseManager(path), path, rewritten=True)
 
 
 def tensorboard(directory: str) -> tff.program.ReleaseManager:

@@ -168,6 +168,8 @@ class TrainingLoopTest(absltest.TestCase):
         ('journal', json, 'dump', 2, os_error, 'checkpoints/held_releases.json'),
         ('checkpoint', np, 'savez', 2, os_error, 'checkpoints/program_state_2/state.npz'),
         ('metrics', tff.program.CSVFileReleaseManager, 'release', 2, tf_error, 'metrics.csv'),
+        # TFF rewrites metrics.csv through a temporary copy when a row brings new columns.
+        ('metrics rewritten', tf.io.gfile, 'rename', 2, tf_error, 'metrics.csv'),
         ('events', tff.program.TensorBoardReleaseManager, 'release', 2, tf_error,
          'tensorboard'),
         ('model', np, 'savez', 5, os_error, 'model.npz'),
