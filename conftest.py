@@ -4,6 +4,10 @@
 `bazel test //... --test_tag_filters=-e2e` runs right after (every `py_test` in a `tests/**/BUILD`
 not tagged "e2e"), so each test runs once in CI. A test module without a `py_test` target is an
 error then: it would silently run under neither.
+
+`--shard=K/N` runs the K-th (from 0) of N shares of the collected tests, every N-th test from the
+K-th, so that `make test` runs the end-to-end tests as two pytest processes side by side: each
+spends most of its time in one single-threaded interpreter, and alone they leave a core idle.
 """
 
 import pathlib
@@ -25,6 +29,16 @@ _MODULE = re.compile(r'"(\w+_test)"')
 def pytest_addoption(parser):
   parser.addoption('--skip-bazel-tests', action='store_true', default=False,
                    help='Skip the test modules Bazel runs (py_test targets not tagged e2e).')
+  parser.addoption('--shard', default=None, metavar='K/N',
+                   help='Run every N-th collected test from the K-th (from 0).')
+
+
+def _shard(value: str):
+  """(K, N) of `--shard=K/N`, or a one-line error naming the flag."""
+  match = re.fullmatch(r'(\d+)/(\d+)', value)
+  if not match or not 0 <= int(match.group(1)) < int(match.group(2)):
+    raise pytest.UsageError(f'--shard: expected K/N with 0 <= K < N, got {value!r}.')
+  return int(match.group(1)), int(match.group(2))
 
 
 def bazel_test_modules(root: pathlib.Path = _ROOT) -> dict:
@@ -53,6 +67,8 @@ def bazel_test_modules(root: pathlib.Path = _ROOT) -> dict:
 
 
 def pytest_configure(config):
+  if config.getoption('--shard') is not None:
+    _shard(config.getoption('--shard'))
   if not config.getoption('--skip-bazel-tests'):
     return
   modules = bazel_test_modules()
@@ -65,6 +81,16 @@ def pytest_configure(config):
 
 
 _BAZEL_RUN = pytest.StashKey[set]()
+
+
+def pytest_collection_modifyitems(config, items):
+  if config.getoption('--shard') is None:
+    return
+  k, n = _shard(config.getoption('--shard'))
+  ordered = sorted(range(len(items)), key=lambda i: items[i].nodeid)
+  kept = {i for rank, i in enumerate(ordered) if rank % n == k}
+  config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i not in kept])
+  items[:] = [item for i, item in enumerate(items) if i in kept]
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -22,7 +22,8 @@ state is bit-identical to the reference (the latest checkpoint's every array and
 `model.npz`), whether the released values are (`metrics.csv` but timings), and over the released
 rounds: rows duplicated and missing in `metrics.csv` (both must be 0), TensorBoard steps written
 twice with one value (a replay after a kill between a checkpoint and its release) and with two
-values (must be 0), and the wall times.
+values (must be 0), and the wall times. A task that runs in process is also watched for a TFF
+worker started all the same (a failure, printed below the table).
 
   python -m benchmarks.chaos --kills=10 --seed=0          # all six tasks
   python -m benchmarks.chaos --tasks=fedavg_dp --kills=3
@@ -195,6 +196,7 @@ class Attempt:
   returncode: int
   traceback: bool          # stderr holds a traceback.
   stderr_tail: str
+  stray_worker: bool = False  # A TFF worker ran under a task that runs none (`Task.worker`).
 
 
 def _env() -> Dict[str, str]:
@@ -228,9 +230,14 @@ def run_once(task: Task, output_dir: str, log_path: str, kind: Optional[str] = N
     log.flush()
     process = subprocess.Popen(command, stdout=log, stderr=stderr, text=True, env=_env(),
                                cwd=_ROOT)
-    started, seen, fired = time.monotonic(), 0, False
-    while process.poll() is None and kind is not None and not fired:
+    started, seen, fired, stray = time.monotonic(), 0, False, False
+    # A task that runs no worker is watched to its end for one that starts all the same.
+    while process.poll() is None and (kind is not None and not fired or not task.worker):
       events = watcher.events(0.05)
+      if not task.worker and not stray:
+        stray = bool(_workers(process))
+      if kind is None or fired:
+        continue
       if kind in ('random', 'worker'):
         if time.monotonic() - started < delay:
           continue
@@ -260,7 +267,7 @@ def run_once(task: Task, output_dir: str, log_path: str, kind: Optional[str] = N
               + '\n')
     log.flush()
   return Attempt(kind if fired else None, inside, process.returncode, 'Traceback' in err,
-                 err[-2000:])
+                 err[-2000:], stray)
 
 
 def _arrays(path: str) -> Dict[str, np.ndarray]:
@@ -367,6 +374,7 @@ class Outcome:
   reference_seconds: float
   chaos_seconds: float
   failed: Optional[str] = None
+  stray_workers: int = 0  # Starts of a task that runs no worker during which one ran.
 
 
 def run_task(task: Task, work_dir: str, kills: int, rounds: int, rng: random.Random) -> Outcome:
@@ -376,6 +384,7 @@ def run_task(task: Task, work_dir: str, kills: int, rounds: int, rng: random.Ran
   start = time.monotonic()
   ended = run_once(task, reference, log)
   reference_seconds = time.monotonic() - start
+  stray = int(ended.stray_worker)
   total_rounds = rounds * len(task.runs)
   if ended.returncode != 0:
     return Outcome(collections.Counter(), 0, 0, ended.traceback, Comparison(False, False),
@@ -395,6 +404,7 @@ def run_task(task: Task, work_dir: str, kills: int, rounds: int, rng: random.Ran
       delay = rng.uniform(0, reference_seconds * min(1.0, (1 + spare) / total_rounds) + 5)
     ended = run_once(task, chaos, log, kind, nth, delay)
     tracebacks += ended.traceback
+    stray += ended.stray_worker
     if ended.kind is None:
       if ended.returncode != 0:
         failed = f'exit status {ended.returncode} without a kill:\n{ended.stderr_tail}'
@@ -405,7 +415,7 @@ def run_task(task: Task, work_dir: str, kills: int, rounds: int, rng: random.Ran
   chaos_seconds = time.monotonic() - start
   comparison = compare(task, reference, chaos) if failed is None else Comparison(False, False)
   return Outcome(counted, inside, resumes, tracebacks, comparison, reference_seconds,
-                 chaos_seconds, failed)
+                 chaos_seconds, failed, stray)
 
 
 def _row(name: str, outcome: Outcome) -> str:
@@ -445,6 +455,9 @@ def main(argv: Sequence[str]) -> None:
     print(_row(name, outcome), flush=True)
     if outcome.failed or outcome.comparison.differences:
       failures.append(f'{name}: {outcome.failed or ", ".join(outcome.comparison.differences)}')
+    if outcome.stray_workers:
+      failures.append(f'{name}: a TFF worker ran in {outcome.stray_workers} starts of a run '
+                      'that runs in process')
   for failure in failures:
     print(failure)
   with open(os.path.join(work_dir, 'summary.json'), 'w') as f:

@@ -1,6 +1,7 @@
 """One short case of the chaos benchmark (`benchmarks/chaos.py`) in the test suite: DP FedAvg in
 process, killed with SIGKILL three times (at a random moment, inside a checkpoint write, inside
-the release journal's write) and resumed after each, against a run never killed."""
+the release journal's write) and resumed after each, against a run never killed; in process
+(`--engine`'s default), no TFF worker starts in any of its runs."""
 
 import os
 import random
@@ -25,6 +26,7 @@ class ChaosTest(absltest.TestCase):
     self.assertEqual(outcome.kills, {'random': 1, 'checkpoint': 1, 'journal': 1})
     self.assertEqual(outcome.resumes, 3)
     self.assertEqual(outcome.tracebacks, 0)
+    self.assertEqual(outcome.stray_workers, 0)
     comparison = outcome.comparison
     self.assertTrue(comparison.bit_identical, comparison.differences)
     self.assertTrue(comparison.released_identical, comparison.differences)
