@@ -23,7 +23,9 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
 
   Values are flattened as `tff.program.CSVFileReleaseManager` flattens them (names joined with
   '/') and shown by their last component; a metric keeps its last shown value on rounds that do
-  not release it.
+  not release it. An ε is shown with the round it was released for (`exactly 0 @r0`): a DP run
+  releases a round's metrics only once a checkpoint covers it, so the bar counts rounds computed
+  while its ε is the one of the latest released round, not of the round the bar is at.
 
   Args:
     total_rounds: the rounds of the run, the bar's total.
@@ -53,9 +55,10 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
     flat = dict(tff.program.structure_utils.flatten_with_name(value))
     for name in self._shown:
       if name in flat and np.ndim(flat[name]) == 0:
-        self._latest[name.split('/')[-1]] = float(flat[name])
-    self._bar.set_postfix({k: privacy.format_epsilon(v) if 'epsilon' in k else f'{v:.4g}'
-                           for k, v in self._latest.items()}, refresh=False)
+        self._latest[name.split('/')[-1]] = (float(flat[name]), key)
+    self._bar.set_postfix({k: f'{privacy.format_epsilon(v)} @r{r}' if 'epsilon' in k
+                           else f'{v:.4g}' for k, (v, r) in self._latest.items()},
+                          refresh=False)
     self.advance(key)
 
   def advance(self, round_num: int) -> None:
