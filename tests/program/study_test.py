@@ -10,15 +10,19 @@ from absl.testing import absltest
 
 from fedasr_tff.program import study
 
-# A cell that records when it ran, waits, and finishes by writing its summary.
+# A cell that records when it ran, waits (for a file first, if given: one another cell writes as
+# it ends), and finishes by writing its summary, or fails after writing `failing` beside it.
 _CELL = '''
 import json, os, sys, time
 out = sys.argv[1]
 with open(os.path.join(out, "runs.txt"), "a") as f:
   f.write(f"{time.monotonic()}\\n")
+while len(sys.argv) > 4 and not os.path.exists(sys.argv[4]):
+  time.sleep(0.01)
 time.sleep(float(sys.argv[2]))
 if sys.argv[3] == "fail":
   print("cell went wrong")
+  open(os.path.join(os.path.dirname(out), "failing"), "w").close()
   sys.exit(3)
 with open(os.path.join(out, "summary.json"), "w") as f:
   json.dump({"eval": {"cer": 0.25}}, f)
@@ -31,10 +35,11 @@ class StudyTest(absltest.TestCase):
     super().setUp()
     self.dir = self.enterContext(tempfile.TemporaryDirectory())
 
-  def cell(self, name, seconds=0.0, outcome='ok'):
+  def cell(self, name, seconds=0.0, outcome='ok', after_failure=False):
     output_dir = os.path.join(self.dir, name)
-    return study.Cell(name, [sys.executable, '-c', _CELL, output_dir, str(seconds), outcome],
-                      output_dir)
+    wait_for = [os.path.join(self.dir, 'failing')] if after_failure else []
+    return study.Cell(name, [sys.executable, '-c', _CELL, output_dir, str(seconds), outcome,
+                             *wait_for], output_dir)
 
   def runs(self, cell):
     path = os.path.join(cell.output_dir, 'runs.txt')
@@ -69,8 +74,10 @@ class StudyTest(absltest.TestCase):
     self.assertGreater(starts[2] - starts[1], 0.55)
 
   def test_a_failed_cell_names_its_log_and_stops_new_starts(self):
-    cells = [self.cell('bad', outcome='fail'), self.cell('slow', seconds=0.5),
-             self.cell('never')]
+    # 'slow' ends 2 s after 'bad' has failed, whatever the load: a start of 'never' would then
+    # need the loop (polling every 0.05 s) not to see the failure for 2 s.
+    cells = [self.cell('bad', outcome='fail'),
+             self.cell('slow', seconds=2.0, after_failure=True), self.cell('never')]
     with self.assertRaisesRegex(RuntimeError, r'bad \(log .*cell\.log\):\ncell went wrong'):
       study.run_cells(cells, parallel=2, poll_seconds=0.05, log=id)
     self.assertTrue(cells[1].done)  # already running: finished
