@@ -232,7 +232,7 @@ def run_once(task: Task, output_dir: str, log_path: str, kind: Optional[str] = N
                                cwd=_ROOT)
     started, seen, fired, stray = time.monotonic(), 0, False, False
     # A task that runs no worker is watched to its end for one that starts all the same.
-    while process.poll() is None and (kind is not None and not fired or not task.worker):
+    while process.poll() is None and ((kind is not None and not fired) or not task.worker):
       events = watcher.events(0.05)
       if not task.worker and not stray:
         stray = bool(_workers(process))

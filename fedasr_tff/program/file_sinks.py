@@ -36,19 +36,14 @@ class _Named(tff.program.ReleaseManager):
   async def release(self, value: Any, key: int) -> None:
     try:
       await self._manager.release(value, key)
-    except tf.errors.OpError as e:
-      self._clean_up()
-      for number in private_files.FULL_DISK:
-        if os.strerror(number) in e.message:
-          raise OSError(number, os.strerror(number), self._path) from e
+    except BaseException as e:
+      if self._rewritten:
+        _remove_temporary_copies(self._path)
+      if isinstance(e, tf.errors.OpError):
+        for number in private_files.FULL_DISK:
+          if os.strerror(number) in e.message:
+            raise OSError(number, os.strerror(number), self._path) from e
       raise
-    except BaseException:
-      self._clean_up()
-      raise
-
-  def _clean_up(self) -> None:
-    if self._rewritten:
-      _remove_temporary_copies(self._path)
 
 
 def metrics_csv(path: str) -> tff.program.ReleaseManager:
