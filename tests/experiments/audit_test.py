@@ -25,8 +25,8 @@ class AuditBinaryTest(absltest.TestCase):
   def test_audits_a_configuration_and_writes_the_report(self):
     output_dir = tempfile.mkdtemp()
     result = _run('--model_config=tiny', '--clipping=dim', '--noise_multiplier=2.0',
-                  '--cohort_size=100', '--canaries=200', '--rounds=1', '--trials=200',
-                  '--check_rounds=20', '--delta=1e-6', '--seed=1', f'--output_dir={output_dir}')
+                  '--cohort_size=100', '--canaries=200', '--rounds=1', '--trials=100',
+                  '--check_rounds=10', '--delta=1e-6', '--seed=1', f'--output_dir={output_dir}')
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
     self.assertIn('one_run: claimed epsilon', result.stdout)
     self.assertIn('distinguishing: claimed epsilon', result.stdout)

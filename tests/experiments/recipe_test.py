@@ -90,10 +90,26 @@ class RecipeTest(absltest.TestCase):
     speakers = os.path.join(output_dir, 'speakers.json')
     self.assertEqual(stat.S_IMODE(os.stat(speakers).st_mode), 0o600)
 
-    # Other roles than the killed run's are refused before anything runs, naming the flags.
-    refused = _run(*flags, '--split_seed=7')
-    self.assertNotEqual(refused.returncode, 0)
-    self.assertIn('--split_seed', refused.stderr)
+    # Refused before anything runs, naming the flags (one interpreter, `start_up`): other roles
+    # than the killed run's; a seed model of other settings, not silently reused (a settings
+    # file from before --seed_warmup_steps stands for no warm-up, as the resume below shows).
+    settings_path = os.path.join(output_dir, 'seed', 'seed_settings.json')
+    with open(settings_path) as f:
+      settings = json.load(f)
+    self.assertEqual(settings['seed_warmup_steps'], 0)
+    del settings['seed_warmup_steps']
+    with open(settings_path, 'w') as f:
+      json.dump(settings, f)
+    split_seed, seed_settings = start_up.refusals(
+        'experiments.recipe', [[*flags, '--split_seed=7'],
+                               [*flags, '--seed_steps=5', '--seed_warmup_steps=2']],
+        env=_env(), cwd=_ROOT)
+    self.assertNotEqual(split_seed.returncode, 0)
+    self.assertIn('--split_seed', split_seed.stderr)
+    self.assertNotEqual(seed_settings.returncode, 0)
+    self.assertIn(f'{seed_model} was trained with --seed_steps=4, --seed_warmup_steps=0, not '
+                  '--seed_steps=5, --seed_warmup_steps=2: give those flags to reuse it, or use '
+                  'a new --output_dir.', seed_settings.stderr)
 
     # The decoding is no part of the training: the run resumes, and scores with beam search and
     # (by default) the words of the seed speakers' transcripts.
@@ -151,21 +167,6 @@ class RecipeTest(absltest.TestCase):
     with open(os.path.join(output_dir, 'report.md')) as f:
       self.assertIn(f'## Results\n\n**WER (greedy decoding, words of {words}): seed (central',
                     f.read())
-
-    # A seed model of other settings is not silently reused: the flags it was trained with
-    # are named. A settings file from before --seed_warmup_steps stands for no warm-up.
-    settings_path = os.path.join(output_dir, 'seed', 'seed_settings.json')
-    with open(settings_path) as f:
-      settings = json.load(f)
-    self.assertEqual(settings['seed_warmup_steps'], 0)
-    del settings['seed_warmup_steps']
-    with open(settings_path, 'w') as f:
-      json.dump(settings, f)
-    refused = _run(*flags, '--seed_steps=5', '--seed_warmup_steps=2')
-    self.assertNotEqual(refused.returncode, 0)
-    self.assertIn(f'{seed_model} was trained with --seed_steps=4, --seed_warmup_steps=0, not '
-                  '--seed_steps=5, --seed_warmup_steps=2: give those flags to reuse it, or use '
-                  'a new --output_dir.', refused.stderr)
 
   def test_impossible_flag_combinations_are_refused_at_start_up(self):
     out = tempfile.mkdtemp()

@@ -63,18 +63,27 @@ class Workers:
     self.processes[index].kill()
     self.processes[index].wait()
 
-  def restart(self, index: int) -> None:
-    """Starts worker `index` again on its socket (after `kill`)."""
-    deadline = time.monotonic() + 30
-    while True:   # The old worker may linger a moment after the kill.
+  def restart(self, index: int, timeout: float = 120) -> None:
+    """Starts worker `index` again on its socket (after `kill`), serving when this returns.
+
+    The new worker imports TensorFlow before it serves: seconds on an idle machine, many more
+    under a loaded test run, so it is waited for as long as the first start (`timeout`), and
+    started again only if it exited (its socket still held by the killed one)."""
+    deadline = time.monotonic() + timeout
+    while True:
       self.processes[index] = start_worker(self.sockets[index])
-      try:
-        wait_until_serving(self.addresses[index], timeout=15)
-        return
-      except grpc.FutureTimeoutError:
-        self.kill(index)
-        if time.monotonic() > deadline:
-          raise
+      while self.processes[index].poll() is None:
+        try:
+          wait_until_serving(self.addresses[index], timeout=1)
+          return
+        except grpc.FutureTimeoutError:
+          if time.monotonic() > deadline:
+            self.kill(index)
+            raise
+      if time.monotonic() > deadline:
+        raise RuntimeError(f'worker {index} exited with status '
+                           f'{self.processes[index].returncode} at each restart')
+      time.sleep(0.5)
 
   def stop(self) -> None:
     for process in self.processes:
