@@ -1,5 +1,5 @@
 r"""The DP speech round over TFF's distributed runtime, against the local context, and an estimate
-of the speed-up on N machines (issue 18).
+of the speed-up on N machines.
 
 The round is the project's DP FedAvg round (`speech_rounds`: `build_fed_avg_process` on the `tiny`
 model, 2 local steps, the cohort built as the runner builds it) with the deltas aggregated by

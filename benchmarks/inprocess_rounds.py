@@ -1,5 +1,4 @@
-r"""The DP FedAvg round run in process from TFF's map-reduce form, against TFF's C++ worker
-(issue 36).
+r"""The DP FedAvg round run in process from TFF's map-reduce form, against TFF's C++ worker.
 
 The task is `vs_pfl`'s MLP (`benchmarks.pfl.task.build_mlp`, 2,372 parameters; `--local_steps`
 batches of 10 examples a client, 32 standard normal features, random labels): our

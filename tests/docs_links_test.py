@@ -5,6 +5,9 @@ repository root). An anchor, `#name` or `page.md#name`, must match a heading of 
 under GitHub's rules: the heading's text lower-cased, every character that is not a letter, digit,
 underscore, hyphen or space dropped, spaces made hyphens; a repeated heading gets -1, -2, ...
 External links (http, https, mailto) are not fetched. Code fences and inline code are not read.
+
+No file of the project (code, tests, docs, build files) cites an issue by number: the tracker is
+not in the repository, so such a reference points nowhere; history stays in git.
 """
 
 import os
@@ -20,7 +23,7 @@ from absl.testing import absltest
 # every file a page may link to, not only the pages this test declares as data.
 _ROOT = pathlib.Path(os.path.realpath(pathlib.Path(__file__).resolve().parent.parent / 'README.md')
                      ).parent
-_README_MAX_LINES = 200  # issue 32: results and new sections go to docs/, not the README
+_README_MAX_LINES = 200  # results and new sections go to docs/, not the README
 
 _FENCE = re.compile(r'^\s*(```|~~~)')
 _HEADING = re.compile(r'^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$')
@@ -116,6 +119,40 @@ def broken_links(root: pathlib.Path, pages) -> list:
   return problems
 
 
+# The word issue or issues, then a number ("#" optional), in any case.
+_ISSUE_NUMBER = re.compile(r'\bissues?\s*#?[0-9]', re.IGNORECASE)
+_PROJECT_SUFFIXES = {'.py', '.md', '.sh', '.bzl', '.toml', '.in', '.cfg', '.txt', '.json'}
+_PROJECT_NAMES = {'BUILD', 'WORKSPACE', 'Makefile', '.bazelrc', 'run'}
+
+
+def _project_files(root: pathlib.Path):
+  """The project's own text files under `root`: not the virtualenvs, Bazel's output links,
+  caches or a run's output."""
+  for folder, folders, files in os.walk(root):
+    folders[:] = sorted(name for name in folders
+                        if (not name.startswith('.') or name == '.ci') and
+                        not name.startswith(('bazel-', 'demo_output')) and
+                        name != '__pycache__')
+    for name in sorted(files):
+      path = pathlib.Path(folder) / name
+      if path.suffix in _PROJECT_SUFFIXES or name in _PROJECT_NAMES:
+        yield path
+
+
+def issue_numbers(root: pathlib.Path) -> list:
+  """'path:line: text' of every line of a project file that cites an issue by number."""
+  found = []
+  for path in _project_files(root):
+    try:
+      text = path.read_text(encoding='utf-8')
+    except (UnicodeDecodeError, OSError):
+      continue
+    for number, line in enumerate(text.split('\n'), 1):
+      if _ISSUE_NUMBER.search(line):
+        found.append(f'{path.relative_to(root)}:{number}: {line.strip()}')
+  return found
+
+
 def _pages(root: pathlib.Path) -> list:
   return [root / 'README.md'] + sorted((root / 'docs').glob('*.md'))
 
@@ -159,6 +196,34 @@ class CheckerTest(absltest.TestCase):
                      'README.md:5: docs/c.md: no such file',
                      'README.md:7: docs/d.md: no such file'):
       self.assertTrue(any(p.startswith(expected) for p in problems), (expected, problems))
+
+
+class IssueNumbersTest(absltest.TestCase):
+
+  def test_planted_references_are_found_and_other_uses_are_not(self):
+    issue = 'issue'  # the planted texts are built, so that this file cites none itself
+    with tempfile.TemporaryDirectory() as folder:
+      root = pathlib.Path(folder)
+      (root / 'pkg').mkdir()
+      (root / 'pkg' / 'a.py').write_text(f'x = 1  # as {issue} 36 asked\n# the {issue} at hand\n')
+      (root / 'docs').mkdir()
+      (root / 'docs' / 'b.md').write_text(f'Fixed in {issue.title()}s 12 and 13.\n'
+                                          f'see {issue} #4\n')
+      (root / '.venv').mkdir()
+      (root / '.venv' / 'c.py').write_text(f'# {issue} 1 of a dependency\n')
+      (root / 'BUILD').write_text(f'# no number: an {issue}\n')
+      self.assertEqual(issue_numbers(root), [
+          f'docs/b.md:1: Fixed in {issue.title()}s 12 and 13.', f'docs/b.md:2: see {issue} #4',
+          f'pkg/a.py:1: x = 1  # as {issue} 36 asked'])
+
+  def test_no_project_file_cites_an_issue_number(self):
+    # The walk reaches the library, the tests and the docs (under Bazel too: the source tree).
+    read = set(_project_files(_ROOT))
+    for path in ('fedasr_tff/__init__.py', 'tests/docs_links_test.py', 'docs/testing.md'):
+      self.assertIn(_ROOT / path, read)
+    found = issue_numbers(_ROOT)
+    self.assertEmpty(found, 'cite what the change did, not its issue: the tracker is not in '
+                     'the repository:\n' + '\n'.join(found))
 
 
 class DocsLinksTest(absltest.TestCase):

@@ -69,7 +69,7 @@ CONFIGS: Mapping[str, TransformerConfig] = {
                                layer_drop=0.1, cape_max_global_shift=0.0),
     'tiny': TransformerConfig(num_blocks=2, model_dim=96, mlp_dim=384, dropout=0.0,
                               layer_drop=0.0, cape_max_global_shift=0.0),
-    # `tiny` three times as deep, for the ablation (issue 19): the paper explains the benefit of
+    # `tiny` three times as deep, for the ablation: the paper explains the benefit of
     # per-layer clipping by update norms whose imbalance grows with depth.
     'tiny_deep': TransformerConfig(num_blocks=6, model_dim=96, mlp_dim=384, dropout=0.0,
                                    layer_drop=0.0, cape_max_global_shift=0.0),

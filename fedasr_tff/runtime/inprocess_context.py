@@ -1,5 +1,5 @@
 """A TFF context that runs computations in this process where it can, and on a TFF worker where
-it cannot (issue 36: an in-process simulation engine).
+it cannot: an in-process simulation engine.
 
 `InProcessContext.invoke(comp, arg)` looks at what TFF compiled `comp` into and runs:
 

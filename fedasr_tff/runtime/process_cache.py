@@ -1,4 +1,4 @@
-"""A disk cache of built learning processes, keyed by what builds them (issue 36: setup).
+"""A disk cache of built learning processes, keyed by what builds them.
 
 Building a process is Python tracing: Keras models, TFF's and our aggregators, optimizers and
 client work traced into TFF computations, 0.9 s for the 2,372-parameter MLP of

@@ -1,7 +1,7 @@
 """The direct clipping check: canaries below the clip, concentrated in one leaf, at the total
 clip in every group, and non-finite. Correct mechanisms pass; a NaN that skips the clip and a
 fast path that skips it for groups within the total clip are a VIOLATION (neither is caught by
-an ε lower bound, issue 31)."""
+an ε lower bound)."""
 
 from absl import logging
 from absl.testing import absltest

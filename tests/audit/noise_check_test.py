@@ -1,5 +1,5 @@
 """The direct noise check: correct mechanisms pass, noise too small in one tensor or shared
-between tensors is a VIOLATION (neither is caught by an ε lower bound, issue 31)."""
+between tensors is a VIOLATION (neither is caught by an ε lower bound)."""
 
 from absl import logging
 from absl.testing import absltest

@@ -55,7 +55,7 @@ class ReplayedNoise(per_layer_query.PerLayerClipGaussianSumQuery):
     return result, new_state._replace(noise_seed=global_state.noise_seed), event
 
 
-# Bugs of the mechanism's structure, which no ε lower bound catches (issue 31, item 3); each is
+# Bugs of the mechanism's structure, which no ε lower bound catches; each is
 # caught by a direct check (`noise_check`, `clipping_check`).
 
 

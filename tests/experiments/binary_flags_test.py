@@ -63,7 +63,7 @@ class BinaryFlagsTest(absltest.TestCase):
                       'seed_warmup_steps': 0})
     self.assertEmpty([name for name in defined if name.startswith('fl_')])
     # The corpus and its speakers' roles, the batch size, --spec_augment and
-    # --feature_normalization (data fields since issue 33; off, and each mel channel's mean
+    # --feature_normalization (data fields; off, and each mel channel's mean
     # removed) and the model: not the runner's own speaker part, IID control or feature cache
     # (the recipe chooses the speakers and caches under --output_dir).
     self.assertEqual(_SPEECH & set(defined),

@@ -9,7 +9,7 @@ from fedasr_tff.speech import evaluation
 class TableTest(absltest.TestCase):
 
   def test_n_alpha_of_dp_rows_is_labelled_outside_the_guarantee(self):
-    # Issue 31, item 2: N·α is the clients' exact losses under the model, a client statistic.
+    # N·α is the clients' exact losses under the model, a client statistic.
     scores = evaluation.ErrorCounts(utterances=1, words=10, word_edits=2, chars=40, char_edits=4)
     rows = [dict(model='seed', dp='-', scores=scores, epsilons=None, weights=(0.4, 1.1)),
             dict(model='dga_softmax_no_dp', dp='no_dp', scores=scores, epsilons=None,

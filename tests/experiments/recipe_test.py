@@ -64,7 +64,7 @@ class RecipeTest(absltest.TestCase):
              *_SHORT)
     # The run's TFF worker killed from outside once the seed model is saved and the first
     # federated stage has checkpointed round 0: the run ends with one line naming the worker and
-    # saying that rerunning resumes (issue 33), and the next run reads the seed model back.
+    # saying that rerunning resumes, and the next run reads the seed model back.
     proc = subprocess.Popen(_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=_env(), cwd=_ROOT)
     seed_model = os.path.join(output_dir, 'seed', 'model.npz')

@@ -46,8 +46,8 @@ class NoiseToGapRatioTest(absltest.TestCase):
 
 
 class SwampWarningTest(absltest.TestCase):
-  """The configurations of issue 34: the spam head that works and the 150 classes that
-  collapsed, and the 213-class runs of docs/retrieval.md."""
+  """The configurations measured in docs/retrieval.md: the spam head that works, the 150
+  classes that collapsed, and the 213-class runs."""
 
   def test_the_2_class_spam_head_at_z_0_1_is_not_warned(self):
     # 2 clients, adaptive local DP at the paper's z = 0.1: noise norm about 2 C, lost 1.5 points.
@@ -55,7 +55,7 @@ class SwampWarningTest(absltest.TestCase):
     self.assertIsNone(config.noise_warning(2))
 
   def test_150_classes_over_10_clients_at_z_0_1_are_warned(self):
-    # Split by intent, 92.6% to 3.0% top-1 (issue 34); 213 Debian classes, even split: 44.9% to
+    # Split by intent, 92.6% to 3.0% top-1; 213 Debian classes, even split: 44.9% to
     # 11.1%, label-skewed: 38.2% to 2.4% (docs/retrieval.md).
     for split, classes in (('dirichlet', 150), ('even', 213), ('dirichlet', 213)):
       config = _config(num_clients=10, local_dp='adaptive', noise_multiplier=0.1,

@@ -213,7 +213,7 @@ class TrainingTest(absltest.TestCase):
     self.assertEqual(damage.files(config.output_dir), before)
 
   def test_the_clients_fingerprint_and_per_client_files_are_owner_only(self):
-    # Issue 31, item 2: the hash of every client's texts is kept in the owner-only
+    # The hash of every client's texts is kept in the owner-only
     # checkpoints, every checkpoint file is owner-only, and so is the summary that lists the
     # clients.
     config = self.config('private_files', local_dp='fixed', rounds=1)

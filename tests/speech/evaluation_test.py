@@ -94,7 +94,7 @@ class EvaluateTest(absltest.TestCase):
       evaluation.evaluate(self.model, self.data, decoder='beam', beam_width=4, top_paths=5)
 
   def test_evaluating_in_a_loop_traces_once_and_warns_of_no_retracing(self):
-    # A user's loop: the same model, then a fresh model per checkpoint (issue 33: TF warned of
+    # A user's loop: the same model, then a fresh model per checkpoint (TF warned of
     # retracing every few calls).
     fresh = [models.build_tff_model_fn('tiny', self.vocab.tokens)() for _ in range(6)]
     # Once first: TF's deprecation notices of the CTC ops are logged at first use, and the

@@ -135,7 +135,7 @@ class FederatedTrainingTest(absltest.TestCase):
     return modes
 
   def test_evaluation_on_training_speakers_only_with_the_opt_in_and_labelled(self):
-    # Issue 31, item 2: the clients' exact scores are client statistics, refused like the
+    # The clients' exact scores are client statistics, refused like the
     # server training on their data, before anything is written.
     clients = len(self.train_data.client_ids)
     with self.assertRaisesRegex(ValueError, f'shares {clients} speaker.*'
@@ -303,7 +303,7 @@ class FederatedTrainingTest(absltest.TestCase):
     self.assertTrue(any(made for _, made in rounds), rounds)
 
   def test_the_clients_fingerprint_and_every_checkpoint_file_are_owner_only(self):
-    # Issue 31, item 2: a hash of the client IDs in config.json tells, by hashing each
+    # A hash of the client IDs in config.json tells, by hashing each
     # leave-one-out subset of the corpus, who was left out; and a copy or an archive of the
     # folder keeps each file's own mode.
     _, output_dir, _, _ = self._default_run()
@@ -355,7 +355,7 @@ class FederatedTrainingTest(absltest.TestCase):
     self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
 
   def test_a_run_saved_before_spec_augment_was_recorded_is_refused_naming_it(self):
-    # Issue 33: train_federated always applied SpecAugment before --spec_augment existed, and
+    # train_federated always applied SpecAugment before --spec_augment existed, and
     # config.json (format 2) did not say so: no resume of it, on or off, by a guess. Refused
     # before the process is built.
     output_dir = os.path.join(self.root, 'format2')
@@ -372,7 +372,7 @@ class FederatedTrainingTest(absltest.TestCase):
       self.assertFalse(os.path.exists(os.path.join(output_dir, 'checkpoints')))
 
   def test_a_run_saved_with_the_numpy_sampler_is_refused_naming_it(self):
-    # Issue 35: format 3 runs drew each client's utterance sample with NumPy; this version with
+    # Format 3 runs drew each client's utterance sample with NumPy; this version with
     # a TF op (which workers repeat from a client store). Resumed, they would train on other
     # samples: refused, before the process is built.
     output_dir = os.path.join(self.root, 'format3')
