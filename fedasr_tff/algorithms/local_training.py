@@ -457,10 +457,10 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
               tf.maximum(max_norm, grad_norm), tf.maximum(max_clipped_norm, clipped_norm))
 
     # A while loop over an iterator, not `dataset.reduce`: under TFF's C++ executor the reduce
-    # form ran ~4x slower per round and its worker's memory grew every round
-    # (benchmarks/round_overhead.py). Written out rather than left to AutoGraph, whose
-    # conversion of this function (and of every function it calls) was most of the time TFF
-    # took to build a process.
+    # form ran several times slower per round and its worker's memory grew every round
+    # (benchmarks/round_overhead.py; docs/benchmarks.md, "Measurements behind the code").
+    # Written out rather than left to AutoGraph, whose conversion of this function (and of
+    # every function it calls) was most of the time TFF took to build a process.
     batches = iter(_local_dataset(dataset, local_steps, local_epochs))
 
     def next_step(more, state):

@@ -97,7 +97,7 @@ def build_canary_client_work(
   def canary_update(weights, dataset):
     del weights  # A canary's update does not depend on the model.
     # Its one element (`canary_dataset`; any other count is an error). Not `Dataset.reduce`,
-    # which instantiates its reduce function again on every call (about 1 ms a canary).
+    # which instantiates its reduce function again on every call, once per canary.
     element = dataset.get_single_element()
     leaves = [element['norm'] * u for u in canary_directions(shapes, element['seed'])]
     update = tf.nest.pack_sequence_as(tff.types.type_to_tf_tensor_specs(trainable_type), leaves)

@@ -63,8 +63,8 @@ CONFIGS: Mapping[str, TransformerConfig] = {
     'shallow': TransformerConfig(num_blocks=16, model_dim=768, mlp_dim=3072, layer_drop=0.1),
     'deep': TransformerConfig(num_blocks=72, model_dim=768, mlp_dim=3072, layer_drop=0.1),
     # Sizes for CPU runs (tests, the demo). CAPE's global shift is a regulariser for long runs;
-    # in short ones it keeps a small model from fitting (a tiny model stalls at ~5% CER on 8
-    # utterances with it, and reaches 0% in 200 steps without), so it is off here.
+    # in short ones it keeps a small model from fitting (docs/benchmarks.md, "Measurements
+    # behind the code"), so it is off here.
     'small': TransformerConfig(num_blocks=6, model_dim=192, mlp_dim=768, dropout=0.1,
                                layer_drop=0.1, cape_max_global_shift=0.0),
     'tiny': TransformerConfig(num_blocks=2, model_dim=96, mlp_dim=384, dropout=0.0,

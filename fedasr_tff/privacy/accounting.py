@@ -27,7 +27,8 @@ PUBLISHED_RDP_ORDERS = (1.1, 1.3, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9
                         20.0, 25.0)
 
 # The fine default grid: a superset of the published grid, dense where optima fall. Fractional
-# orders near 1 cost ~10 ms each in dp-accounting, so their spacing keeps one call under ~0.5 s.
+# orders near 1 are the costly ones in dp-accounting, so their spacing keeps one call short
+# (docs/benchmarks.md, "Measurements behind the code").
 DEFAULT_RDP_ORDERS = tuple(
     np.round(
         np.concatenate([
@@ -224,7 +225,7 @@ def _pld_epsilon(noise_multiplier: float, sampling_rate: float, steps: int,
   For very weak noise the connect-the-dots construction of dp-accounting fails numerically; the
   privacy-buckets construction (also pessimistic, so also an upper bound) is used instead.
   """
-  # The coarse grid is enough to size the grid, and ~20x cheaper than the default one.
+  # The coarse grid is enough to size the grid, and far cheaper than the default one.
   rdp_epsilon = compute_epsilon_and_order(noise_multiplier, sampling_rate, steps, delta,
                                           PUBLISHED_RDP_ORDERS)[0]
   interval = _PLD_VALUE_DISCRETIZATION_INTERVAL

@@ -1,8 +1,9 @@
 """Checkpoints as one NumPy `.npz` file a round: TFF's `FileProgramStateManager`, faster.
 
 TFF's `tff.program.FileProgramStateManager` writes each version of the program state as a
-SavedModel: every leaf becomes a `tf.Variable` of a traced `tf.Module`, about 1.6 s of CPU for
-a state of 150 tensors, more than a round of a small model takes. `NpzProgramStateManager` keeps
+SavedModel: every leaf becomes a `tf.Variable` of a traced `tf.Module`, which for a state of 150
+tensors costs more CPU than a round of a small model (docs/benchmarks.md, "Measurements behind
+the code"). `NpzProgramStateManager` keeps
 its folders, versions and retention (`program_state_N/`, `keep_total`, `keep_first`) and writes
 the flattened leaves to `program_state_N/state.npz` instead, in milliseconds. The structure comes
 back from the `structure` argument of `load`, as in TFF.

@@ -130,7 +130,7 @@ def check_checkpoints(output_dir: str) -> None:
 
 def _state_manager(checkpoint_dir: str) -> npz_state.NpzProgramStateManager:
   # The first checkpoint kept too: the start of the run, for a user who wants to look back.
-  # TFF's manager with `.npz` files for its SavedModels (milliseconds against ~1.6 s a save).
+  # TFF's manager with `.npz` files for its SavedModels (milliseconds against seconds a save).
   return npz_state.NpzProgramStateManager(checkpoint_dir, keep_total=3, keep_first=True)
 
 

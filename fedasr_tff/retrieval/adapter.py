@@ -43,5 +43,6 @@ class EmbeddingAdapter(tf.keras.layers.Layer):
     """
     # One [N, d] x [d, d] product over all N tokens. Not einsum('...j,ij->...i'): TF's gradient
     # of that einsum forms the [..., d, d] outer product of every token before summing it
-    # (151 MB for a batch of 4 x 64 tokens at d = 384), which took ~40% of an adapter-mode step.
+    # (151 MB for a batch of 4 texts of 64 tokens at d = 384), a large share of an adapter-mode
+    # step (docs/retrieval.md).
     return tf.tensordot(token_embeddings, self.kernel, axes=[[-1], [1]])

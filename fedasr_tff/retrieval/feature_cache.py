@@ -2,8 +2,9 @@
 
 In the classifier-only mode (the paper's mode A, Fofonjka et al., webAI 2025) the backbone is
 frozen, so every text's pooled state is a function of the backbone's weights, the text's tokens
-and the pooling alone, and a run spends most of its time computing them (65-90 s for a few
-thousand texts through MiniLM on 2 cores, against 1-2 s of rounds). They are computed once per
+and the pooling alone, and a run spends most of its time computing them (a few thousand texts
+through MiniLM take far longer than the rounds: docs/benchmarks.md, "Measurements behind the
+code"). They are computed once per
 (backbone, tokens, pooling) and kept as `KEY.npy` in a cache folder, KEY the SHA-256 of:
 
 - the backbone's class and every weight (name, dtype, shape, bytes), so another checkpoint,

@@ -2,8 +2,9 @@
 
 The norm of the noise against the clip is the wrong yardstick: the 2-class spam head at z = 0.1
 with 2 clients has a noise norm of about 2 C and loses 1.5 points, while 150 classes over 10
-clients collapse (92.6% to 3.0% top-1). What matters is the noise in the quantity the head ranks
-by, a query's logit gaps, against the largest gap the clipped updates can build:
+clients collapse (docs/benchmarks.md, "Measurements behind the code"). What matters is the
+noise in the quantity the head ranks by, a query's logit gaps, against the largest gap the
+clipped updates can build:
 
 - Each round adds to every head weight noise of std σ·C, σ the per-coordinate noise std of the
   round's averaged update in units of the clip C, the σ_DP of `privacy.conventions` (central
@@ -26,13 +27,9 @@ the noise in the largest competing logit against the largest logit gap training 
 signal bound is optimistic (real updates are neither aligned with a query nor all in one
 direction; local DP's noise grows with `--dp_granularity=step` and unequal weights), so ρ is a
 lower bound on the noise's share, and a run whose ρ exceeds `SWAMP_THRESHOLD` is warned. The
-threshold is set from runs (docs/retrieval.md, "DP at many classes"; MiniLM heads on Debian
-package descriptions, 213 classes, 10 clients, 5 rounds, local DP with a fixed clip, against
-the same clip without noise): ρ = 0.07 cost 0.2 points of 19.2% top-1, 0.20 cost 1.7, 0.34
-cost 3.2 and 0.68 cost 8.3; the spam head loses 1.5 of 98 points at ρ = 0.06. Over 1,115
-maintainers (label-skewed, D_c = 1) central DP gave 30.8%, 25.4%, 16.1% and 8.9% at ρ = 0.11,
-0.23, 0.42 and 0.64, against 41.2% without DP: the noise costs accuracy below the threshold
-too, which is why every DP run states its ρ.
+threshold is set from runs of MiniLM heads on Debian package descriptions and maintainers, with
+and without noise at the same clip (docs/retrieval.md, "DP at many classes"): the cost in top-1
+grows with ρ, and some remains below the threshold, which is why every DP run states its ρ.
 """
 
 import math

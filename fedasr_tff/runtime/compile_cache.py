@@ -3,7 +3,7 @@
 The in-process engine (`inprocess.MapReduceRound`) runs a round from its map-reduce form, which
 TFF compiles from the round's computation
 (`tff.backends.mapreduce.get_map_reduce_form_for_computation`): for a small model most of the
-first round (0.6-0.9 s of the `benchmarks/vs_pfl.py` MLP's 1.2 s). The form is a function of the
+first round (docs/benchmarks.md, "Measurements behind the code"). The form is a function of the
 round's computation proto, of the TFF and TensorFlow that compile it and of the compiler's
 options, and of nothing else, so it is kept on disk under a SHA-256 of exactly those. A different
 model, aggregator, optimizer or hyperparameter is a different computation and so a different key:

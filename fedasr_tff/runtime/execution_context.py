@@ -188,7 +188,7 @@ def _local_worker_context(max_concurrent_computation_calls: Optional[int],
   atexit.register(_stop_worker)
   stub = tff.framework.RemoteExecutorGrpcStub(grpc.insecure_channel(worker.target,
                                                                     CHANNEL_OPTIONS))
-  deadline = time.monotonic() + 120  # seconds; it starts in ~0.2 s
+  deadline = time.monotonic() + 120  # seconds; it starts in a fraction of one
   while not stub.is_ready and worker.process.poll() is None and time.monotonic() < deadline:
     time.sleep(0.01)
   if not stub.is_ready:

@@ -203,8 +203,9 @@ def _for_one_pass(data: Any) -> Any:
 
   A client's iterator is made once a round and read for a few batches. tf.data rewrites a
   dataset's graph (a Grappler pass) whenever an iterator is made, adds a prefetch with a thread
-  of its own and autotunes it: with the vs_pfl MLP (5 batches a client) 2.8 of 4.4 ms a client
-  (`benchmarks/inprocess_rounds.py`). The rewrites keep the elements and their order, so the
+  of its own and autotunes it: most of a client's time with the vs_pfl MLP (5 batches a client;
+  `benchmarks/inprocess_rounds.py`; docs/benchmarks.md, "Measurements behind the code"). The
+  rewrites keep the elements and their order, so the
   round's result does not change; a dataset that is not one is left to `flatten`'s error.
   """
   return data.with_options(_ONE_PASS_OPTIONS) if isinstance(data, tf.data.Dataset) else data
@@ -215,8 +216,8 @@ def _without_grappler_calls():
   """Functions called in this thread run without Grappler (`WITHOUT_GRAPPLER`).
 
   TensorFlow runs Grappler over a function, with every function it calls inlined, when the
-  function first runs: for a round of the `tiny` transformer 5-6 s of its first round's 11, for
-  no gain in the later rounds (measured: warm rounds 0.05-0.07 s either way). The options are
+  function first runs: for a round of the `tiny` transformer about half of its first round, for
+  no gain in the later rounds (docs/benchmarks.md, "Measurements behind the code"). The options are
   the thread's and are put back after the call; the round always runs under the same ones, so
   TensorFlow instantiates it once.
   """

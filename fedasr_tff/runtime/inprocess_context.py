@@ -40,8 +40,8 @@ from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import inprocess
 from fedasr_tff.runtime import tff_graphs
 
-# Clients a round trains at once when not told: 2 on vs_pfl's MLP ran 0.65-0.86 x one lane's
-# round on this 2-core machine, and 3 or 4 no faster (docs/benchmarks.md, "In-process engine").
+# Clients a round trains at once when not told: 2 on vs_pfl's MLP beat one lane's round on 2
+# cores, and 3 or 4 were no faster (docs/benchmarks.md, "Measurements behind the code").
 DEFAULT_LANES = 2
 
 

@@ -1,9 +1,8 @@
 """A disk cache of built learning processes, keyed by what builds them.
 
 Building a process is Python tracing: Keras models, TFF's and our aggregators, optimizers and
-client work traced into TFF computations, 0.9 s for the 2,372-parameter MLP of
-`benchmarks/vs_pfl.py` and 3.3 s for the tiny CTC transformer, every run, before anything is
-compiled (`compile_cache` keeps the compiled round, not this). A built process is a function of
+client work traced into TFF computations: seconds for a small model, every run, before anything
+is compiled (`compile_cache` keeps the compiled round, not this). A built process is a function of
 the arguments its builder is given, of the code that builds it and of the libraries that trace
 it, and of nothing else when the builder draws no randomness of its own (checked, below). So
 `learning_process` keeps its computations (`initialize`, `next`, `get_model_weights`,
@@ -18,7 +17,8 @@ the compile cache's directory under a SHA-256 of:
 
 A process read back is made of TFF `ConcreteComputation`s from the same protos, so its rounds
 are the computations a build gives (the same compile-cache key, bit-equal rounds:
-`tests/runtime/process_cache_test.py`), in 0.03-0.05 s instead of the build.
+`tests/runtime/process_cache_test.py`), in a small fraction of the build's time
+(docs/benchmarks.md, "Measurements behind the code").
 
 Privacy: no noise seed that a run draws its noise from is ever written. A process is built for
 the cache inside `per_layer_query.unset_noise_seeds()`, so every DP query that would draw its

@@ -25,10 +25,11 @@ two defects, which this context exists to avoid:
 
 TFF's mergeable form recomputes in `after_merge` whatever it needs from before the aggregation
 (values cross the merge only through the aggregation). When the result is SERVER-placed the
-executor never evaluates that unused client work (measured: an `after_merge` call takes 1-2% of
-its `up_to_merge`), but a CLIENTS-placed result makes every block train its clients a second
-time. Processes meant for workers return per-client values through the aggregation instead
-(the retriever's local DP states: `retrieval.process`).
+executor never evaluates that unused client work (an `after_merge` call takes a small share of
+its `up_to_merge`: docs/benchmarks.md, "Measurements behind the code"), but a CLIENTS-placed
+result makes every block train its clients a second time. Processes meant for workers return
+per-client values through the aggregation instead (the retriever's local DP states:
+`retrieval.process`).
 """
 
 import asyncio

@@ -106,7 +106,8 @@ def train(config: CentralConfig,
   LARS (`optimizers.build_lars`, κ = 0.001, momentum 0.9) is the paper's optimizer; Adam is
   offered for short CPU runs. Batches are the speakers' dynamic batches, visited in an order
   reshuffled every epoch from (seed, epoch), with fresh SpecAugment masks every epoch (with masks
-  fixed once, the tiny demo model memorised its six speakers: held-out CER 69% against 44%).
+  fixed once, the tiny demo model memorised its six speakers: docs/benchmarks.md, "Measurements
+  behind the code").
   Every random draw of a step (SpecAugment, dropout, layer drop, CAPE's shift) comes from its
   batch's `seed`, a function of (seed, epoch, speaker, batch), so a run is a function of its
   configuration.

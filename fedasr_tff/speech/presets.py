@@ -9,12 +9,12 @@ a preset only changes defaults. The configuration classes' own defaults are the 
 - `CPU` is the demo's recipe (`experiments/recipe.py`, `make demo`), tuned on its synthetic corpus
   (docs/results.md, "The demo, measured") and on its voices recorded as through a phone
   (docs/results.md, "The recipe on unseen voices and recording conditions"): a seed model by
-  Adam at 2e-3 for 2,000 steps (against 1,000, WER 33.5% rather than 47.6% on the recorded
-  voices), the rate halved every third of the steps; federated fine-tuning in 30 rounds of 16
+  Adam at 2e-3 for 2,000 steps (better than 1,000 on the recorded voices), the rate halved
+  every third of the steps; federated fine-tuning in 30 rounds of 16
   clients with one local step each, LAMB at 0.003 on the server, the clip C = client_lr x
   local_clip x local_steps; SpecAugment off; features with each mel channel's mean removed
-  (`cmn`), which on recorded 8 kHz speech took a seed model from WER 97% to 65% and on the clean
-  synthetic corpus cost about 2 points.
+  (`cmn`), which helped most on recorded 8 kHz speech and cost little on the clean synthetic
+  corpus.
 - `PAPER` is the large-scale setting of Pelikan et al., "Enabling Differentially Private
   Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
   Clipping", NeurIPS 2025, arXiv:2310.00098, App. F: LARS at 0.5 halved every 50k steps after
