@@ -16,6 +16,7 @@ import time
 from absl.testing import absltest
 import numpy as np
 
+from benchmarks import chaos
 from fedasr_tff import models
 from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
@@ -103,10 +104,23 @@ class DistributedTrainingTest(absltest.TestCase):
     return got_metrics
 
   def test_same_model_as_local_from_a_client_store_and_resumes_after_a_worker_dies(self):
+    # The local run in process (`--engine`'s default), watched to its end: it starts no TFF
+    # worker (`chaos.run_once`, as the chaos benchmark watches its in-process tasks).
     local = os.path.join(self.tmp, 'local')
-    result = _run('train_federated', *self._flags(local))
-    self.assertEqual(result.returncode, 0, msg=result.stderr[-3000:])
-    self.assertNotIn('- Workers:', result.stdout)
+    flags = [flag for flag in self._flags(local) if not flag.startswith('--output_dir=')]
+    log = os.path.join(self.tmp, 'local.log')
+    ended = chaos.run_once(chaos.Task('experiments.train_federated', tuple(flags), worker=False),
+                           local, log)
+    self.assertEqual(ended.returncode, 0, msg=ended.stderr_tail)
+    self.assertFalse(ended.traceback, msg=ended.stderr_tail)  # none at exit either
+    self.assertFalse(ended.stray_worker, 'the in-process run started a TFF worker')
+    with open(log) as f:
+      out = f.read()
+    self.assertNotIn('- Workers:', out)
+    self.assertIn('epsilon spent', out)
+    # Both seeds were fixed: the statement says what that costs.
+    self.assertIn('voids the amplification', out)
+    self.assertIn('**no** DP guarantee', out)
 
     # On the workers, from a client store: the driver sends each client's store index and seed,
     # and the workers read and batch its features (SpecAugment and the seeded sample of its two
