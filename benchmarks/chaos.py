@@ -293,7 +293,8 @@ def _rows(run_dir: str) -> List[Dict[str, str]]:
     return list(csv.DictReader(f))
 
 
-def _timing(column: str) -> bool:
+def is_timing_column(column: str) -> bool:
+  """Whether a `metrics.csv` column holds a wall time (differs from run to run)."""
   return bool(re.search(r'seconds|time', column))
 
 
@@ -339,7 +340,7 @@ def compare(task: Task, reference: str, chaos: str) -> Comparison:
     keys = collections.Counter(row['key'] for row in got)
     result.duplicated += sum(count - 1 for count in keys.values())
     result.missing += len({row['key'] for row in want} - set(keys))
-    strip = lambda rows: [{k: v for k, v in row.items() if not _timing(k)} for row in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in row.items() if not is_timing_column(k)} for row in rows]  # noqa: E731
     if strip(want) != strip(got):
       result.released_identical = False
       result.differences.append(os.path.join(run, 'metrics.csv'))
