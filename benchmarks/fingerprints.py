@@ -25,14 +25,13 @@ import numpy as np
 
 from benchmarks import chaos
 
-_TASKS = flags.DEFINE_list(
-    'tasks', ['fedavg_dp', 'mixed_fl', 'dga_rehearsal', 'retriever_local_dp', 'recipe'],
-    f'Tasks to run, of {", ".join(chaos.TASKS)}.')
-_ROUNDS = flags.DEFINE_integer('rounds', 4, 'Rounds of each federated run.', lower_bound=2)
+# --tasks, --rounds and --work_dir are `benchmarks.chaos`'s flags, with shorter defaults here.
+FLAGS = flags.FLAGS
+FLAGS.set_default('tasks', ['fedavg_dp', 'mixed_fl', 'dga_rehearsal', 'retriever_local_dp',
+                            'recipe'])
+FLAGS.set_default('rounds', 4)
 _OUT = flags.DEFINE_string('out', None, 'JSON file the fingerprints are written to.')
 _COMPARE = flags.DEFINE_string('compare', None, 'JSON file of earlier fingerprints to compare.')
-_WORK_DIR = flags.DEFINE_string('work_dir', None, 'Folder for the corpora and runs (default: a '
-                                'temporary folder).')
 
 
 def _model_digest(path: str) -> str:
@@ -71,20 +70,20 @@ def fingerprint(output_dir: str) -> Dict[str, str]:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  unknown = sorted(set(_TASKS.value) - set(chaos.TASKS))
+  unknown = sorted(set(FLAGS.tasks) - set(chaos.TASKS))
   if unknown:
     raise app.UsageError(f'--tasks: unknown {", ".join(unknown)}; of {", ".join(chaos.TASKS)}.')
   earlier = None
   if _COMPARE.value:
     with open(_COMPARE.value) as f:
       earlier = json.load(f)
-  work_dir = _WORK_DIR.value or tempfile.mkdtemp(prefix='fingerprints_')
+  work_dir = FLAGS.work_dir or tempfile.mkdtemp(prefix='fingerprints_')
   # The runs' compile and process caches in the work folder, not the user's.
   os.environ['XDG_CACHE_HOME'] = os.path.join(work_dir, 'cache')
-  defined = chaos.tasks(work_dir, _ROUNDS.value)
+  defined = chaos.tasks(work_dir, FLAGS.rounds)
   print(f'{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start; {work_dir}')
   results, failures = {}, []
-  for name in _TASKS.value:
+  for name in FLAGS.tasks:
     output_dir = os.path.join(work_dir, name)
     ended = chaos.run_once(defined[name], output_dir, os.path.join(work_dir, f'{name}.log'))
     if ended.returncode != 0:
