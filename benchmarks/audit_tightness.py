@@ -25,11 +25,11 @@ import tensorflow_federated as tff
 from fedasr_tff import privacy
 from fedasr_tff import runtime
 from fedasr_tff.audit import bounds
-from fedasr_tff.audit import configuration
 from fedasr_tff.audit import distinguishing
 from fedasr_tff.audit import one_run
 from fedasr_tff.program import dp_config
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import models
 
 _CANARIES = flags.DEFINE_integer('canaries', 4000, 'Canaries of the one-run audit.')
 _GUESSES = flags.DEFINE_integer('guesses', None, 'Guesses each way (default canaries / 20).')
@@ -56,7 +56,8 @@ _SMALL_BLOCK_SHAPES = ((16,), (16, 32), (32,), (32, 16), (16,))
 def _aggregator(clipping, cohort_size, names, seed):
   dp = dp_config.DPConfig(clipping=clipping, clip=1.0, noise_multiplier=_Z.value,
                            delta=_DELTA.value, noise_seed=seed)
-  return dp.aggregator(_Z.value, cohort_size, names, diagnostics=False)
+  return dp.aggregator(_Z.value, cohort_size, names, diagnostics=False,
+                       weighted_leaf=models.is_mlp_tensor)
 
 
 def _summary(values):
@@ -68,8 +69,8 @@ def main(argv):
   {'inprocess': runtime.set_inprocess_execution_context,
    'worker': runtime.set_local_cpp_execution_context}[_ENGINE.value]()
   if _MODEL.value:
-    shapes, names = configuration.model_leaves(
-        config_lib.FederatedConfig(model=config_lib.ModelConfig(model_config=_MODEL.value)))
+    config = config_lib.FederatedConfig(model=config_lib.ModelConfig(model_config=_MODEL.value))
+    shapes, names = config.model.trainable_leaves(config.data.vocabulary().size)
     small_shapes = shapes
   else:
     shapes, names, small_shapes = _BLOCK_SHAPES, _BLOCK_NAMES, _SMALL_BLOCK_SHAPES

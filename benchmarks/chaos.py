@@ -60,9 +60,9 @@ import psutil
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedasr_tff.data import corpora
-from fedasr_tff.data import synthetic
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.speech.data import corpora
+from fedasr_tff.speech.data import synthetic
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = ('fedavg_dp', 'fedavg_dp_worker', 'mixed_fl', 'dga_rehearsal', 'retriever_local_dp',

@@ -31,12 +31,12 @@ from absl import flags
 from benchmarks import speech_rounds
 from fedasr_tff import aggregators
 from fedasr_tff import algorithms
-from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import dga
 from fedasr_tff.algorithms import dga_rl
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
 
 _COHORT = flags.DEFINE_integer('cohort', 32, 'Clients per round.', lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each variant.', lower_bound=1)

@@ -68,10 +68,10 @@ import tensorflow_federated as tff
 from benchmarks import speech_rounds
 from fedasr_tff import aggregators
 from fedasr_tff import algorithms
-from fedasr_tff import data
 from fedasr_tff import runtime
-from fedasr_tff.data import client_store
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.speech import data
+from fedasr_tff.speech.data import client_store
 
 _LOCAL_STEPS = speech_rounds.LOCAL_STEPS
 _SPEAKERS = speech_rounds.SPEAKERS

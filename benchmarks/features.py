@@ -15,7 +15,7 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from fedasr_tff import data
+from fedasr_tff.speech import data
 
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed runs.', lower_bound=1)
 _UTTERANCES = flags.DEFINE_integer('utterances', 50, 'Utterances per run.', lower_bound=1)

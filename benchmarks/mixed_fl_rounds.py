@@ -29,12 +29,12 @@ from absl import flags
 
 from benchmarks import speech_rounds
 from fedasr_tff import algorithms
-from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.algorithms import central_work
 from fedasr_tff.algorithms import mixed_fl
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.speech import central_batches
+from fedasr_tff.speech import models
 
 _COHORT = flags.DEFINE_integer('cohort', 8, 'Clients per round.', lower_bound=1)
 _ROUNDS = flags.DEFINE_integer('rounds', 7, 'Timed rounds of each algorithm.', lower_bound=1)

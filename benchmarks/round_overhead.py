@@ -31,8 +31,8 @@ client work had until this benchmark showed it slow). The first round of each is
 with TFF's, so they do the same work on the same batches. TFF runs clients on both cores at once,
 the floor one after another.
 
-Clients are the speakers of a synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`, made in
-a temporary folder unless `--corpus_dir` holds one). Cohorts larger than `--speakers` cycle
+Clients are the speakers of a synthetic espeak-ng corpus (`fedasr_tff.speech.data.synthetic`, made
+in a temporary folder unless `--corpus_dir` holds one). Cohorts larger than `--speakers` cycle
 through the speakers (every entry draws its own round seed, so its own sample, and is a separate
 client to TFF and to the floors). For every cohort, after `--warmup_rounds` untimed rounds, the
 `--rounds` timed rounds of each phase and floor are interleaved, rotating their order, so machine
@@ -67,10 +67,10 @@ import tensorflow as tf
 
 from benchmarks import memory
 from benchmarks import speech_rounds
-from fedasr_tff import data
-from fedasr_tff import models
 from fedasr_tff.algorithms import local_training
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.speech import data
+from fedasr_tff.speech import models
 
 _LOCAL_STEPS = speech_rounds.LOCAL_STEPS
 _SPEAKERS = speech_rounds.SPEAKERS

@@ -2,7 +2,7 @@
 
 The `tiny` CTC transformer trained by `fedasr_tff.algorithms.build_fed_avg_process` (local SGD
 with global-norm clipping at `CLIP_NORM`, the server's SGD at learning rate 1), its clients the
-speakers of a synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`), every round's cohort
+speakers of a synthetic espeak-ng corpus (`fedasr_tff.speech.data.synthetic`), every round's cohort
 built as the runner builds it: each entry's dataset a seeded sample of `max_batches` batches of
 its speaker's utterances, features read from the feature cache.
 """
@@ -19,11 +19,11 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff import algorithms
-from fedasr_tff import data
-from fedasr_tff import models
 from fedasr_tff import optimizers
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts as cohorts_lib
+from fedasr_tff.speech import data
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 MODEL = 'tiny'
 CLIENT_LEARNING_RATE = 0.05

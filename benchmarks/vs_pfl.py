@@ -28,8 +28,9 @@ Two tasks:
   weights), softmax cross-entropy; `--clients` clients of `--mlp_local_steps * --mlp_batch_size`
   examples each (32 standard normal features, the label the argmax of a fixed random linear map
   of them plus noise), so one local epoch is `--mlp_local_steps` batches.
-* `speech`: the `tiny` CTC transformer (`fedasr_tff.models.build_ctc_transformer('tiny', 29)`,
-  332,768 parameters), CTC loss, on a synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`,
+* `speech`: the `tiny` CTC transformer
+  (`fedasr_tff.speech.models.build_ctc_transformer('tiny', 29)`, 332,768 parameters), CTC loss,
+  on a synthetic espeak-ng corpus (`fedasr_tff.speech.data.synthetic`,
   `--speakers` speakers of `--utterances_per_speaker` utterances, one client per speaker). Client i
   is `SpeechClientData.create_tf_dataset_for_client(speaker_i, seed=i,
   max_batches=--speech_local_steps)`, as the runner makes a round's datasets: our side trains on
@@ -79,11 +80,11 @@ import tensorflow as tf
 
 from benchmarks.pfl import speech_clients
 from benchmarks.pfl import task
-from fedasr_tff import data
-from fedasr_tff import models
 from fedasr_tff.algorithms import local_training
-from fedasr_tff.data import synthetic
 from fedasr_tff.runtime import execution_context
+from fedasr_tff.speech import data
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

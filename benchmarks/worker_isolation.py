@@ -35,9 +35,9 @@ import tensorflow_federated as tff
 
 from benchmarks import speech_rounds
 from fedasr_tff import aggregators
-from fedasr_tff import data
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.runtime import namespace_bridge
+from fedasr_tff.speech import data
 
 _COHORTS = flags.DEFINE_list('cohorts', ['1', '16'], 'Cohort sizes to time.')
 _ROUNDS = flags.DEFINE_integer('rounds', 10, 'Timed rounds per context and cohort.',

@@ -26,16 +26,17 @@ from absl import app
 from experiments import cli
 from experiments import common
 from experiments import config_flags
-from fedasr_tff.audit import configuration
+from fedasr_tff.audit import mechanism
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import models
 
 config_flags.define_flags(config_lib.DataConfig, ['language'])
 config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
 config_flags.define_flags(dp_config.DPConfig)
 config_flags.define_flags(config_lib.RunConfig, ['rounds', 'cohort_size', 'sampling', 'seed'])
-config_flags.define_flags(configuration.AuditConfig)
+config_flags.define_flags(mechanism.AuditConfig)
 
 
 def main(argv):
@@ -45,10 +46,14 @@ def main(argv):
       'the privacy audit runs its rounds on one machine (a local worker).'))
   with config_flags.flag_errors():
     config = config_flags.config_from_flags(config_lib.FederatedConfig)
-    audit = config_flags.config_from_flags(configuration.AuditConfig)
-    shapes, names = configuration.model_leaves(config)
-    results = configuration.audit_configuration(config, audit, shapes, names,
-                                                sampling_secret=config.run.seed)
+    audit = config_flags.config_from_flags(mechanism.AuditConfig)
+    shapes, names = config.model.trainable_leaves(config.data.vocabulary().size)
+    # The population of the audited claim is the canaries.
+    noise = config.noise_level(audit.canaries)
+    results = mechanism.audit_mechanism(
+        config.dp, noise.noise_multiplier, audit, shapes, names, rounds=config.run.rounds,
+        cohort_size=config.run.cohort_size, sampling=config.effective_sampling,
+        weighted_leaf=models.is_mlp_tensor, sampling_secret=config.run.seed)
   for result in results:
     print(result.summary())
   if common.OUTPUT_DIR.value:

@@ -1,7 +1,7 @@
 """Flags defined from configuration classes, and configurations built from flags.
 
 A configuration class of `fedasr_tff.speech.config` (or `central_training.CentralConfig`,
-`retrieval.config.RetrieverConfig`) holds each flag's name, default, help and choices
+`retrieval.retriever_config.RetrieverConfig`) holds each flag's name, default, help and choices
 (`fields.field`). `define_flags` defines the flags of a class, with a binary's own defaults where
 they differ; `config_from_flags` builds the configuration from them (the one mapping from flags
 to a configuration, for every binary), with the defaults of a preset (`speech.presets`) if the

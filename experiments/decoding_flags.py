@@ -5,9 +5,9 @@ from typing import Optional
 from absl import app
 from absl import flags
 
-from fedasr_tff import decoding
 from fedasr_tff import reading
-from fedasr_tff.data import text as text_lib
+from fedasr_tff.speech import decoding
+from fedasr_tff.speech.data import text as text_lib
 
 DECODER = flags.DEFINE_enum('decoder', 'greedy', decoding.DECODERS, 'greedy: the best path; '
                             'beam: CTC prefix beam search.')
@@ -16,7 +16,7 @@ BEAM_WIDTH = flags.DEFINE_integer('beam_width', 16, 'Prefixes kept per frame by 
 TOP_PATHS = flags.DEFINE_integer('top_paths', 1, 'Beam-search candidates --word_list chooses '
                                  'from (<= --beam_width).', lower_bound=1)
 WORD_LIST = flags.DEFINE_string('word_list', None, 'File of allowed words, one per line '
-                                '(see fedasr_tff/decoding.py for what the restriction does).')
+                                '(fedasr_tff/speech/decoding.py says what the restriction does).')
 
 
 def check(has_word_list: Optional[bool] = None) -> None:

@@ -5,7 +5,7 @@ arXiv:2008.02452, weigh each client's update by how well the model fits its data
 on the server's data after every step. Here, with the speech runner (`train_federated
 --aggregation`):
 
-1. A synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`): seed speakers (`train_seed`),
+1. A synthetic espeak-ng corpus (`fedasr_tff.speech.data.synthetic`): seed speakers (`train_seed`),
    client speakers (`train_clients`) and held-out speakers (`dev`). A fraction
    `--noisy_speakers` of the client speakers have **corrupted transcripts**: every transcript
    replaced by as many random words of the vocabulary (`synthetic.corrupt_transcripts`).
@@ -40,12 +40,12 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import speech_stages
-from fedasr_tff import models
 from fedasr_tff import privacy
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 FLAGS = flags.FLAGS
 

@@ -4,7 +4,7 @@ r"""WER/CER of a saved model on a split (all its speakers), with a per-speaker b
       --model=/tmp/run/model.npz --model_config=tiny --per_speaker_csv=/tmp/run/dev.csv
   python -m experiments.evaluate ... --decoder=beam --top_paths=8 --word_list=/tmp/words.txt
 
-Decoding as `experiments.transcribe` (`fedasr_tff.decoding`); scoring as federated evaluation
+Decoding as `experiments.transcribe` (`fedasr_tff.speech.decoding`); scoring as federated evaluation
 (`fedasr_tff.speech.evaluation`).
 """
 
@@ -17,10 +17,10 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import decoding_flags
-from fedasr_tff import models
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
 
 # The split evaluated is --eval_split; the training split and its speaker parts are no concern.
 config_flags.define_flags(

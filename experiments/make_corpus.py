@@ -5,7 +5,7 @@ r"""Makes the synthetic multi-speaker spoken corpus (espeak-ng voices, LibriSpee
 
 --conditions=unseen voices it with other espeak-ng variants and records it as a user's corpus
 might be (8 kHz, a band-limited microphone, noise, silence at the edges;
-`fedasr_tff.data.synthetic.UNSEEN`): data the recipe's defaults were not tuned on.
+`fedasr_tff.speech.data.synthetic.UNSEEN`): data the recipe's defaults were not tuned on.
 """
 
 import collections
@@ -15,7 +15,7 @@ from absl import flags
 
 from experiments import cli
 from experiments import config_flags
-from fedasr_tff.data import synthetic
+from fedasr_tff.speech.data import synthetic
 
 # Checked in main rather than with required=True, so other binaries' tests can parse flags in
 # the same process.

@@ -4,9 +4,9 @@ Augenstein et al., "Mixed Federated Learning: Joint Decentralized and Centralize
 arXiv:2205.13655, Fig. 4: FL alone is good on the clients' data and poor on the server's; mixed
 FL is good on both. Here, with the speech runner (`train_federated --mixed`):
 
-1. A synthetic espeak-ng corpus (`fedasr_tff.data.synthetic`) of two domains that say different
-   words: the server's domain (split `train_server`, held out `dev_server`) and the clients'
-   domain (`train_clients`, held out `dev_clients`), disjoint speakers.
+1. A synthetic espeak-ng corpus (`fedasr_tff.speech.data.synthetic`) of two domains that say
+   different words: the server's domain (split `train_server`, held out `dev_server`) and the
+   clients' domain (`train_clients`, held out `dev_clients`), disjoint speakers.
 2. A seed model trained centrally on the server's domain (`speech_stages.seed_model`).
 3. From the seed, federated training on the clients' domain: FL alone (`--mixed=none`) and each
    mixed algorithm with the server's training speakers as central data (`--central_split`),
@@ -33,12 +33,12 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import speech_stages
-from fedasr_tff import models
 from fedasr_tff import privacy
 from fedasr_tff.algorithms import mixed_fl
-from fedasr_tff.data import synthetic
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 FLAGS = flags.FLAGS
 

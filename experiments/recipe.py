@@ -14,7 +14,7 @@ the federated runs resume from their checkpoints):
 1. Speakers: the held-out speakers are those of --eval_split, or --held_out by name, or
    --held_out_speakers drawn from --split (default 10% of them, at least 1); the rest are split
    into the seed speakers (--seed_fraction, the server's data) and the clients, as Pelikan et
-   al., NeurIPS 2025, arXiv:2310.00098, Sec. 4 "Data" do (`speech.corpus.assign_speakers`),
+   al., NeurIPS 2025, arXiv:2310.00098, Sec. 4 "Data" do (`speech.corpus_clients.assign_speakers`),
    drawn with --split_seed (default: --seed). The seed share is 30% here, not the paper's 10%:
    at a CPU's budget it was the largest lever on both tuning corpora (docs/results.md, "The
    recipe on unseen voices and recording conditions"). Its price is privacy, stated in the
@@ -73,14 +73,14 @@ from experiments import config_flags
 from experiments import decoding_flags
 from experiments import report
 from experiments import speech_stages
-from fedasr_tff import decoding
-from fedasr_tff import models
 from fedasr_tff import privacy
 from fedasr_tff import private_files
 from fedasr_tff import reading
 from fedasr_tff.speech import config as config_lib
-from fedasr_tff.speech import corpus
+from fedasr_tff.speech import corpus_clients
+from fedasr_tff.speech import decoding
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
 from fedasr_tff.speech import presets
 
 FLAGS = flags.FLAGS
@@ -190,9 +190,9 @@ def write_synthetic_corpus(output_dir: str) -> None:
 
 
 def speaker_roles(data: config_lib.DataConfig, utterances,
-                  output_dir: str) -> corpus.SpeakerRoles:
-  """The roles of the speakers of `utterances` (--split's; `corpus.assign_speakers`), compared
-  with `output_dir/speakers.json` if there (`save_speaker_roles` writes it).
+                  output_dir: str) -> corpus_clients.SpeakerRoles:
+  """The roles of the speakers of `utterances` (--split's; `corpus_clients.assign_speakers`),
+  compared with `output_dir/speakers.json` if there (`save_speaker_roles` writes it).
 
   Raises:
     app.UsageError: if the flags give other roles than the run in `output_dir` has.
@@ -203,9 +203,9 @@ def speaker_roles(data: config_lib.DataConfig, utterances,
     held_out_count = (FLAGS.held_out_speakers if FLAGS['held_out_speakers'].present else
                       max(1, round(_HELD_OUT_FRACTION * len(set(speakers)))))
   try:
-    roles = corpus.assign_speakers(speakers, seed_fraction=data.seed_fraction,
-                                   split_seed=data.split_seed, held_out=_HELD_OUT.value,
-                                   held_out_count=held_out_count)
+    roles = corpus_clients.assign_speakers(speakers, seed_fraction=data.seed_fraction,
+                                           split_seed=data.split_seed, held_out=_HELD_OUT.value,
+                                           held_out_count=held_out_count)
   except ValueError as e:
     raise app.UsageError(f'{e} (--split={data.split}, --held_out, --held_out_speakers, '
                          '--seed_fraction)') from e
@@ -221,7 +221,7 @@ def speaker_roles(data: config_lib.DataConfig, utterances,
   return roles
 
 
-def save_speaker_roles(roles: corpus.SpeakerRoles, output_dir: str) -> None:
+def save_speaker_roles(roles: corpus_clients.SpeakerRoles, output_dir: str) -> None:
   """Writes `output_dir/speakers.json` (owner-only: it names the clients) if not there."""
   path = os.path.join(output_dir, SPEAKERS_FILE)
   if not os.path.isfile(path):
@@ -234,13 +234,13 @@ def save_speaker_roles(roles: corpus.SpeakerRoles, output_dir: str) -> None:
 
 
 def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
-  return corpus.load_client_data(
+  return corpus_clients.load_client_data(
       data.corpus_dir, data.layout, split, vocab, speaker_ids=speaker_ids,
       spec_augment=spec_augment, max_batch_seconds=data.max_batch_seconds,
       feature_cache_dir=data.feature_cache(), feature_normalization=data.feature_normalization)
 
 
-def seed_word_list(data: config_lib.DataConfig, utterances, roles: corpus.SpeakerRoles,
+def seed_word_list(data: config_lib.DataConfig, utterances, roles: corpus_clients.SpeakerRoles,
                    vocab) -> decoding.WordList:
   """The words of the seed speakers' transcripts among `utterances` (--split's;
   `decoding.WordList.from_transcripts`; `main`
@@ -311,8 +311,8 @@ def main(argv):
   write_synthetic_corpus(output_dir)
   read = reading.ReadReport()
   with config_flags.flag_errors():  # A missing, unreadable or malformed --split.
-    utterances = corpus.read_utterances(data_config.corpus_dir, data_config.layout,
-                                        data_config.split, report=read)
+    utterances = corpus_clients.read_utterances(data_config.corpus_dir, data_config.layout,
+                                                data_config.split, report=read)
   roles = speaker_roles(data_config, utterances, output_dir)
   # The word list before any training or file: a bad --word_list, or seed speakers without a
   # word, is refused at start-up rather than after the training.

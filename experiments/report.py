@@ -24,9 +24,9 @@ from matplotlib import figure as mpl_figure
 import numpy as np
 
 from fedasr_tff import aggregators
-from fedasr_tff import models
 from fedasr_tff import privacy
 from fedasr_tff import private_files
+from fedasr_tff.speech import models
 
 matplotlib.use('Agg')
 
@@ -709,7 +709,7 @@ def write_retriever_report(output_dir: str, *, title: str, scores, class_names: 
   Args:
     output_dir: the run's folder.
     title: the report's title.
-    scores: the final model's `fedasr_tff.retrieval.evaluation.Scores`.
+    scores: the final model's `fedasr_tff.retrieval.classification_report.Scores`.
     class_names: the name of each class.
     privacy_statement: Markdown, inserted as it is.
     notes: one bullet each.

@@ -35,7 +35,7 @@ from experiments import config_flags
 from fedasr_tff import privacy
 from fedasr_tff import private_files
 from fedasr_tff.program import study
-from fedasr_tff.retrieval import config as retrieval_config
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import training
 
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds (one run of each cell per seed).')
@@ -50,7 +50,7 @@ _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 2, 'Local epochs a round.',
 CORPUS_FLAGS = ('corpus', 'corpus_path', 'text_column', 'label_column', 'package_label',
                 'test_path', 'max_chars', 'min_class_examples', 'max_class_examples',
                 'max_classes', 'test_fraction')
-config_flags.define_flags(retrieval_config.RetrieverConfig, CORPUS_FLAGS, defaults={
+config_flags.define_flags(retriever_config.RetrieverConfig, CORPUS_FLAGS, defaults={
     'max_classes': 10, 'min_class_examples': 40, 'max_class_examples': 40})
 _LR = flags.DEFINE_float('client_learning_rate', 0.1, 'Local SGD learning rate of the head.')
 _ADAPTER_LR = flags.DEFINE_float('adapter_learning_rate', 0.1,
@@ -98,7 +98,7 @@ def _config(name, overrides, seed, output_dir):
   # Centralized is one client holding all the training data, for the same rounds x local
   # epochs: the same total epochs over the data as FL.
   base.update(overrides, rounds=_ROUNDS.value)
-  return retrieval_config.RetrieverConfig(**base)
+  return retriever_config.RetrieverConfig(**base)
 
 
 def _run(name, overrides, seed, output_dir):

@@ -22,10 +22,8 @@ from absl import flags
 from experiments import cli
 from experiments import common
 from experiments import config_flags
-from fedasr_tff import models
 from fedasr_tff import private_files
 from fedasr_tff import validation
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import central_training
@@ -33,7 +31,9 @@ from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config as data_config_lib
 from fedasr_tff.speech import evaluation
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech import models
 from fedasr_tff.speech import presets
+from fedasr_tff.speech.data import synthetic
 
 FLAGS = flags.FLAGS
 

@@ -19,7 +19,7 @@ from experiments import common
 from experiments import config_flags
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
-from fedasr_tff.speech import corpus
+from fedasr_tff.speech import corpus_clients
 from fedasr_tff.speech import presets
 
 # --model_config and --seed are shared flags (`common`).
@@ -44,7 +44,7 @@ def main(argv):
     train_data = data.load_client_data(data.split, vocab, speakers='seed', training=True,
                                        iid_seed=config.seed)
     eval_data = data.load_eval_data(vocab)
-  print(f'central training on {corpus.describe_speakers(train_data.client_ids)} of '
+  print(f'central training on {corpus_clients.describe_speakers(train_data.client_ids)} of '
         f'{data.split}')
   result = central_training.train(config, train_data, vocab, common.OUTPUT_DIR.value,
                                   eval_data=eval_data, show_progress=common.PROGRESS.value)

@@ -48,11 +48,11 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import local_worker
-from fedasr_tff import models
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech import models
 from fedasr_tff.speech import presets
 
 _PRESET = config_flags.define_preset_flag(presets.PRESETS, presets.DEFAULT)

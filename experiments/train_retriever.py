@@ -20,7 +20,7 @@ example's top-K classes with their probabilities, owner-only), `metrics.csv`, `s
 `model.npz` (named tensors) and the checkpoints.
 
 Every flag that configures the run is a field of
-`fedasr_tff.retrieval.retrieval_config.RetrieverConfig` (same name, default and help).
+`fedasr_tff.retrieval.retriever_config.RetrieverConfig` (same name, default and help).
 """
 
 from absl import app
@@ -31,11 +31,11 @@ from experiments import common
 from experiments import config_flags
 from experiments import report
 from fedasr_tff.program import fields as fields_lib
-from fedasr_tff.retrieval import config as retrieval_config
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import training
 
-config_flags.define_flags(retrieval_config.RetrieverConfig, [
-    name for name in fields_lib.config_fields(retrieval_config.RetrieverConfig)
+config_flags.define_flags(retriever_config.RetrieverConfig, [
+    name for name in fields_lib.config_fields(retriever_config.RetrieverConfig)
     if name != 'output_dir'])  # `common`'s, as every binary's.
 _CLIENTS_IN_PARALLEL = flags.DEFINE_integer(
     'clients_in_parallel', None, 'Clients the TFF runtime trains concurrently (default: 2 '
@@ -52,7 +52,7 @@ def main(argv):
   workers = common.start_binary(max_concurrent_computation_calls=_CLIENTS_IN_PARALLEL.value)
   common.require('output_dir')
   with config_flags.flag_errors():
-    config = config_flags.config_from_flags(retrieval_config.RetrieverConfig)
+    config = config_flags.config_from_flags(retriever_config.RetrieverConfig)
     if _MIPS.value:
       print(f'MIPS on the frozen model: {training.mips_baseline(config)}')
       return

@@ -21,7 +21,7 @@ as it is done, on stdout or in --output (opened at the first transcript: a run s
 leaves an existing --output as it was). With references, the corpus-level WER and CER against
 the normalised references follow on stderr.
 
-Decoding (`fedasr_tff.decoding`): greedy (best path) or CTC prefix beam search; --word_list
+Decoding (`fedasr_tff.speech.decoding`): greedy (best path) or CTC prefix beam search; --word_list
 restricts the words of the transcripts as that module's docstring says (the first of the
 --top_paths candidates whose words are all listed, else the best candidate with each unlisted
 word replaced by the nearest listed word in edit distance).
@@ -44,11 +44,11 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from experiments import decoding_flags
-from fedasr_tff import data
-from fedasr_tff import metrics
-from fedasr_tff import models
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import data
 from fedasr_tff.speech import data_config
+from fedasr_tff.speech import metrics
+from fedasr_tff.speech import models
 from fedasr_tff.speech import transcription
 
 FLAGS = flags.FLAGS

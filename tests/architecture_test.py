@@ -1,4 +1,5 @@
-"""The house as docs/architecture.md draws it: wings apart, no plotting in the library."""
+"""The house as docs/architecture.md draws it: wings apart, layers under them that import
+neither, no plotting in the library."""
 
 import ast
 import pathlib
@@ -24,13 +25,33 @@ def _imported_packages(path: pathlib.Path):
   return packages
 
 
+def _loaded_modules(statement: str):
+  """The `fedasr_tff` modules a fresh interpreter has loaded after `statement`."""
+  code = (f'import sys\n{statement}\n'
+          'print(" ".join(sorted(m for m in sys.modules if m.startswith("fedasr_tff"))))')
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          check=True, cwd=_LIBRARY.parent)
+  return result.stdout.strip().splitlines()[-1].split()
+
+
 class ArchitectureTest(absltest.TestCase):
 
-  def test_neither_wing_imports_the_other_and_the_run_layer_imports_no_wing(self):
-    for package in _WINGS + ('program',):
+  def test_neither_wing_imports_the_other_and_no_layer_under_them_imports_a_wing(self):
+    for path in sorted(_LIBRARY.rglob('*.py')):
+      package = path.relative_to(_LIBRARY).parts[0]
       others = set(_WINGS) - {package}
-      for path in sorted((_LIBRARY / package).glob('*.py')):
-        self.assertFalse(_imported_packages(path) & others, f'{path} imports {others}')
+      self.assertFalse(_imported_packages(path) & others, f'{path} imports {others}')
+
+  def test_importing_the_retriever_loads_no_speech_module(self):
+    loaded = _loaded_modules('import fedasr_tff.retrieval')
+    self.assertIn('fedasr_tff.retrieval.process', loaded)   # The statement did import it.
+    self.assertEqual([m for m in loaded if m.startswith('fedasr_tff.speech')], [])
+
+  def test_importing_the_aggregators_loads_no_model(self):
+    loaded = _loaded_modules('import fedasr_tff.aggregators')
+    self.assertIn('fedasr_tff.aggregators.per_layer_dp', loaded)
+    wings = [m for m in loaded if m.split('.')[1:2] in (['speech'], ['retrieval'], ['text_models'])]
+    self.assertEqual(wings, [])
 
   def test_importing_the_library_loads_no_plotting_library(self):
     modules = sorted('fedasr_tff.' + '.'.join(p.relative_to(_LIBRARY).with_suffix('').parts)

@@ -3,10 +3,10 @@
 Every Python process of this project spends about 7 s of CPU importing TensorFlow, and Bazel
 starts one process per test target, so the light modules of a package share one target (CI has
 2 cores and 30 minutes for every test). Each module keeps its own target, tagged "manual" (not
-in `//...`) for running it alone: `bazel test //tests/data:text_test`.
+in `//...`) for running it alone: `bazel test //tests/speech/data:text_test`.
 
 Usage (a `py_test` whose `main` is this file, as `tests/unit_tests.bzl` makes it):
-`--test_modules=tests.data.text_test,...`.
+`--test_modules=tests.speech.data.text_test,...`.
 """
 
 import importlib

@@ -12,16 +12,16 @@ round (`_FedAvgWithoutEvaluation`). The users' datasets are made once, before tr
 The speech task. pfl's SGD step (`pfl/internal/bridge/tensorflow/sgd.py`) calls
 `keras_model(inputs, training=True)` and `keras_model.loss(labels, predictions)`, with a batch's
 (inputs, labels). The CTC transformer refuses a training pass without a `seed` (its random draws
-are functions of the batch's seed, `fedasr_tff.models.transformer`), and pfl has no way to pass
-one. With the spec's `probe`, one round of the model as it is runs first, and the error it stops
-with is reported (`unwrapped_error`). Then `_SeedAsInput`, a Keras model around the transformer
-whose inputs carry the seed, trains: inputs (features, feature_lengths, seed), labels (labels,
-label_lengths, feature_lengths) (the CTC loss needs the output lengths, a function of the input
-lengths). pfl's `Dataset` slices arrays into batches of one size, and speech batches are padded
-to their own lengths, so a user's dataset (`_Batches`) yields the batches the driver prepared:
-those our client work takes, with the local step folded into each seed as ours does. The model's
-code is our transformer and CTC loss, loaded from the source tree without the `fedasr_tff`
-package's `__init__` files, which import TFF (not installed here).
+are functions of the batch's seed, `fedasr_tff.speech.models.transformer`), and pfl has no way to
+pass one. With the spec's `probe`, one round of the model as it is runs first, and the error it
+stops with is reported (`unwrapped_error`). Then `_SeedAsInput`, a Keras model around the
+transformer whose inputs carry the seed, trains: inputs (features, feature_lengths, seed), labels
+(labels, label_lengths, feature_lengths) (the CTC loss needs the output lengths, a function of the
+input lengths). pfl's `Dataset` slices arrays into batches of one size, and speech batches are
+padded to their own lengths, so a user's dataset (`_Batches`) yields the batches the driver
+prepared: those our client work takes, with the local step folded into each seed as ours does.
+The model's code is our transformer and CTC loss, loaded from the source tree without the
+`fedasr_tff` package's `__init__` files, which import TFF (not installed here).
 
   .venv-pfl/bin/python -m benchmarks.pfl.run_pfl --spec=spec.json
 """
@@ -115,13 +115,13 @@ class _SeedAsInput(tf.keras.Model):
 
 
 def _import_model_modules():
-  """`fedasr_tff.models.transformer` and `.ctc`, without the package `__init__` files."""
-  for name in ('fedasr_tff', 'fedasr_tff.models'):
+  """`fedasr_tff.speech.models.transformer` and `.ctc`, without the package `__init__` files."""
+  for name in ('fedasr_tff', 'fedasr_tff.speech', 'fedasr_tff.speech.models'):
     package = types.ModuleType(name)
     package.__path__ = [os.path.join(_REPOSITORY, *name.split('.'))]
     sys.modules.setdefault(name, package)
-  return (importlib.import_module('fedasr_tff.models.transformer'),
-          importlib.import_module('fedasr_tff.models.ctc'))
+  return (importlib.import_module('fedasr_tff.speech.models.transformer'),
+          importlib.import_module('fedasr_tff.speech.models.ctc'))
 
 
 def _train(keras_model, loss, users, spec, cohorts, callbacks=()):

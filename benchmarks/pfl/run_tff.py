@@ -14,8 +14,8 @@ experiments/train_federated.py builds its own (read back from the cache once two
 same process), and its rounds' compiled forms are kept there too.
 
 The client datasets are made once, before the process: the MLP's from its arrays
-(`from_tensor_slices`, batched), the speech task's by `fedasr_tff.data.SpeechClientData` from the
-corpus (`speech_clients`, which the driver uses too). Prints (`task.print_result`) the
+(`from_tensor_slices`, batched), the speech task's by `fedasr_tff.speech.data.SpeechClientData`
+from the corpus (`speech_clients`, which the driver uses too). Prints (`task.print_result`) the
 setup time (building the process or reading it from the cache, initialising it and setting the
 initial weights) and the time of every round (`process.next`).
 
@@ -35,12 +35,12 @@ from benchmarks.pfl import speech_clients
 from benchmarks.pfl import task
 from fedasr_tff import aggregators
 from fedasr_tff import algorithms
-from fedasr_tff import data
-from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.runtime import process_cache
+from fedasr_tff.speech import data
+from fedasr_tff.speech import models
 
 _SPEC = flags.DEFINE_string('spec', None, 'The run\'s spec (JSON, see benchmarks.pfl.task).',
                             required=True)

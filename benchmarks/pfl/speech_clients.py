@@ -2,7 +2,7 @@
 
 import os
 
-from fedasr_tff import data
+from fedasr_tff.speech import data
 
 
 def speech_client_datasets(speech: dict, local_steps: int) -> list:

@@ -3,8 +3,8 @@
 Steinke, Nasr and Jagielski, "Privacy Auditing with One (1) Training Run", NeurIPS 2023,
 arXiv:2305.08846: m canary clients, each in the population with probability 1/2, train through
 the process under audit (`algorithms.compose_process` with the aggregator under audit and canary
-client work, `canaries`), and the attacker guesses from the released models which were in
-(`audit`).
+client work, `canaries`) in the rounds every run trains (`program.round_step`), and the attacker
+guesses from the released models which were in (`audit`).
 """
 
 import collections
@@ -23,6 +23,7 @@ from fedasr_tff.audit import canaries as canaries_lib
 from fedasr_tff.audit import result as result_lib
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import privacy_ledger
+from fedasr_tff.program import round_step
 
 SCORES = ('sum', 'difference')
 
@@ -195,16 +196,16 @@ def audit(aggregator: tff.aggregators.UnweightedAggregationFactory,
   scores = collections.OrderedDict((name, np.zeros(canaries)) for name in SCORES)
   trained = 0
   for t in range(rounds):
-    cohort = [slot_index[c] for c in cohorts.sample_cohort(slots, cohort_size, secret, t,
-                                                           sampling)]
-    if not absent_as_zero_update:
-      cohort = [i for i in cohort if present[i]]
-    datasets = [canaries_lib.canary_dataset(seeds[t, i], canary_norm if present[i] else 0.0)
-                for i in cohort]
-    trained += int(np.sum(present[cohort])) if cohort else 0
-    output = process.next(state, datasets)
+    # The runner's round (`round_step`): a canary that is out leaves the cohort, or reports a
+    # zero update; its data is its round's canary, whatever seed the runner gives it.
+    cohort, output = round_step.run_round(
+        process.next, state, slots, cohort_size=cohort_size, secret=secret, round_num=t,
+        sampling=sampling, ledger=ledger,
+        client_data=lambda slot, _, t=t: canaries_lib.canary_dataset(
+            seeds[t, slot_index[slot]], canary_norm if present[slot_index[slot]] else 0.0),
+        takes_part=None if absent_as_zero_update else lambda slot: present[slot_index[slot]])
+    trained += sum(int(present[slot_index[slot]]) for slot in cohort)
     state = output.state
-    ledger.check_round(state.aggregator)  # Every round runs the mechanism the claim is for.
     new_weights = [np.asarray(w) for w in process.get_model_weights(state).trainable]
     release = [a - b for a, b in zip(weights, new_weights, strict=True)]
     weights = new_weights

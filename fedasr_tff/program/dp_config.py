@@ -9,11 +9,11 @@ statement agree by construction; the ledger then reads z back from the aggregato
 """
 
 import dataclasses
+from typing import Callable
 from typing import Optional
 from typing import Sequence
 
 from fedasr_tff import aggregators
-from fedasr_tff import models
 from fedasr_tff import privacy
 from fedasr_tff.aggregators import bounded_weight_dp
 from fedasr_tff.aggregators import per_layer_query
@@ -168,6 +168,7 @@ class DPConfig:
 
   def aggregator(self, noise_multiplier: float, cohort_size: int,
                  leaf_names: Optional[Sequence[str]], diagnostics: bool, *,
+                 weighted_leaf: Optional[Callable[[str], bool]] = None,
                  min_weight: Optional[float] = None,
                  weight_budget: float = bounded_weight_dp.DEFAULT_WEIGHT_BUDGET):
     """The delta aggregator: None (TFF's plain mean), `aggregators.PerLayerDPFactory`, or for
@@ -176,10 +177,11 @@ class DPConfig:
     Args:
       noise_multiplier: the run's z (`noise_level`).
       cohort_size: the expected cohort S the sum is divided by.
-      leaf_names: the model's tensor names, which name the clipping groups in the measurements
-        and tell the "weighted" allocation the MLP tensors (weight `mlp_weight`); None for
-        numbered groups (not with "weighted").
+      leaf_names: the model's tensor names, which name the clipping groups in the measurements;
+        None for numbered groups (not with "weighted").
       diagnostics: measure un-noised client statistics (only where they are released).
+      weighted_leaf: for `clipping`="weighted", whether a tensor, by name, is one of the model's
+        MLP tensors (weight `mlp_weight`; the others weigh 1).
       min_weight: DGA's smallest client weight, for weighted deltas.
       weight_budget: the share of z spent on DGA's weight sum.
 
@@ -188,12 +190,12 @@ class DPConfig:
     """
     if self.clipping == 'none':
       return None
-    if self.clipping == 'weighted' and leaf_names is None:
-      raise ValueError('`clipping`=weighted needs the model\'s tensor names.')
+    if self.clipping == 'weighted' and (leaf_names is None or weighted_leaf is None):
+      raise ValueError('`clipping`=weighted needs the model\'s tensor names and which of them '
+                       'are its MLP tensors.')
     layer_weights = None
     if self.clipping == 'weighted':
-      layer_weights = [self.mlp_weight if models.block_parameter(name) in models.MLP_PARAMETERS
-                       else 1.0 for name in leaf_names]
+      layer_weights = [self.mlp_weight if weighted_leaf(name) else 1.0 for name in leaf_names]
     common = dict(allocation=self.clipping, layer_weights=layer_weights,
                   noise_placement=self.noise_placement, noise_seed=self.noise_seed,
                   diagnostics=diagnostics,

@@ -56,6 +56,11 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
   Constructed as TFF's manager (`root_dir`, `prefix`, `keep_total`, `keep_first`, `keep_every_k`).
   """
 
+  @property
+  def root_dir(self) -> str:
+    """The folder of the versions."""
+    return self._root_dir
+
   def _version_path(self, version: int) -> str:
     return self._get_path_for_version(version)  # TFF's naming, so `get_versions` lists ours.
 

@@ -14,8 +14,9 @@ import tqdm
 
 from fedasr_tff import privacy
 
-DEFAULT_SHOWN = ('train/loss', 'client/train/loss', 'eval/cer', 'eval/wer',
-                 'privacy/epsilon_run_rdp', 'privacy/epsilon_declared_rdp')
+# What every task releases under these names (a task adds its own evaluation metrics).
+DEFAULT_SHOWN = ('train/loss', 'client/train/loss', 'privacy/epsilon_run_rdp',
+                 'privacy/epsilon_declared_rdp')
 
 
 class ProgressBarReleaseManager(tff.program.ReleaseManager):
@@ -29,17 +30,16 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
 
   Args:
     total_rounds: the rounds of the run, the bar's total.
-    initial_round: the round the bar starts at (a resumed run's checkpoint).
     shown: the flattened names of the released metrics to show.
     file: where the bar is drawn; None for stderr.
     disable: hide the bar; None hides it when `file` is not a terminal (tqdm's rule).
     unit: what the bar counts.
   """
 
-  def __init__(self, total_rounds: int, initial_round: int = 0,
+  def __init__(self, total_rounds: int,
                shown: Sequence[str] = DEFAULT_SHOWN, file=None, disable: Optional[bool] = None,
                unit: str = 'round'):
-    self._bar = tqdm.tqdm(total=total_rounds, initial=initial_round, unit=unit,
+    self._bar = tqdm.tqdm(total=total_rounds, unit=unit,
                           file=sys.stderr if file is None else file, disable=disable,
                           dynamic_ncols=True)
     self._shown = tuple(shown)
@@ -60,6 +60,15 @@ class ProgressBarReleaseManager(tff.program.ReleaseManager):
                            else f'{v:.4g}' for k, (v, r) in self._latest.items()},
                           refresh=False)
     self.advance(key)
+
+  def start_at(self, round_num: int) -> None:
+    """Starts the bar at `round_num` (a resumed run's checkpoint), before any round is computed.
+
+    Args:
+      round_num: the round the run resumes from.
+    """
+    self._bar.n = self._bar.last_print_n = self._bar.initial = round_num
+    self._bar.refresh()
 
   def advance(self, round_num: int) -> None:
     """Moves the bar to `round_num` (computed, not necessarily released yet).

@@ -5,7 +5,7 @@ state a checkpoint holds and the final outputs. The loop (`train`) owns what mus
 for all of them, as `tff.learning.programs.train_model` does for TFF's learning programs:
 owner-only checkpoints and resuming from the latest; releases held until a checkpoint covers
 them (`release_journal`), so each round is released exactly once, even after a kill; the final
-`model.npz` and `summary.json`.
+`model.npz` and `summary.json`. Where checkpoints and releases go comes in (`RunOutputs`).
 
 Every draw a task makes in a round must be a function of (its secrets, the round, the client),
 and the secrets must be in `program_state`, so a round recomputed after a resume is
@@ -14,6 +14,7 @@ bit-identical and releases nothing new (docs/privacy.md, "Each round is released
 
 import abc
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from typing import Any
 from typing import Callable
 from typing import Dict
 from typing import Mapping
+from typing import Optional
 from typing import Sequence
 from typing import Tuple
 
@@ -111,6 +113,41 @@ class Task(abc.ABC):
     """The content of `summary.json`, once the last round is trained."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOutputs:
+  """Where a run's checkpoints and released values go: the loop's collaborators, given to `train`
+  as TFF's `train_model` is given its program state manager and release managers.
+
+  Attributes:
+    state_manager: saves and loads the program state; its folder also holds the release journal.
+    release_managers: each receives every released round's values once, keyed by the round
+      (`standard_outputs`: `metrics.csv` and TensorBoard); `with_release_manager` adds one.
+    progress: the progress bar, which also receives the log lines; None prints them as they come.
+  """
+  state_manager: npz_state.NpzProgramStateManager
+  release_managers: Tuple[tff.program.ReleaseManager, ...] = ()
+  progress: Optional[progress_lib.ProgressBarReleaseManager] = None
+
+  def with_release_manager(self, manager: tff.program.ReleaseManager) -> 'RunOutputs':
+    """These outputs and `manager` too.
+
+    Args:
+      manager: a `tff.program.ReleaseManager` of your own; it receives what the others do.
+    """
+    return dataclasses.replace(self, release_managers=(*self.release_managers, manager))
+
+
+def checkpoint_manager(checkpoint_dir: str) -> npz_state.NpzProgramStateManager:
+  """The state manager of a run's checkpoints in `checkpoint_dir`.
+
+  Args:
+    checkpoint_dir: the folder of the checkpoints.
+  """
+  # The first checkpoint kept too: the start of the run, for a user who wants to look back.
+  # TFF's manager with `.npz` files for its SavedModels (milliseconds against seconds a save).
+  return npz_state.NpzProgramStateManager(checkpoint_dir, keep_total=3, keep_first=True)
+
+
 def check_checkpoints(output_dir: str) -> None:
   """Refuses a run whose latest checkpoint in `output_dir` cannot be read, changing nothing.
 
@@ -125,26 +162,48 @@ def check_checkpoints(output_dir: str) -> None:
   """
   checkpoint_dir = os.path.join(output_dir, 'checkpoints')
   if os.path.isdir(checkpoint_dir):
-    release_journal.check_latest(_state_manager(checkpoint_dir), checkpoint_dir)
+    release_journal.check_latest(checkpoint_manager(checkpoint_dir), checkpoint_dir)
 
 
-def _state_manager(checkpoint_dir: str) -> npz_state.NpzProgramStateManager:
-  # The first checkpoint kept too: the start of the run, for a user who wants to look back.
-  # TFF's manager with `.npz` files for its SavedModels (milliseconds against seconds a save).
-  return npz_state.NpzProgramStateManager(checkpoint_dir, keep_total=3, keep_first=True)
+def standard_outputs(output_dir: str, task: Task, *, show_progress: bool = True) -> RunOutputs:
+  """A run's outputs in `output_dir`, as the binaries write them: owner-only checkpoints in
+  `checkpoints/`, `metrics.csv`, `tensorboard/` and a progress bar on stderr.
+
+  Args:
+    output_dir: the run's output directory.
+    task: the task (its rounds and the metrics its progress bar shows).
+    show_progress: draw the progress bar.
+
+  Raises:
+    ValueError: if the latest checkpoint cannot be read (`check_checkpoints`), before any sink
+      touches a file.
+  """
+  # Every file in it owner-only, those of a run written before this was done too.
+  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
+      os.path.join(output_dir, 'checkpoints')))
+  state_manager = checkpoint_manager(checkpoint_dir)
+  release_journal.check_latest(state_manager, checkpoint_dir)
+  return RunOutputs(
+      state_manager,
+      (file_sinks.metrics_csv(os.path.join(output_dir, 'metrics.csv')),
+       file_sinks.tensorboard(os.path.join(output_dir, 'tensorboard'))),
+      progress_lib.ProgressBarReleaseManager(task.rounds, shown=task.shown_metrics,
+                                             disable=not show_progress))
 
 
-def train(task: Task, output_dir: str, *, show_progress: bool = True,
-          log: Callable[[str], None] = print) -> None:
-  """Runs (or resumes from `output_dir`) the rounds of `task`; see the module docstring.
+def train(task: Task, output_dir: str, outputs: Optional[RunOutputs] = None, *,
+          show_progress: bool = True, log: Callable[[str], None] = print) -> None:
+  """Runs (or resumes from `outputs`' checkpoints) the rounds of `task`; see the module docstring.
 
   Checkpoints are saved every `task.checkpoint_every` rounds, at round 0 of a new run and at the
-  last round; the released values go to `metrics.csv`, `tensorboard/` and the progress bar.
+  last round; the released values go to every release manager of `outputs` and the progress bar.
 
   Args:
     task: the task, built and checked (its `run_record` written or compared).
-    output_dir: the run's output directory.
-    show_progress: draw a progress bar on stderr.
+    output_dir: the run's output directory, where `model.npz` and `summary.json` are written.
+    outputs: the checkpoints and sinks (`RunOutputs`); default `standard_outputs(output_dir,
+      task, show_progress=show_progress)`.
+    show_progress: draw a progress bar on stderr (for the default outputs).
     log: where the log lines go (held back like the metrics).
 
   Raises:
@@ -154,26 +213,30 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
       it stay whole, and a later call resumes from the latest (`file_sinks`,
       `private_files.writing`).
   """
-  # Every file in it owner-only, those of a run written before this was done too.
-  checkpoint_dir = private_files.make_private_tree(private_files.make_private_directory(
-      os.path.join(output_dir, 'checkpoints')))
-  state_manager = _state_manager(checkpoint_dir)
+  if outputs is None:
+    outputs = standard_outputs(output_dir, task, show_progress=show_progress)
+  state_manager, progress = outputs.state_manager, outputs.progress
+  checkpoint_dir = state_manager.root_dir
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))
   restored, start_round = release_journal.load_latest(state_manager, task.program_state(),
                                                       checkpoint_dir)
-  progress = progress_lib.ProgressBarReleaseManager(task.rounds, start_round,
-                                                    task.shown_metrics,
-                                                    disable=not show_progress)
-  release = tff.program.GroupingReleaseManager([
-      file_sinks.metrics_csv(os.path.join(output_dir, 'metrics.csv')),
-      file_sinks.tensorboard(os.path.join(output_dir, 'tensorboard')), progress])
+  if progress is not None:
+    progress.start_at(start_round)
+  release = tff.program.GroupingReleaseManager(
+      [*outputs.release_managers, *([progress] if progress is not None else [])])
+
+  def write(line: str) -> None:
+    if progress is None:
+      log(line)
+    else:
+      progress.write(line, log)
 
   def release_held(held: release_journal.Held) -> None:
     values, lines = held
     for round_num in sorted(values):
       asyncio.run(release.release(values[round_num], round_num))
     for line in lines:
-      progress.write(line, log)
+      write(line)
 
   def checkpoint_and_release(round_num: int) -> None:
     # Held outputs reach the disk first, then the state that covers them, then the sinks.
@@ -188,12 +251,12 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
 
   if restored is not None:
     task.restore(restored)
-    progress.write(f'Resuming from the checkpoint of round {start_round} in {output_dir}.', log)
+    write(f'Resuming from the checkpoint of round {start_round} in {output_dir}.')
     # A run killed between a checkpoint and its release: release those (identical) values.
     release_held(journal.pending(start_round))
     journal.clear()
   for line in task.opening_lines():
-    progress.write(line, log)
+    write(line)
 
   try:
     if restored is None:
@@ -209,11 +272,13 @@ def train(task: Task, output_dir: str, *, show_progress: bool = True,
         values.update(evaluated)
         lines = (line,)
       journal.hold(round_num, values, lines)
-      progress.advance(round_num)
+      if progress is not None:
+        progress.advance(round_num)
       if round_num % task.checkpoint_every == 0 or round_num == task.rounds:
         checkpoint_and_release(round_num)
   finally:
-    progress.close()
+    if progress is not None:
+      progress.close()
 
   names, weights = task.final_weights()
   model_io.save_named_weights(os.path.join(output_dir, 'model.npz'), names, weights,

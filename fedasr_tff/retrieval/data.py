@@ -20,9 +20,9 @@ import tensorflow as tf
 
 from fedasr_tff import reading
 from fedasr_tff import text_models
-from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import feature_cache
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import frozen as frozen_lib
@@ -64,7 +64,8 @@ class RetrievalData:
     return {**self.read_report.as_dict(), 'left_out': dict(self.left_out)}
 
 
-def load_corpus(config: config_lib.RetrieverConfig, report: Optional[reading.ReadReport] = None,
+def load_corpus(config: retriever_config.RetrieverConfig,
+                report: Optional[reading.ReadReport] = None,
                 left_out: Optional[Dict[str, int]] = None) -> corpora.LabelledTexts:
   """The corpus, without classes of fewer than `min_class_examples` examples, with at most
   `max_classes` classes (the first by name) and `max_class_examples` per class (a uniform sample
@@ -115,7 +116,7 @@ def load_corpus(config: config_lib.RetrieverConfig, report: Optional[reading.Rea
                                clients=kept.clients)
 
 
-def _read(config: config_lib.RetrieverConfig, path,
+def _read(config: retriever_config.RetrieverConfig, path,
           report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
   """The corpus file (or fortunes folder) `path` in --corpus's format, counted in `report`; a
   malformed row's refusal says how to skip such rows instead."""
@@ -126,7 +127,7 @@ def _read(config: config_lib.RetrieverConfig, path,
         f'{e} Fix the file, or give --malformed_rows=skip to skip and count such rows.') from e
 
 
-def _read_format(config: config_lib.RetrieverConfig, path,
+def _read_format(config: retriever_config.RetrieverConfig, path,
                  report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
   if config.corpus == 'fortunes':
     return corpora.read_fortunes(path or corpora.FORTUNES_DIR, max_chars=config.max_chars,
@@ -143,7 +144,7 @@ def _read_format(config: config_lib.RetrieverConfig, path,
                                      malformed=config.malformed_rows)
 
 
-def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverConfig,
+def with_test_file(train: corpora.LabelledTexts, config: retriever_config.RetrieverConfig,
                    report: Optional[reading.ReadReport] = None
                    ) -> Tuple[corpora.LabelledTexts, np.ndarray, int]:
   """`train` followed by the examples of --test_path whose class `train` has.
@@ -176,7 +177,7 @@ def with_test_file(train: corpora.LabelledTexts, config: config_lib.RetrieverCon
   return joined, np.arange(len(train), len(joined)), len(test) - len(known)
 
 
-def load_backbone(config: config_lib.RetrieverConfig):
+def load_backbone(config: retriever_config.RetrieverConfig):
   """(frozen backbone, tokenizer) of the run: `load_backbone_from` its `checkpoint_dir`,
   `max_length` and `mode`."""
   return load_backbone_from(config.checkpoint_dir, config.max_length, config.mode)
@@ -230,7 +231,7 @@ def _tokenize(tokenizer, texts, batch: int = 512) -> Dict[str, np.ndarray]:
   return {key: np.concatenate([p[key].numpy() for p in parts]) for key in parts[0]}
 
 
-def _split_dirichlet(train: corpora.LabelledTexts, config: config_lib.RetrieverConfig):
+def _split_dirichlet(train: corpora.LabelledTexts, config: retriever_config.RetrieverConfig):
   try:
     return corpora.split_dirichlet(train, config.num_clients, config.dirichlet_alpha,
                                    config.data_seed)
@@ -239,7 +240,7 @@ def _split_dirichlet(train: corpora.LabelledTexts, config: config_lib.RetrieverC
                      f'and --num_clients={config.num_clients}: {e}') from e
 
 
-def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData:
+def prepare_data(config: retriever_config.RetrieverConfig, tokenizer) -> RetrievalData:
   """The corpus split into the test set and the clients, every text tokenized once.
 
   Args:
@@ -286,7 +287,7 @@ def prepare_data(config: config_lib.RetrieverConfig, tokenizer) -> RetrievalData
                        client_indices, test_left_out, report, left_out)
 
 
-def features(backbone, tokens: Dict[str, np.ndarray], config: config_lib.RetrieverConfig
+def features(backbone, tokens: Dict[str, np.ndarray], config: retriever_config.RetrieverConfig
              ) -> Tuple[np.ndarray, bool]:
   """(the [N, d] pooled states of the texts, whether they came from the feature cache): the
   classifier-only mode's inputs, cached across runs (`feature_cache`, --feature_cache_dir).
@@ -307,7 +308,7 @@ def compute_features(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> n
   Args:
     backbone: the frozen backbone (`load_backbone`).
     tokens: {"token_ids", "mask"} of the N texts.
-    pooling: "mean" or "last" (`config_lib.RetrieverConfig.pooling`).
+    pooling: "mean" or "last" (`retriever_config.RetrieverConfig.pooling`).
 
   Returns:
     The pooled states, computed eagerly in batches of 64.

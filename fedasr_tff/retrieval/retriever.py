@@ -25,10 +25,10 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff.program import model_io
-from fedasr_tff.retrieval import config as config_lib
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import model as model_lib
 from fedasr_tff.retrieval import retrieve
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import tokenizer as tokenizer_lib
 
@@ -117,7 +117,7 @@ def load_retriever(model_path: str, k: Optional[int] = None) -> Retriever:
                        'as its metadata describes the model.')
     variable.assign(arrays[name])
   return Retriever(classifier, tokenizer, class_names,
-                   min(config_lib.DEFAULT_TOP_K, len(class_names)) if k is None else k)
+                   min(retriever_config.DEFAULT_TOP_K, len(class_names)) if k is None else k)
 
 
 def export_saved_model(retriever: Retriever, directory: str) -> None:

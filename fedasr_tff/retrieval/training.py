@@ -38,25 +38,26 @@ from fedasr_tff.program import cohorts
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
-from fedasr_tff.retrieval import config as config_lib
+from fedasr_tff.retrieval import classification_report
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import dp_prototypes
-from fedasr_tff.retrieval import evaluation
 from fedasr_tff.retrieval import local_dp as local_dp_lib
+from fedasr_tff.retrieval import logit_gap_check
 from fedasr_tff.retrieval import model as model_lib
-from fedasr_tff.retrieval import noise_check
 from fedasr_tff.retrieval import process as process_lib
 from fedasr_tff.retrieval import retrieve
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import frozen as frozen_lib
 
 _FORMAT = 1
-# The final model's top-K classes for each held-out example (`evaluation.write_predictions`).
+# The final model's top-K classes for each held-out example
+# (`classification_report.write_predictions`).
 PREDICTIONS_FILE = 'predictions.tsv'
 _SHOWN = ('eval/top1', 'privacy/local_epsilon_max', 'privacy/epsilon_run_rdp')
 
 
-def _run_record(config: config_lib.RetrieverConfig,
+def _run_record(config: retriever_config.RetrieverConfig,
                 data: data_lib.RetrievalData) -> run_record.RunRecord:
   """The run's record: its configuration and a hash of every client's texts."""
   h = hashlib.sha256()
@@ -90,7 +91,7 @@ class RetrieverResult:
     feature_seconds: the time spent computing or reading the classifier-only mode's features
       (0 in the adapter mode).
     round_seconds: the wall time of each round run by this process.
-    scores: the final model's `evaluation.Scores` on the held-out test set.
+    scores: the final model's `classification_report.Scores` on the held-out test set.
     class_names: the name of each class (the documents retrieved).
     features_cached: whether the features came from the feature cache (`feature_cache`).
   """
@@ -99,7 +100,7 @@ class RetrieverResult:
   privacy_statement: str
   feature_seconds: float
   round_seconds: List[float]
-  scores: evaluation.Scores
+  scores: classification_report.Scores
   class_names: Tuple[str, ...]
   features_cached: bool = False
 
@@ -133,7 +134,7 @@ def _local_epsilons(config, client_ids, releases) -> Optional[Dict[str, float]]:
           for client, count in zip(client_ids, releases, strict=True)}
 
 
-def privacy_statement(config: config_lib.RetrieverConfig, releases: np.ndarray,
+def privacy_statement(config: retriever_config.RetrieverConfig, releases: np.ndarray,
                       ledger: Optional[privacy_ledger.PrivacyLedger], rounds: int) -> str:
   """The run's privacy statement, in Markdown (what is covered and what is not).
 
@@ -229,14 +230,16 @@ def privacy_statement(config: config_lib.RetrieverConfig, releases: np.ndarray,
   return '\n'.join(lines)
 
 
-def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
-          log=print) -> RetrieverResult:
+def train(config: retriever_config.RetrieverConfig, *, show_progress: bool = True,
+          log=print, outputs: Optional[training_loop.RunOutputs] = None) -> RetrieverResult:
   """Runs (or resumes from `output_dir`) the training of the module docstring.
 
   Args:
     config: the run.
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
+    outputs: where checkpoints and releases go; default the binaries' own
+      (`training_loop.standard_outputs` of `config.output_dir`).
 
   Returns:
     The final weights, summary, privacy statement and timings.
@@ -265,12 +268,12 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
         config.mode, num_classes, frozen_backbone=frozen_backbone,
         pooling=config.pooling, max_length=config.max_length, **head_args)
   noise_secret = (cohorts.new_run_secret() if config.noise_seed is None else config.noise_seed)
-  dp = config_lib.central_dp(config, noise_secret)
+  dp = retriever_config.central_dp(config, noise_secret)
   # The prototype release is one more round of the run's mechanism (`dp_prototypes`).
   releases = config.rounds + int(config.dp_prototypes)
   aggregator = noise = prototype_release = None
   if dp is not None:
-    with config_lib.naming_central_dp_flags():
+    with retriever_config.naming_central_dp_flags():
       noise = dp.noise_level(config.cohort, dp.population_cohort_size or config.cohort,
                              dp.population or config.num_clients, releases)
       aggregator = dp.aggregator(noise.noise_multiplier, config.cohort, None,
@@ -278,7 +281,7 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
   if config.dp_prototypes:
     prototype_features = (inputs['features'] if config.mode == tff_model.CLASSIFIER_ONLY
                           else data_lib.features(backbone, data.tokens, config)[0])
-    prototype_dp = config_lib.prototype_dp(config, noise_secret)
+    prototype_dp = retriever_config.prototype_dp(config, noise_secret)
     prototype_aggregator = (tff.aggregators.UnweightedMeanFactory() if prototype_dp is None else
                             prototype_dp.aggregator(noise.noise_multiplier, config.cohort, None,
                                                     diagnostics=False))
@@ -306,10 +309,10 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
   rounds = _RetrieverRounds(config, data, inputs, process, state, eval_model, ledger,
                             noise_secret, () if frozen_backbone is None
                             else (frozen_backbone.weights,), feature_seconds, prototype_release)
-  training_loop.train(rounds, config.output_dir, show_progress=show_progress, log=log)
+  training_loop.train(rounds, config.output_dir, outputs, show_progress=show_progress, log=log)
   # The final model's predictions on the held-out examples (the server's own evaluation data),
   # from the logits its summary scored.
-  evaluation.write_predictions(
+  classification_report.write_predictions(
       os.path.join(config.output_dir, PREDICTIONS_FILE),
       [data.texts.texts[i] for i in data.test], data.texts.labels[data.test],
       data.texts.class_names, rounds.final_logits, rounds.final_scores.k)
@@ -318,7 +321,7 @@ def train(config: config_lib.RetrieverConfig, *, show_progress: bool = True,
       data.texts.class_names, features_cached)
 
 
-def _releases_client_statistics(config: config_lib.RetrieverConfig) -> bool:
+def _releases_client_statistics(config: retriever_config.RetrieverConfig) -> bool:
   """Whether the clients' un-noised statistics are measured and released (labelled)."""
   return (not config.adds_noise) or config.release_client_diagnostics
 
@@ -335,7 +338,7 @@ class _RetrieverRounds(training_loop.Task):
 
   shown_metrics = _SHOWN
 
-  def __init__(self, config: config_lib.RetrieverConfig, data: data_lib.RetrievalData,
+  def __init__(self, config: retriever_config.RetrieverConfig, data: data_lib.RetrievalData,
                inputs: Dict[str, np.ndarray], process, state, eval_model,
                ledger: Optional[privacy_ledger.PrivacyLedger], noise_secret: int,
                round_arguments: Tuple[Any, ...], feature_seconds: float,
@@ -376,7 +379,7 @@ class _RetrieverRounds(training_loop.Task):
     if warning is None:
       return [f'DP noise check: ρ = {config.noise_to_gap_ratio(classes):.2f} (the noise in the '
               'largest competing logit against the largest gap the updates can build; warned '
-              f'above {noise_check.SWAMP_THRESHOLD}, and it costs accuracy below: '
+              f'above {logit_gap_check.SWAMP_THRESHOLD}, and it costs accuracy below: '
               'docs/retrieval.md, "DP at many classes").']
     logging.warning(warning)
     return [f'Warning: {warning}']
@@ -498,10 +501,10 @@ class _RetrieverRounds(training_loop.Task):
              for key, value in self.test_inputs.items()}, training=False).numpy()
         for i in range(0, len(self.data.test), data_lib.FEATURE_BATCH)])
 
-  def _score(self, logits: np.ndarray) -> evaluation.Scores:
-    """The `evaluation.Scores` of held-out `logits` (`test_logits`)."""
-    return evaluation.score(logits, self.data.texts.labels[self.data.test],
-                            self.config.retrieval_k(self.data.texts.num_classes))
+  def _score(self, logits: np.ndarray) -> classification_report.Scores:
+    """The `classification_report.Scores` of held-out `logits` (`test_logits`)."""
+    return classification_report.score(logits, self.data.texts.labels[self.data.test],
+                                       self.config.retrieval_k(self.data.texts.num_classes))
 
   def _scores(self) -> Dict[str, float]:
     """Top-1, top-K accuracy and macro-F1 of the current model on the held-out test set."""
@@ -529,7 +532,7 @@ class _RetrieverRounds(training_loop.Task):
     return ' | '.join(parts)
 
 
-def mips_baseline(config: config_lib.RetrieverConfig) -> Dict[str, float]:
+def mips_baseline(config: retriever_config.RetrieverConfig) -> Dict[str, float]:
   """Top-1/top-K of MIPS on the frozen model, a non-private baseline computed centrally.
 
   The paper's MIPS baseline: class prototypes of the training queries' pooled states, scored
@@ -548,6 +551,6 @@ def mips_baseline(config: config_lib.RetrieverConfig) -> Dict[str, float]:
   labels = data.texts.labels
   prototypes = retrieve.class_prototypes(features[train], labels[train], data.texts.num_classes)
   scores = retrieve.mips_scores(features[data.test], prototypes)
-  return evaluation.score(scores, labels[data.test],
-                          config.retrieval_k(data.texts.num_classes)).metrics()
+  return classification_report.score(scores, labels[data.test],
+                                     config.retrieval_k(data.texts.num_classes)).metrics()
 

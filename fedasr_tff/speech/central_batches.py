@@ -14,9 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 from fedasr_tff import validation
-from fedasr_tff.data import pipeline
-from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
+from fedasr_tff.speech.data import pipeline
+from fedasr_tff.speech.data import text as text_lib
 
 # Central transcripts may hold a few characters outside the model's token set (they are
 # dropped, as on clients); more than this fraction means the central corpus is in another

@@ -17,11 +17,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff import validation
-from fedasr_tff.data import pipeline
-from fedasr_tff.data import text as text_lib
 from fedasr_tff.optimizers import hparams
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import fields as fields_lib
@@ -30,6 +27,9 @@ from fedasr_tff.program import model_io
 from fedasr_tff.program import progress as progress_lib
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import pipeline
+from fedasr_tff.speech.data import text as text_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +183,7 @@ def train(config: CentralConfig,
   eval_model = models.build_tff_model_fn(config.model_config, vocabulary.tokens)()
   release = file_sinks.metrics_csv(os.path.join(output_dir, 'metrics.csv'))
   progress = progress_lib.ProgressBarReleaseManager(config.steps, unit='step',
+                                                    shown=evaluation.SHOWN_METRICS,
                                                     disable=not show_progress)
   managers = tff.program.GroupingReleaseManager([release, progress])
   rng_order = None

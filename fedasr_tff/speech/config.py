@@ -23,7 +23,6 @@ from typing import Sequence
 from typing import Tuple
 
 from fedasr_tff import algorithms
-from fedasr_tff import data
 from fedasr_tff import optimizers
 from fedasr_tff import validation
 from fedasr_tff.aggregators import bounded_weight_dp
@@ -35,8 +34,10 @@ from fedasr_tff.program import privacy_ledger
 from fedasr_tff.program.fields import check_choice
 from fedasr_tff.program.fields import field
 from fedasr_tff.program.fields import naming_fields
-from fedasr_tff.speech import corpus
+from fedasr_tff.speech import corpus_clients
+from fedasr_tff.speech import data
 from fedasr_tff.speech import data_config
+from fedasr_tff.speech import models
 
 # The data and model parts, which need no TFF (`data_config`), under their usual names here.
 FEATURE_CACHE_SUBDIR = data_config.FEATURE_CACHE_SUBDIR
@@ -165,14 +166,15 @@ class CentralDataConfig:
   central_corpus_dir: Optional[str] = field(
       None, "Corpus of the server's central data (default: --corpus_dir).", fingerprint=False)
   central_layout: Optional[str] = field(None, 'Layout of --central_corpus_dir (default: '
-                                         '--layout).', corpus.LAYOUTS)
+                                         '--layout).', corpus_clients.LAYOUTS)
   central_split: Optional[str] = field(
       None, "Split of the server's data: required with --mixed, rehearsal and dga_rl (for "
       'example the training split with --central_speakers=seed: the server keeps training on '
       'its seed speakers).')
   central_speakers: str = field(
       'all', 'Speakers of --central_split the server trains on (seed / federated part of the '
-      "seeded speaker split, or all); never the federated clients' own.", corpus.SPEAKER_PARTS)
+      "seeded speaker split, or all); never the federated clients' own.",
+      corpus_clients.SPEAKER_PARTS)
   central_batch_seconds: Optional[float] = field(
       None, 'Audio per central batch, in seconds (default: --max_batch_seconds).')
 
@@ -205,7 +207,7 @@ class CentralDataConfig:
     with naming_fields({'corpus_dir': 'central_corpus_dir', 'layout': 'central_layout',
                         'speakers': 'central_speakers',
                         'max_batch_seconds': 'central_batch_seconds'}):
-      return corpus.load_client_data(
+      return corpus_clients.load_client_data(
           self.central_corpus_dir or data_config.corpus_dir,
           self.central_layout or data_config.layout, self.central_split, vocabulary,
           speakers=self.central_speakers, seed_fraction=data_config.seed_fraction,
@@ -649,6 +651,7 @@ class FederatedConfig:
     # Read by `process_recipe` too: a field used here must be in the recipe.
     aggregator = self.dp.aggregator(
         noise_multiplier, self.run.cohort_size, tensor_names, self.client_diagnostics,
+        weighted_leaf=models.is_mlp_tensor,
         min_weight=None if weighting is None else weighting.min_weight,
         weight_budget=self.dga.dga_weight_budget)
     # Client statistics are measured only where the runner releases them, labelled.

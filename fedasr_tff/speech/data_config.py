@@ -9,16 +9,18 @@ the same flags without importing TensorFlow Federated. `speech.config` re-export
 import dataclasses
 import os
 from typing import Dict
+from typing import List
 from typing import Mapping
 from typing import Optional
+from typing import Tuple
 
-from fedasr_tff import data
-from fedasr_tff import models
-from fedasr_tff.data import features as features_lib
-from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import model_io
 from fedasr_tff.program.fields import field
-from fedasr_tff.speech import corpus
+from fedasr_tff.speech import corpus_clients
+from fedasr_tff.speech import data
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import features as features_lib
+from fedasr_tff.speech.data import text as text_lib
 
 # The feature cache of a run that names none, under its output directory; or no cache at all.
 FEATURE_CACHE_SUBDIR, NO_FEATURE_CACHE = 'feature_cache', 'none'
@@ -103,12 +105,12 @@ class DataConfig:
   corpus_dir: Optional[str] = field(
       None, 'Root of the corpus: the folder holding the split folders (LibriSpeech), SPLIT.tsv '
       'and clips/ (Common Voice), or the manifest TSVs (manifest).', fingerprint=False)
-  layout: str = field('librispeech', 'Corpus layout.', corpus.LAYOUTS)
+  layout: str = field('librispeech', 'Corpus layout.', corpus_clients.LAYOUTS)
   split: str = field('train', 'Training split (for "manifest": the TSV file).')
   speakers: Optional[str] = field(
       None, 'Speakers of --split to train on: the "seed" part of the seeded speaker split '
       '(--seed_fraction of them), the "federated" rest, or "all". Default: seed for central '
-      'training, federated for federated training.', corpus.SPEAKER_PARTS)
+      'training, federated for federated training.', corpus_clients.SPEAKER_PARTS)
   seed_fraction: float = field(
       0.1, 'Fraction of speakers in the seed part (Pelikan et al. 2025, Sec. 4 "Data": a '
       'random 10% of the users for the seed model).')
@@ -187,9 +189,9 @@ class DataConfig:
       The clients, one per speaker.
 
     Raises:
-      ValueError: if the speaker part is not one of `corpus.SPEAKER_PARTS`.
+      ValueError: if the speaker part is not one of `corpus_clients.SPEAKER_PARTS`.
     """
-    return corpus.load_client_data(
+    return corpus_clients.load_client_data(
         self.corpus_dir, self.layout, split, vocabulary, speakers=self.speakers or speakers,
         seed_fraction=self.seed_fraction, split_seed=self.split_seed, iid=self.iid,
         iid_seed=iid_seed, spec_augment=training and self.spec_augment,
@@ -208,10 +210,11 @@ class DataConfig:
     """
     if not self.eval_split:
       return None
-    return corpus.load_client_data(self.corpus_dir, self.layout, self.eval_split, vocabulary,
-                                   max_batch_seconds=self.max_batch_seconds,
-                                   feature_cache_dir=self.feature_cache(),
-                                   feature_normalization=self.feature_normalization)
+    return corpus_clients.load_client_data(self.corpus_dir, self.layout, self.eval_split,
+                                           vocabulary,
+                                           max_batch_seconds=self.max_batch_seconds,
+                                           feature_cache_dir=self.feature_cache(),
+                                           feature_normalization=self.feature_normalization)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,3 +229,14 @@ class ModelConfig:
   seed_model: Optional[str] = field(
       None, 'Weights to start from (model.npz of train_central or train_federated); default '
       'random init.', fingerprint=False)
+
+  def trainable_leaves(self, vocabulary_size: int) -> Tuple[List[Tuple[int, ...]], List[str]]:
+    """(shapes, names) of the model's trainable tensors, in flatten order (what the privacy
+    audit's canaries live in, `audit.audit_mechanism`).
+
+    Args:
+      vocabulary_size: the output vocabulary's size.
+    """
+    model = models.build_ctc_transformer(self.model_config, vocabulary_size)
+    names, _ = model_io.tensor_names(model)
+    return [tuple(v.shape) for v in model.trainable_variables], list(names)

@@ -16,17 +16,21 @@ from typing import Union
 import numpy as np
 import tensorflow as tf
 
-from fedasr_tff import decoding
-from fedasr_tff import metrics
 from fedasr_tff import private_files
-from fedasr_tff.models import ctc
-from fedasr_tff.models import transformer
+from fedasr_tff.speech import decoding
+from fedasr_tff.speech import metrics
+from fedasr_tff.speech.models import ctc
+from fedasr_tff.speech.models import transformer
+
+# The released metrics a speech run's progress bar shows, by flattened name.
+SHOWN_METRICS = ('train/loss', 'client/train/loss', 'eval/cer', 'eval/wer',
+                 'privacy/epsilon_run_rdp', 'privacy/epsilon_declared_rdp')
 
 if TYPE_CHECKING:
   import tensorflow_federated as tff
 
-  from fedasr_tff.data import pipeline
-  from fedasr_tff.models import tff_model
+  from fedasr_tff.speech.data import pipeline
+  from fedasr_tff.speech.models import ctc_speech_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +88,7 @@ class EvaluationResult:
     return {'loss': self.overall.loss, 'wer': self.overall.wer, 'cer': self.overall.cer}
 
 
-def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer],
+def evaluate(model: Union['ctc_speech_model.CTCSpeechModel', transformer.CTCTransformer],
              client_data: 'pipeline.SpeechClientData',
              weights: Optional['tff.learning.models.ModelWeights'] = None,
              speakers: Optional[Sequence[str]] = None,
@@ -99,7 +103,7 @@ def evaluate(model: Union['tff_model.CTCSpeechModel', transformer.CTCTransformer
   server does with held-out data and what gives the per-speaker breakdown. The loss and the
   greedy scoring are those of the TFF model's `forward_pass(training=False)`, in the same
   float32 sums, so greedy decoding without a word list gives federated evaluation's numbers.
-  Other decoders and the word list decode with `fedasr_tff.decoding`, as the transcription
+  Other decoders and the word list decode with `fedasr_tff.speech.decoding`, as the transcription
   binary does, and are scored with the same `metrics.error_counts`.
 
   Args:

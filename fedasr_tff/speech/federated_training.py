@@ -34,15 +34,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fedasr_tff import algorithms
-from fedasr_tff import models
 from fedasr_tff.algorithms import dga_rl
-from fedasr_tff.data import client_store
-from fedasr_tff.data import pipeline
-from fedasr_tff.data import text as text_lib
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import model_io
 from fedasr_tff.program import privacy_ledger
+from fedasr_tff.program import round_step
 from fedasr_tff.program import run_record
 from fedasr_tff.program import training_loop
 from fedasr_tff.runtime import compile_cache
@@ -51,6 +48,10 @@ from fedasr_tff.speech import central_batches
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import client_store
+from fedasr_tff.speech.data import pipeline
+from fedasr_tff.speech.data import text as text_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,18 +356,21 @@ class FederatedRun:
       return self.process.next(state, client_datasets)
     return self.process.next(state, client_datasets, batches)
 
-  def train(self, *, show_progress: bool = True, log=print) -> FederatedResult:
+  def train(self, *, show_progress: bool = True, log=print,
+            outputs: Optional[training_loop.RunOutputs] = None) -> FederatedResult:
     """Runs (or resumes) the training in `training_loop`; see `train`.
 
     Args:
       show_progress: draw a progress bar on stderr.
       log: where the per-evaluation lines go (held back like the metrics).
+      outputs: where checkpoints and releases go; default the binaries' own
+        (`training_loop.standard_outputs` of the output directory).
 
     Returns:
       The run's `FederatedResult`.
     """
     rounds = _SpeechRounds(self)
-    training_loop.train(rounds, self.output_dir, show_progress=show_progress, log=log)
+    training_loop.train(rounds, self.output_dir, outputs, show_progress=show_progress, log=log)
     return FederatedResult(rounds.weights, self.config.run.rounds, rounds.final_evaluation,
                            self.ledger, _disclosures(self.config, self.evaluated_clients))
 
@@ -538,6 +542,7 @@ def train(config: config_lib.FederatedConfig,
 
 class _SpeechRounds(training_loop.Task):
   """The rounds of a built speech run, as `training_loop` drives them (module docstring)."""
+  shown_metrics = evaluation.SHOWN_METRICS
 
   def __init__(self, run: FederatedRun):
     config = run.config
@@ -583,21 +588,21 @@ class _SpeechRounds(training_loop.Task):
   def run_round(self, round_num: int) -> Dict[str, Any]:
     run, config = self.run, self.config
     started = time.perf_counter()
-    cohort = cohorts.sample_cohort(run.train_data.client_ids, config.run.cohort_size,
-                                   self.secret, round_num, config.effective_sampling)
-    seeds = [cohorts.client_seed(self.secret, round_num, c) for c in cohort]
     if run.client_keys is None:
       # Only the batches the round uses, drawn from the client's seed (`pipeline`).
-      datasets = [run.train_data.create_tf_dataset_for_client(c, seed=seed,
-                                                              max_batches=self.max_batches)
-                  for c, seed in zip(cohort, seeds, strict=True)]
+      def client_data(client, seed):
+        return run.train_data.create_tf_dataset_for_client(client, seed=seed,
+                                                           max_batches=self.max_batches)
     else:
       # Where each client's batches are built (`client_store`): its index and seed.
-      datasets = [(np.int32(run.client_keys[c]), np.int64(seed))
-                  for c, seed in zip(cohort, seeds, strict=True)]
-    output = run.next(self.state, datasets, self.secret, round_num)
+      def client_data(client, seed):
+        return np.int32(run.client_keys[client]), np.int64(seed)
+    _, output = round_step.run_round(
+        lambda state, datasets: run.next(state, datasets, self.secret, round_num), self.state,
+        run.train_data.client_ids, cohort_size=config.run.cohort_size, secret=self.secret,
+        round_num=round_num, sampling=config.effective_sampling, client_data=client_data,
+        ledger=self.ledger)
     self.state = output.state
-    self.ledger.check_round(self.state.aggregator)
     new_weights = run.process.get_model_weights(self.state)
     values = _round_metrics(config, output, run.schedule(round_num - 1),
                             training_loop.update_norm(self.weights, new_weights),

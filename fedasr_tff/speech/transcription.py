@@ -2,7 +2,7 @@
 
 `Transcriber` puts the whole recognizer (features, model, greedy decoding) in one TF graph;
 `export_saved_model` writes it as a SavedModel; `transcribe_files` runs it, or a loaded one,
-over audio files and decodes with `fedasr_tff.decoding`.
+over audio files and decodes with `fedasr_tff.speech.decoding`.
 """
 
 import dataclasses
@@ -15,12 +15,12 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from fedasr_tff import decoding
-from fedasr_tff.data import audio as audio_lib
-from fedasr_tff.data import corpora
-from fedasr_tff.data import features as features_lib
-from fedasr_tff.models import ctc
-from fedasr_tff.models import transformer
+from fedasr_tff.speech import decoding
+from fedasr_tff.speech.data import audio as audio_lib
+from fedasr_tff.speech.data import corpora
+from fedasr_tff.speech.data import features as features_lib
+from fedasr_tff.speech.models import ctc
+from fedasr_tff.speech.models import transformer
 
 _WAVEFORM_SPECS = (tf.TensorSpec([None, None], tf.float32, name='waveforms'),
                    tf.TensorSpec([None], tf.int32, name='lengths'))

@@ -23,7 +23,8 @@ _ROUNDS = 200
 def _production_query(cohort_size, **dp):
   """The query of the aggregator the runner builds (`DPConfig.aggregator`)."""
   config = dp_config.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=1e-6, **dp)
-  factory = config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False)
+  factory = config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False,
+                               weighted_leaf=planted_bugs.is_mlp_tensor)
   value_type = tff.types.tensorflow_to_type(
       [tf.TensorSpec(shape, tf.float32) for shape in _SHAPES])
   return factory.build_query(value_type)

@@ -13,10 +13,9 @@ import tensorflow_federated as tff
 
 from fedasr_tff import privacy
 from fedasr_tff import runtime
-from fedasr_tff.audit import configuration
+from fedasr_tff.audit import mechanism
 from fedasr_tff.audit import one_run
 from fedasr_tff.program import dp_config
-from fedasr_tff.speech import config as config_lib
 from tests.audit import planted_bugs
 
 _CANARIES = 1000
@@ -37,7 +36,8 @@ def _audit(aggregator, *, canaries=_CANARIES, cohort_size=None, guesses=100, **k
 def _production_aggregator(cohort_size, **dp):
   """The aggregator the runner builds (`DPConfig.aggregator`) for these DP flags."""
   config = dp_config.DPConfig(clip=1.0, noise_multiplier=_Z, noise_seed=11, delta=_DELTA, **dp)
-  return config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False)
+  return config.aggregator(_Z, cohort_size, planted_bugs.LEAF_NAMES, diagnostics=False,
+                           weighted_leaf=planted_bugs.is_mlp_tensor)
 
 
 class OneRunAuditTest(parameterized.TestCase):
@@ -122,12 +122,13 @@ class OneRunAuditTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'sampling="fixed"'):
       one_run.audit(aggregator, planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES, canaries=10,
                     rounds=1, cohort_size=5, canary_norm=1e3, sampling='fixed')
-    config = config_lib.FederatedConfig(dp=dp_config.DPConfig(clipping='dim'))
     with self.assertRaisesRegex(ValueError, '`sigma_dp`'):
-      configuration.audit_configuration(config, configuration.AuditConfig(canaries=10),
-                                        planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES)
+      mechanism.audit_mechanism(dp_config.DPConfig(clipping='dim'), 0.0,
+                                mechanism.AuditConfig(canaries=10), planted_bugs.LEAF_SHAPES,
+                                planted_bugs.LEAF_NAMES, rounds=1, cohort_size=10,
+                                sampling='poisson')
     with self.assertRaisesRegex(ValueError, '`guesses`'):
-      configuration.AuditConfig(guesses=0)
+      mechanism.AuditConfig(guesses=0)
     with self.assertRaisesRegex(ValueError, 'per-group clips'):
       one_run.audit(None, planted_bugs.LEAF_SHAPES, planted_bugs.LEAF_NAMES, canaries=10,
                     rounds=1, cohort_size=10, canary_norm=1e3)

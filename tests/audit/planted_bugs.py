@@ -12,6 +12,7 @@ import tensorflow_privacy as tfp
 
 from fedasr_tff.aggregators import allocation
 from fedasr_tff.aggregators import per_layer_query
+from fedasr_tff.speech import models
 
 # A transformer block's worth of tensors (16,640 parameters), named as the model names them so
 # the "weighted" allocation finds its MLP weights.
@@ -21,6 +22,8 @@ LEAF_SHAPES = ((64,), (64, 128), (128,), (128, 64), (64,))
 # The same tensors at a sixteenth of the size (1,088 parameters), for the many-run audit, which
 # needs no room between canaries.
 SMALL_LEAF_SHAPES = ((16,), (16, 32), (32,), (32, 16), (16,))
+# Which of them the "weighted" allocation weighs by `mlp_weight` (`DPConfig.aggregator`).
+is_mlp_tensor = models.is_mlp_tensor
 
 
 class TenthNoise(per_layer_query.PerLayerClipGaussianSumQuery):

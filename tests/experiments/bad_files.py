@@ -16,14 +16,14 @@ import struct
 
 import numpy as np
 
-from fedasr_tff import data
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
 from fedasr_tff.program import run_record
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 # The splits of the studies (dga_speech, mixed_fl_speech), copies of the corpus's one split.
 _STUDY_SPLITS = ('train_seed', 'train_clients', 'dev', 'train_server', 'dev_server',

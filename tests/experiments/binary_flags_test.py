@@ -13,7 +13,7 @@ import sys
 from absl.testing import absltest
 
 from fedasr_tff.program import fields as fields_lib
-from fedasr_tff.retrieval import config as retrieval_config
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.speech import config as config_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,7 +21,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _SPEECH = {*fields_lib.config_fields(config_lib.DataConfig),
            *fields_lib.config_fields(config_lib.ModelConfig)}
 # The retriever's configuration, whose fields its binaries define.
-_RETRIEVER = set(fields_lib.config_fields(retrieval_config.RetrieverConfig))
+_RETRIEVER = set(fields_lib.config_fields(retriever_config.RetrieverConfig))
 _PRINT_FLAGS = ('import importlib, json, sys\n'
                 'from absl import flags\n'
                 'importlib.import_module(sys.argv[1])\n'

@@ -17,9 +17,9 @@ from absl.testing import absltest
 import numpy as np
 
 from benchmarks import chaos
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 from tests.runtime import workers as workers_lib
 
 

@@ -10,11 +10,11 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
-from fedasr_tff import data
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import data
 from fedasr_tff.speech import data_config
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -20,8 +20,8 @@ import time
 from absl.testing import absltest
 import numpy as np
 
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import training_loop
+from fedasr_tff.speech.data import synthetic
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _NO_SPACE = os.strerror(errno.ENOSPC)

@@ -9,9 +9,9 @@ from absl.testing import absltest
 from absl.testing import flagsaver
 
 from experiments import make_corpus
-from fedasr_tff import data
-from fedasr_tff.data import audio
-from fedasr_tff.data import features
+from fedasr_tff.speech import data
+from fedasr_tff.speech.data import audio
+from fedasr_tff.speech.data import features
 
 
 class MakeCorpusTest(absltest.TestCase):

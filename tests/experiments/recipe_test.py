@@ -15,9 +15,9 @@ import time
 from absl.testing import absltest
 import psutil
 
-from fedasr_tff.data import corpora
-from fedasr_tff.data import synthetic
 from fedasr_tff.speech import data_config
+from fedasr_tff.speech.data import corpora
+from fedasr_tff.speech.data import synthetic
 from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 
 from experiments import report
 from fedasr_tff import reading
-from fedasr_tff.retrieval import evaluation
+from fedasr_tff.retrieval import classification_report
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 _BLOCK_LAYERS = ('ln1/gamma', 'ln1/beta', 'wqkv/kernel', 'wf/kernel', 'ln2/gamma', 'ln2/beta',
@@ -350,7 +350,7 @@ class ReportTest(absltest.TestCase):
 
   def test_retriever_report(self):
     logits = np.array([[3.0, 1.0, 0.0], [0.0, 3.0, 1.0], [3.0, 0.0, 2.0], [1.0, 3.0, 2.0]])
-    scores = evaluation.score(logits, np.array([0, 1, 2, 0]), 2)
+    scores = classification_report.score(logits, np.array([0, 1, 2, 0]), 2)
     path = report.write_retriever_report(
         self.dir, title='Retriever', scores=scores, class_names=('ham', 'spam', 'eggs'),
         privacy_statement='No DP.', notes=['a note'])
@@ -372,7 +372,7 @@ class ReportTest(absltest.TestCase):
     logits[0] = np.eye(21)[5]   # class0 -> class5, twice
     logits[1] = np.eye(21)[5]
     logits[2] = np.eye(21)[0]   # class1 -> class0, once
-    scores = evaluation.score(logits, labels, 3)
+    scores = classification_report.score(logits, labels, 3)
     out_dir = os.path.join(self.dir, 'many')
     os.makedirs(out_dir)
     with open(report.write_retriever_report(
@@ -385,7 +385,7 @@ class ReportTest(absltest.TestCase):
   def test_a_full_disk_names_the_figure_or_report_it_could_not_write(self):
     # write() fails on a full disk, naming no file: the binary's one line must say which.
     logits = np.array([[3.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
-    scores = evaluation.score(logits, np.array([0, 1]), 2)
+    scores = classification_report.score(logits, np.array([0, 1]), 2)
     no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     savefig = 'matplotlib.figure.Figure.savefig'
     for failing, written in ((savefig, 'confusion.png'), ('builtins.open', 'report.md')):

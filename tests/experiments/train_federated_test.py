@@ -14,9 +14,9 @@ import tempfile
 
 from absl.testing import absltest
 
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

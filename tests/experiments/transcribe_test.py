@@ -13,11 +13,11 @@ import tempfile
 from absl.testing import absltest
 import tensorflow as tf
 
-from fedasr_tff import data
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import data
 from fedasr_tff.speech import data_config
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 from tests.experiments import start_up
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -105,7 +105,7 @@ class TranscribeTest(absltest.TestCase):
 
   def test_bad_flags_and_files_are_named(self):
     # A few, in one interpreter (`start_up`): manifest and word-list lines are named by
-    # `tests/data/corpora_test.py` and `tests/decoding_test.py`.
+    # `tests/speech/data/corpora_test.py` and `tests/speech/decoding_test.py`.
     audio = self.utterances[0].path
     model = f'--model={self.model}'
     cases = [

@@ -8,8 +8,8 @@ import types
 from absl.testing import absltest
 import numpy as np
 
-from fedasr_tff import models
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import models
 
 
 class ModelIoTest(absltest.TestCase):

@@ -12,7 +12,10 @@ class ProgressBarTest(absltest.TestCase):
 
   def _bar(self):
     out = io.StringIO()
-    return progress.ProgressBarReleaseManager(total_rounds=10, file=out, disable=False), out
+    # A task's own metric beside the ones every task releases (`DEFAULT_SHOWN`).
+    shown = (*progress.DEFAULT_SHOWN, 'eval/wer')
+    return progress.ProgressBarReleaseManager(total_rounds=10, shown=shown, file=out,
+                                              disable=False), out
 
   def test_epsilon_names_its_round_while_the_bar_counts_rounds_computed(self):
     bar, out = self._bar()

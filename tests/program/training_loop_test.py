@@ -119,6 +119,42 @@ class TrainingLoopTest(absltest.TestCase):
     self.assertEqual(lines[1:], [line for line in whole_lines
                                  if line.startswith(('round 4', 'round 5'))])
 
+  def test_a_sink_of_ones_own_receives_each_round_once_without_touching_the_loop(self):
+
+    class Recorder(tff.program.ReleaseManager):
+      """A user's own sink: it records what it is given."""
+
+      def __init__(self):
+        self.released = []
+
+      async def release(self, value, key):
+        self.released.append((key, value['eval']['score'] if 'eval' in value else None))
+
+    output_dir = os.path.join(self.root, 'own_sink')
+    first, second = Recorder(), Recorder()
+    killed = _CountingTask(kill_at=4, seed=7)
+    with self.assertRaises(_Killed):
+      training_loop.train(killed, output_dir, training_loop.standard_outputs(
+          output_dir, killed, show_progress=False).with_release_manager(first), log=lambda line: None)
+    resumed = _CountingTask(seed=7)
+    training_loop.train(resumed, output_dir, training_loop.standard_outputs(
+        output_dir, resumed, show_progress=False).with_release_manager(second), log=lambda line: None)
+    # Held like the standard sinks' releases: rounds covered by a checkpoint, each once.
+    self.assertEqual([key for key, _ in first.released], [0, 1, 2])
+    self.assertEqual([key for key, _ in second.released], [3, 4, 5])
+    self.assertEqual([key for key, _ in first.released + second.released],
+                     _released_rounds(output_dir))
+    self.assertEqual([w is not None for _, w in first.released + second.released],
+                     [True, False, True, False, True, True])
+    # Only the user's sink, without the standard ones: nothing but the checkpoints is written.
+    alone, sink = os.path.join(self.root, 'alone'), Recorder()
+    task = _CountingTask(rounds=2, seed=7)
+    training_loop.train(task, alone, training_loop.RunOutputs(
+        training_loop.checkpoint_manager(os.path.join(alone, 'checkpoints')), (sink,)),
+                        log=lambda line: None)
+    self.assertEqual([key for key, _ in sink.released], [0, 1, 2])
+    self.assertCountEqual(os.listdir(alone), ['checkpoints', 'model.npz', 'summary.json'])
+
   def test_evaluations_and_checkpoints_follow_the_cadence(self):
     output_dir, lines = self._train('cadence', _CountingTask(rounds=5))
     self.assertEqual([line.split(':')[0] for line in lines],

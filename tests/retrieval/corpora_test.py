@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from fedasr_tff import reading
 from fedasr_tff import retrieval
-from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import data as data_lib
+from fedasr_tff.retrieval import retriever_config
 
 
 def _data(labels, class_names=('a', 'b', 'c'), clients=None):
@@ -490,7 +490,7 @@ Section: utils
 
   def test_maintainers_are_the_column_split(self):
     path = self.write('packages.txt', self._PACKAGES)
-    config = retrieval_config.RetrieverConfig(
+    config = retriever_config.RetrieverConfig(
         corpus='debian_packages', corpus_path=path, package_label='section',
         client_split='column', num_clients=2, min_class_examples=1, test_fraction=0.5,
         output_dir=self.dir)
@@ -503,7 +503,7 @@ class LoadCorpusTest(_FilesTest):
   def _load(self, **overrides):
     rows = ''.join(f'{name}{i},{name}\n' for name in ('a', 'b') for i in range(10))
     path = self.write('corpus.csv', 'text,label\n' + rows)
-    return data_lib.load_corpus(retrieval_config.RetrieverConfig(
+    return data_lib.load_corpus(retriever_config.RetrieverConfig(
         corpus='table', corpus_path=path, output_dir=self.dir, min_class_examples=1,
         **overrides))
 
@@ -522,7 +522,7 @@ class LoadCorpusTest(_FilesTest):
 
   def test_dirichlet_clients(self):
     self._load()  # writes corpus.csv
-    config = retrieval_config.RetrieverConfig(
+    config = retriever_config.RetrieverConfig(
         corpus='table', corpus_path=self.path('corpus.csv'), output_dir=self.dir,
         min_class_examples=1, client_split='dirichlet', dirichlet_alpha=0.5, num_clients=2)
 
@@ -542,7 +542,7 @@ class LoadCorpusTest(_FilesTest):
   def test_a_separate_test_file(self):
     self._load()  # writes corpus.csv: classes a and b, ten rows each
     test_path = self.write('test.csv', 'label,text\nb,b test\nz,z test\na,a test\nz,z2\n')
-    config = retrieval_config.RetrieverConfig(
+    config = retriever_config.RetrieverConfig(
         corpus='table', corpus_path=self.path('corpus.csv'), test_path=test_path,
         output_dir=self.dir, min_class_examples=1, num_clients=2)
 
@@ -564,19 +564,19 @@ class LoadCorpusTest(_FilesTest):
     with self.assertRaisesRegex(ValueError, f"--test_path '{unknown}': none of its 1 examples"):
       data_lib.prepare_data(dataclasses.replace(config, test_path=unknown), tokenizer)
     with self.assertRaisesRegex(ValueError, '--test_path needs a file corpus'):
-      retrieval_config.RetrieverConfig(output_dir=self.dir, test_path=test_path)
+      retriever_config.RetrieverConfig(output_dir=self.dir, test_path=test_path)
 
   def test_top_k_defaults_to_three_or_the_classes_and_more_is_refused_before_any_work(self):
-    config = retrieval_config.RetrieverConfig(output_dir=self.dir)
+    config = retriever_config.RetrieverConfig(output_dir=self.dir)
     self.assertEqual((config.retrieval_k(2), config.retrieval_k(150)), (2, 3))
-    self.assertEqual(retrieval_config.RetrieverConfig(output_dir=self.dir, top_k=2)
+    self.assertEqual(retriever_config.RetrieverConfig(output_dir=self.dir, top_k=2)
                      .retrieval_k(2), 2)
     with self.assertRaisesRegex(ValueError, 'top_k'):
-      retrieval_config.RetrieverConfig(output_dir=self.dir, top_k=0)
+      retriever_config.RetrieverConfig(output_dir=self.dir, top_k=0)
     self.assertLen(self._load().class_names, 2)
     # The 2-class corpus with --top_k=3: refused before the texts are tokenized (no tokenizer).
     with self.assertRaisesRegex(ValueError, "--top_k=3 is more than the corpus's 2 classes"):
-      data_lib.prepare_data(retrieval_config.RetrieverConfig(
+      data_lib.prepare_data(retriever_config.RetrieverConfig(
           corpus='table', corpus_path=self.path('corpus.csv'), output_dir=self.dir,
           min_class_examples=1, top_k=3), tokenizer=None)
 

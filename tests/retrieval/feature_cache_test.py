@@ -9,9 +9,9 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
-from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import feature_cache
+from fedasr_tff.retrieval import retriever_config
 from tests.retrieval import backbones
 
 
@@ -85,7 +85,7 @@ class FeatureCacheTest(absltest.TestCase):
   def test_the_configuration_chooses_the_folder(self):
     with absltest.mock.patch.dict(os.environ, {'XDG_CACHE_HOME': '/somewhere'}):
       self.assertEqual(feature_cache.default_dir(), '/somewhere/fedasr_tff/retriever_features')
-      config = retrieval_config.RetrieverConfig(output_dir=self.dir)
+      config = retriever_config.RetrieverConfig(output_dir=self.dir)
       self.assertEqual(config.feature_cache, '/somewhere/fedasr_tff/retriever_features')
     self.assertEqual(dataclasses.replace(config, feature_cache_dir='/x').feature_cache, '/x')
     self.assertIsNone(dataclasses.replace(config, feature_cache_dir='').feature_cache)

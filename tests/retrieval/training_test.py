@@ -12,8 +12,8 @@ from absl.testing import absltest
 import numpy as np
 
 from fedasr_tff import runtime
-from fedasr_tff.retrieval import config as retrieval_config
 from fedasr_tff.retrieval import data as data_lib
+from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.retrieval import training
 from tests.program import damage
@@ -72,7 +72,7 @@ class TrainingTest(absltest.TestCase):
                   output_dir=os.path.join(self.root, name),
                   feature_cache_dir=os.path.join(self.root, 'features'))
     values.update(overrides)
-    return retrieval_config.RetrieverConfig(**values)
+    return retriever_config.RetrieverConfig(**values)
 
   def test_fl_learns_like_centralized_and_local_dp_costs(self):
     # Property 15: FL within 2 points of centralized at the same total epochs; local DP

@@ -6,10 +6,10 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
-from fedasr_tff import data
-from fedasr_tff.data import corpora
-from fedasr_tff.data import synthetic
 from fedasr_tff.speech import central_batches
+from fedasr_tff.speech import data
+from fedasr_tff.speech.data import corpora
+from fedasr_tff.speech.data import synthetic
 
 
 def _as_arrays(dataset):

@@ -7,11 +7,11 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
-from fedasr_tff import data
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
 from fedasr_tff.speech import central_training
+from fedasr_tff.speech import data
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 
 class CentralTrainingTest(absltest.TestCase):

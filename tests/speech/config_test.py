@@ -8,7 +8,6 @@ from unittest import mock
 from absl.testing import absltest
 
 from fedasr_tff import aggregators
-from fedasr_tff import models
 from fedasr_tff import optimizers
 from fedasr_tff import privacy
 from fedasr_tff.program import dp_config
@@ -17,6 +16,7 @@ from fedasr_tff.program import model_io
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
+from fedasr_tff.speech import models
 from fedasr_tff.speech import presets
 
 _SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
@@ -60,7 +60,7 @@ class ConfigTest(absltest.TestCase):
       named = dataclasses.replace(data, feature_cache_dir=given)
       self.assertEqual(named.with_default_feature_cache('/out').feature_cache_dir, given)
     # "none" turns the cache off: what reaches the client data.
-    with mock.patch.object(config_lib.corpus, 'load_client_data') as load:
+    with mock.patch.object(config_lib.corpus_clients, 'load_client_data') as load:
       for given, want in ((f'{root}/cache', f'{root}/cache'), ('none', None)):
         dataclasses.replace(data, feature_cache_dir=given).load_client_data('train', None)
         self.assertEqual(load.call_args.kwargs['feature_cache_dir'], want)
@@ -68,7 +68,7 @@ class ConfigTest(absltest.TestCase):
   def test_spec_augment_applies_to_training_data_only(self):
     data = config_lib.DataConfig(corpus_dir='/corpus')
     central = config_lib.CentralDataConfig(central_split='train')
-    with mock.patch.object(config_lib.corpus, 'load_client_data') as load:
+    with mock.patch.object(config_lib.corpus_clients, 'load_client_data') as load:
       for spec_augment in (False, True):
         on = dataclasses.replace(data, spec_augment=spec_augment)
         for training in (False, True):
@@ -164,8 +164,12 @@ class ConfigTest(absltest.TestCase):
     self.assertIsNone(dp_config.DPConfig(clipping='none').aggregator(0.0, 2, ['a'], True))
     for clipping in ('global', 'uniform', 'dim', 'weighted'):
       factory = dp_config.DPConfig(clipping=clipping).aggregator(
-          0.5, 4, ['block_00/w1/kernel', 'output/kernel'], diagnostics=False)
+          0.5, 4, ['block_00/w1/kernel', 'output/kernel'], diagnostics=False,
+          weighted_leaf=models.is_mlp_tensor)
       self.assertIsInstance(factory, aggregators.PerLayerDPFactory, clipping)
+    # The run layer knows no model: "weighted" needs to be told which tensors are the MLP's.
+    with self.assertRaisesRegex(ValueError, 'clipping`=weighted needs .* MLP tensors'):
+      dp_config.DPConfig(clipping='weighted').aggregator(0.5, 4, ['block_00/w1/kernel'], False)
 
 
 class ModelFeaturesTest(absltest.TestCase):

@@ -8,12 +8,12 @@ from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
 
-from fedasr_tff import data
-from fedasr_tff import decoding
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import model_io
+from fedasr_tff.speech import data
+from fedasr_tff.speech import decoding
 from fedasr_tff.speech import evaluation
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 
 
 class _RecordingWordList(decoding.WordList):

@@ -15,16 +15,16 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fedasr_tff import data
-from fedasr_tff import models
 from fedasr_tff import runtime
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import cohorts
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import npz_state
 from fedasr_tff.program import run_record
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech import models
+from fedasr_tff.speech.data import synthetic
 from tests.program import damage
 
 

@@ -9,13 +9,13 @@ import tempfile
 from absl.testing import absltest
 import tensorflow_federated as tff
 
-from fedasr_tff import data
 from fedasr_tff import runtime
-from fedasr_tff.data import synthetic
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.program import privacy_ledger
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech.data import synthetic
 
 
 def _columns(output_dir):

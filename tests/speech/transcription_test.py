@@ -9,11 +9,11 @@ from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
 
-from fedasr_tff import data
-from fedasr_tff import decoding
-from fedasr_tff import models
-from fedasr_tff.data import synthetic
+from fedasr_tff.speech import data
+from fedasr_tff.speech import decoding
+from fedasr_tff.speech import models
 from fedasr_tff.speech import transcription
+from fedasr_tff.speech.data import synthetic
 
 # Run in a fresh interpreter: loads the SavedModel and writes what its signatures return.
 _LOAD_AND_RUN = '''
