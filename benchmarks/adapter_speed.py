@@ -35,8 +35,8 @@ import tensorflow as tf
 
 from benchmarks import memory
 from benchmarks import retriever_inputs
-from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import process as process_lib
+from fedasr_tff.retrieval import text_corpora
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.text_models import frozen
@@ -57,7 +57,7 @@ _LEARNING_RATE = 0.1
 
 def _texts(count, max_chars):
   """`count` fortunes drawn at random (seed 0), their categories as labels."""
-  data = corpora.read_fortunes(max_chars=max_chars)
+  data = text_corpora.read_fortunes(max_chars=max_chars)
   chosen = np.sort(np.random.default_rng(0).choice(len(data), count, replace=False))
   return data.subset(chosen)
 

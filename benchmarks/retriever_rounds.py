@@ -35,9 +35,9 @@ import tensorflow as tf
 
 from benchmarks import memory
 from benchmarks import retriever_inputs
-from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import data as data_lib
 from fedasr_tff.retrieval import process as process_lib
+from fedasr_tff.retrieval import text_corpora
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.text_models import frozen
@@ -61,7 +61,7 @@ _EPOCHS = 1
 
 
 def _texts(count):
-  data = corpora.read_fortunes(max_chars=400, min_entries=20)
+  data = text_corpora.read_fortunes(max_chars=400, min_entries=20)
   per_class = max(1, count // data.num_classes)
   chosen = np.concatenate([np.flatnonzero(data.labels == c)[:per_class]
                            for c in range(data.num_classes)])[:count]

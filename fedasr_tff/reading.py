@@ -1,20 +1,12 @@
 """Input files read whole: every line accounted for, nothing dropped or merged silently.
 
-A reader counts, file by file (`FileAccount`), the lines it read and what each one was: a
-header, blank (or only a separator between records, such as a fortune file's `%`), or part of a
-record (a table's row, a fortune, a package's stanza); and of the records, how many it kept and
-how many it skipped, by reason. The counts add up: lines = header + blank + record lines, and
-records = kept + skipped (`FileAccount.check`). A `ReadReport` holds a reader's accounts and
-the problems it skipped, each named `file:line` (or the file), so that a run's summary and
-report can say what became of every line of its input.
-
-Tables (`read_table`): a tab-separated table has no quoting (the IANA text/tab-separated-values
-format: a field ends at a tab, a row at a line break), so a text that starts with `"` is read as
-written; a comma- (or otherwise) separated one follows RFC 4180 (a field may be quoted, a quote
-inside it doubled). A row with another number of fields than the header, or a field that still
-holds a line break (in CSV, a quote left open joins the lines after it into one field), is
-malformed: refused naming the file, the line and what is wrong, or, with `malformed="skip"`,
-skipped and counted.
+A reader counts, file by file (`FileAccount`), the lines it read and what each one was (a
+header, blank or a separator, part of a record) and, of the records, how many it kept and how
+many it skipped, by reason; the counts add up (`FileAccount.check`). A `ReadReport` holds a
+reader's accounts and the problems it skipped, each named `file:line` (or the file), so that a
+run's summary and report can say what became of every line of its input. `read_table` reads a
+tab-separated table without quoting and any other delimiter as RFC 4180 CSV, and refuses or
+skips a malformed row (docs/running.md, "What the readers read").
 """
 
 import collections
@@ -46,12 +38,15 @@ class MalformedRowError(ValueError):
 class FileAccount:
   """What became of the lines of one file.
 
+  The counts add up: lines = header + blank + record_lines, and records = kept + skipped
+  (`check`).
+
   Attributes:
     lines: the lines read (a last line without a line break counts).
     header: header lines.
-    blank: blank lines, and lines that only separate records.
-    record_lines: lines that belong to a record (a row, an entry, a stanza; a record may span
-      several lines).
+    blank: blank lines, and lines that only separate records (a fortune file's `%`).
+    record_lines: lines that belong to a record (a table's row, a fortune, a package's stanza;
+      a record may span several lines).
     records: the records found.
     kept: records kept.
     skipped: records skipped, by reason.
@@ -319,7 +314,13 @@ def read_table(path: str, report: ReadReport, *, delimiter: str = '\t',
                header: Union[bool, Callable[[List[str]], bool]] = True,
                required: Sequence[str] = (), malformed: str = 'error',
                latin1_fallback: bool = False) -> Table:
-  """Reads a delimited table whole (module docstring), counting every line in `report`.
+  """Reads a delimited table whole, counting every line in `report`.
+
+  A tab-separated table has no quoting (the IANA text/tab-separated-values format: a field ends
+  at a tab, a row at a line break), so a text that starts with `"` is read as written; any other
+  delimiter follows RFC 4180 (a field may be quoted, a quote inside it doubled). A row with
+  another number of fields than the header, or a field that still holds a line break (in CSV, a
+  quote left open joins the lines after it into one field), is malformed.
 
   Args:
     path: the file.

@@ -22,6 +22,7 @@ import tensorflow_privacy as tfp
 
 from fedasr_tff import tff_default_context
 from fedasr_tff import validation
+from fedasr_tff.aggregators import noise_seeds
 from fedasr_tff.aggregators import per_layer_dp
 from fedasr_tff.aggregators import per_layer_query
 
@@ -133,8 +134,8 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
         the guarantee; off by default).
       noise_seed: seed of the weight noise, kept in this query's global state and split every
         round, so a restored state replays it (the per-layer query keeps its own seed for the
-        value noise); None draws one from OS entropy (`per_layer_query.fresh_noise_seed`,
-        which leaves it unset inside `per_layer_query.unset_noise_seeds()`).
+        value noise); None draws one from OS entropy (`noise_seeds.fresh_noise_seed`,
+        which leaves it unset inside `noise_seeds.unset_noise_seeds()`).
 
     Raises:
       ValueError: for a value query that is not a server-noised `PerLayerClipGaussianSumQuery`,
@@ -159,7 +160,7 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
     self._floor = float(weight_sum_floor)
     self._clients_per_round = float(clients_per_round)
     self._diagnostics = diagnostics
-    self._noise_seed = (per_layer_query.fresh_noise_seed() if noise_seed is None
+    self._noise_seed = (noise_seeds.fresh_noise_seed() if noise_seed is None
                         else int(noise_seed))
     self._noise_multiplier = combined_noise_multiplier(value_query.noise_multiplier,
                                                        self._weight_noise_multiplier)
@@ -202,9 +203,9 @@ class BoundedWeightMeanQuery(tfp.SumAggregationDPQuery):
 
     Returns:
       The value query's `derive_sample_params` of its state, once the weight noise seed is
-      checked to be set (`per_layer_query.after_noise_seed_check`).
+      checked to be set (`noise_seeds.after_noise_seed_check`).
     """
-    return per_layer_query.after_noise_seed_check(
+    return noise_seeds.after_noise_seed_check(
         global_state.noise_seed, self._value_query.derive_sample_params(global_state.value_state))
 
   def initial_sample_state(self, template=None):

@@ -5,14 +5,8 @@ Differentially Private Federated Learning for Speech Recognition: Benchmarks, Ad
 and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098: every ε the paper reports, with the noise
 multiplier z, cohort S, population K and accounted steps T. The `check` column holds our own
 reproduction notes (they are not in the paper): `ok` when our RDP accountant reproduces the row
-at its listed Rényi order, otherwise why not:
-
-* `TYPO`: ε contradicts the rows with the same (q, z, T) (1.3e0 printed for 1.3e1);
-* `ORDER_LABEL`: ε is right (the minimum over the order grid) but the listed order is not;
-* `value_at_alpha1.5_not_min`: ε is the value at α = 1.5, and a lower order gives less;
-* `z_matches_sigma0.6`: z = 0.6e-6 · S although the σ_DP column says 0.625;
-* `alpha_grid_cap25`: ε is the value at the grid's top order 25, and larger orders give less
-  (`T=2006_vs_2034`: T is 2006 where the other rows at q = 0.00295 have 2034).
+at its listed Rényi order, otherwise why not, such as `TYPO` or `ORDER_LABEL`
+(docs/accounting.md, "The check column").
 """
 
 import csv
@@ -45,7 +39,8 @@ class PublishedRow:
     delta: δ.
     epsilon: the published ε.
     renyi_order: the published Rényi order, if any.
-    check: our reproduction note (module docstring).
+    check: our reproduction note: `ok`, or why our accountant does not reproduce the row
+      (docs/accounting.md, "The check column").
   """
   line: int
   table: str

@@ -1,23 +1,13 @@
 """Checkpoints as one NumPy `.npz` file a round: TFF's `FileProgramStateManager`, faster.
 
 TFF's `tff.program.FileProgramStateManager` writes each version of the program state as a
-SavedModel: every leaf becomes a `tf.Variable` of a traced `tf.Module`, which for a state of 150
-tensors costs more CPU than a round of a small model (docs/benchmarks.md, "Measurements behind
-the code"). `NpzProgramStateManager` keeps
-its folders, versions and retention (`program_state_N/`, `keep_total`, `keep_first`) and writes
-the flattened leaves to `program_state_N/state.npz` instead, in milliseconds. The structure comes
-back from the `structure` argument of `load`, as in TFF.
-
-- Atomic: the file is written and fsynced in a temporary folder renamed to `program_state_N`
-  (a run killed while saving leaves no partial version, and the next save of that version removes
-  the temporary folder; TFF's folders are renamed the same way; a save that fails, on a full disk
-  say, removes it and names `program_state_N/state.npz`).
-- No pickles: a leaf NumPy can hold only as an object array is refused at save, and files are
-  read with `allow_pickle=False`, so a checkpoint cannot run code when it is loaded.
-- Damage is named: a truncated or altered file (zip CRC), a missing one or a leaf count that
-  does not match the structure raises `ValueError` naming the file.
-- Runs saved by TFF's manager (before this module) still load: a version folder without
-  `state.npz` is read by `FileProgramStateManager.load`.
+SavedModel, every leaf a `tf.Variable` of a traced `tf.Module`, which costs more CPU than a round
+of a small model (docs/benchmarks.md, "Measurements behind the code"). `NpzProgramStateManager`
+keeps its folders, versions and retention (`program_state_N/`, `keep_total`, `keep_first`) and
+writes the flattened leaves to `program_state_N/state.npz` instead; the structure comes back from
+the `structure` argument of `load`, as in TFF. A save is atomic and holds no pickles, so a
+checkpoint cannot run code when it is loaded; a damaged file is refused naming it; runs saved by
+TFF's manager still load (`save`, `load`).
 """
 
 import glob
@@ -41,6 +31,7 @@ STATE_FILE = 'state.npz'
 
 
 def _leaf_array(index: int, value: Any) -> np.ndarray:
+  """A leaf as an array; one NumPy can hold only as an object array (a pickle) is refused."""
   if isinstance(value, serializable.Serializable):
     value = value.to_bytes()
   array = np.asarray(value)
@@ -66,6 +57,11 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
 
   async def save(self, program_state: Any, version: int) -> None:
     """Saves `program_state` as version `version`.
+
+    Atomic: the file is written and fsynced in a temporary folder renamed to `program_state_N`
+    (as TFF renames its folders), so a run killed while saving leaves no partial version, and the
+    next save of that version removes the temporary folder. A save that fails, on a full disk
+    say, removes it and names `program_state_N/state.npz`.
 
     Args:
       program_state: a structure of arrays, numbers, bytes or `tff.program.Serializable`s.
@@ -121,6 +117,9 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
   async def load(self, version: int, structure: Any) -> Any:
     """Loads version `version` into `structure` (leaves as NumPy arrays).
 
+    A version folder without `state.npz`, saved by TFF's manager before this module, is read by
+    `FileProgramStateManager.load`.
+
     Args:
       version: a saved version.
       structure: the structure saved (its leaves' values are not used).
@@ -147,8 +146,10 @@ class NpzProgramStateManager(tff.program.FileProgramStateManager):
 
 
 def _read_leaves(path: str) -> list:
-  """The arrays of the `state.npz` file `path`, in order; `ValueError` naming it if damaged."""
+  """The arrays of the `state.npz` file `path`, in order; `ValueError` naming it if damaged
+  (missing, or truncated or altered: each array's zip CRC is checked as it is read)."""
   try:
+    # No pickles: a checkpoint cannot run code when it is loaded.
     with np.load(path, allow_pickle=False) as saved:
       return [saved[f'arr_{i}'] for i in range(len(saved.files))]
   except (zipfile.BadZipFile, EOFError, KeyError, OSError, ValueError) as e:

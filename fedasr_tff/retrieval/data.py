@@ -1,9 +1,9 @@
 """A retriever run's data: the labelled corpus, its test split and clients, tokens and features.
 
-The corpus (`corpora`) is filtered to classes of enough examples, split into a held-out test set
-(stratified, the server's own evaluation data; or a separate test file, --test_path) and
-training examples dealt to clients (evenly, the paper's, by a client column, or by Dirichlet
-shares of each class), and tokenized once; the classifier-only mode's pooled
+The corpus (`text_corpora`) is filtered to classes of enough examples, split into a held-out test
+set (stratified, the server's own evaluation data; or a separate test file, --test_path) and
+training examples dealt to clients (`partitions`: evenly, the paper's, by a client column, or by
+Dirichlet shares of each class), and tokenized once; the classifier-only mode's pooled
 features of the frozen backbone are computed once (the paper's mode A).
 """
 
@@ -20,16 +20,17 @@ import tensorflow as tf
 
 from fedasr_tff import reading
 from fedasr_tff import text_models
-from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import feature_cache
+from fedasr_tff.retrieval import partitions
 from fedasr_tff.retrieval import retriever_config
+from fedasr_tff.retrieval import text_corpora
 from fedasr_tff.retrieval import tff_model
 from fedasr_tff.text_models import checkpoints
 from fedasr_tff.text_models import frozen as frozen_lib
 from fedasr_tff.text_models import minilm
 
 FEATURE_BATCH = 64
-# Keeps the per-class sample's draws apart from the splits' (`corpora`), which also use data_seed.
+# Keeps the per-class sample's draws apart from the splits' (`partitions`), also of data_seed.
 _SAMPLING_STREAM = 1
 
 
@@ -49,7 +50,7 @@ class RetrievalData:
     left_out: examples read but left out by the run's flags, by reason (`load_corpus`,
       `with_test_file`).
   """
-  texts: corpora.LabelledTexts
+  texts: text_corpora.LabelledTexts
   tokens: Dict[str, np.ndarray]
   test: np.ndarray
   client_ids: List[str]
@@ -66,7 +67,7 @@ class RetrievalData:
 
 def load_corpus(config: retriever_config.RetrieverConfig,
                 report: Optional[reading.ReadReport] = None,
-                left_out: Optional[Dict[str, int]] = None) -> corpora.LabelledTexts:
+                left_out: Optional[Dict[str, int]] = None) -> text_corpora.LabelledTexts:
   """The corpus, without classes of fewer than `min_class_examples` examples, with at most
   `max_classes` classes (the first by name) and `max_class_examples` per class (a uniform sample
   without replacement drawn with `data_seed`, kept in file order: the first N of a file sorted
@@ -111,13 +112,13 @@ def load_corpus(config: retriever_config.RetrieverConfig,
   used = np.unique(kept.labels)
   relabel = np.full(data.num_classes, -1, np.int32)
   relabel[used] = np.arange(len(used), dtype=np.int32)
-  return corpora.LabelledTexts(texts=kept.texts, labels=relabel[kept.labels],
+  return text_corpora.LabelledTexts(texts=kept.texts, labels=relabel[kept.labels],
                                class_names=tuple(data.class_names[i] for i in used),
                                clients=kept.clients)
 
 
 def _read(config: retriever_config.RetrieverConfig, path,
-          report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
+          report: Optional[reading.ReadReport]) -> text_corpora.LabelledTexts:
   """The corpus file (or fortunes folder) `path` in --corpus's format, counted in `report`; a
   malformed row's refusal says how to skip such rows instead."""
   try:
@@ -128,25 +129,25 @@ def _read(config: retriever_config.RetrieverConfig, path,
 
 
 def _read_format(config: retriever_config.RetrieverConfig, path,
-                 report: Optional[reading.ReadReport]) -> corpora.LabelledTexts:
+                 report: Optional[reading.ReadReport]) -> text_corpora.LabelledTexts:
   if config.corpus == 'fortunes':
-    return corpora.read_fortunes(path or corpora.FORTUNES_DIR, max_chars=config.max_chars,
+    return text_corpora.read_fortunes(path or text_corpora.FORTUNES_DIR, max_chars=config.max_chars,
                                  report=report)
   if config.corpus == 'sms_spam':
-    return corpora.read_sms_spam(path, report=report, malformed=config.malformed_rows)
+    return text_corpora.read_sms_spam(path, report=report, malformed=config.malformed_rows)
   if config.corpus == 'ag_news':
-    return corpora.read_ag_news(path, report=report, malformed=config.malformed_rows)
+    return text_corpora.read_ag_news(path, report=report, malformed=config.malformed_rows)
   if config.corpus == 'debian_packages':
-    return corpora.read_debian_packages(path, config.package_label, report=report)
-  return corpora.read_labelled_table(path, text_column=config.text_column,
-                                     label_column=config.label_column,
-                                     client_column=config.client_column, report=report,
-                                     malformed=config.malformed_rows)
+    return text_corpora.read_debian_packages(path, config.package_label, report=report)
+  return text_corpora.read_labelled_table(path, text_column=config.text_column,
+                                          label_column=config.label_column,
+                                          client_column=config.client_column, report=report,
+                                          malformed=config.malformed_rows)
 
 
-def with_test_file(train: corpora.LabelledTexts, config: retriever_config.RetrieverConfig,
+def with_test_file(train: text_corpora.LabelledTexts, config: retriever_config.RetrieverConfig,
                    report: Optional[reading.ReadReport] = None
-                   ) -> Tuple[corpora.LabelledTexts, np.ndarray, int]:
+                   ) -> Tuple[text_corpora.LabelledTexts, np.ndarray, int]:
   """`train` followed by the examples of --test_path whose class `train` has.
 
   Args:
@@ -173,7 +174,7 @@ def with_test_file(train: corpora.LabelledTexts, config: retriever_config.Retrie
                                           for i in known]]).astype(np.int32)
   # Test examples belong to no client; the client split reads the training rows only.
   clients = None if train.clients is None else train.clients + ('',) * len(known)
-  joined = corpora.LabelledTexts(texts, labels, train.class_names, clients)
+  joined = text_corpora.LabelledTexts(texts, labels, train.class_names, clients)
   return joined, np.arange(len(train), len(joined)), len(test) - len(known)
 
 
@@ -231,9 +232,9 @@ def _tokenize(tokenizer, texts, batch: int = 512) -> Dict[str, np.ndarray]:
   return {key: np.concatenate([p[key].numpy() for p in parts]) for key in parts[0]}
 
 
-def _split_dirichlet(train: corpora.LabelledTexts, config: retriever_config.RetrieverConfig):
+def _split_dirichlet(train: text_corpora.LabelledTexts, config: retriever_config.RetrieverConfig):
   try:
-    return corpora.split_dirichlet(train, config.num_clients, config.dirichlet_alpha,
+    return partitions.split_dirichlet(train, config.num_clients, config.dirichlet_alpha,
                                    config.data_seed)
   except ValueError as e:  # Named by the flags, not the library's arguments.
     raise ValueError(f'--client_split=dirichlet with --dirichlet_alpha={config.dirichlet_alpha} '
@@ -259,7 +260,7 @@ def prepare_data(config: retriever_config.RetrieverConfig, tokenizer) -> Retriev
   config.retrieval_k(texts.num_classes)  # --top_k checked before any work.
   test_left_out = 0
   if config.test_path is None:
-    train, test = corpora.train_test_split(texts, config.test_fraction, config.data_seed)
+    train, test = partitions.train_test_split(texts, config.test_fraction, config.data_seed)
   else:
     train = np.arange(len(texts))
     texts, test, test_left_out = with_test_file(texts, config, report)
@@ -271,13 +272,13 @@ def prepare_data(config: retriever_config.RetrieverConfig, tokenizer) -> Retriev
           test_left_out)
   report.warn_if_skipped('--corpus_path' + (' and --test_path' if config.test_path else ''))
   if config.client_split in ('even', 'dirichlet'):
-    parts = (corpora.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
+    parts = (partitions.split_evenly(texts.subset(train), config.num_clients, config.data_seed)
              if config.client_split == 'even' else
              _split_dirichlet(texts.subset(train), config))
     client_ids = [f'client_{i:03d}' for i in range(config.num_clients)]
     client_indices = {c: train[p] for c, p in zip(client_ids, parts, strict=True)}
   else:
-    ids, parts = corpora.split_by_client(texts.subset(train))
+    ids, parts = partitions.split_by_client(texts.subset(train))
     if len(ids) != config.num_clients:
       column = ('the Maintainer field' if config.corpus == 'debian_packages'
                 else f'--client_column {config.client_column!r}')

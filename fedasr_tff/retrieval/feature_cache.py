@@ -1,24 +1,12 @@
 """The frozen backbone's pooled features, cached across runs (the classifier-only mode).
 
 In the classifier-only mode (the paper's mode A, Fofonjka et al., webAI 2025) the backbone is
-frozen, so every text's pooled state is a function of the backbone's weights, the text's tokens
-and the pooling alone, and a run spends most of its time computing them (a few thousand texts
-through MiniLM take far longer than the rounds: docs/benchmarks.md, "Measurements behind the
-code"). They are computed once per
-(backbone, tokens, pooling) and kept as `KEY.npy` in a cache folder, KEY the SHA-256 of:
-
-- the backbone's class and every weight (name, dtype, shape, bytes), so another checkpoint,
-  or the same one changed, is another entry;
-- the pooling;
-- the token ids and mask of every text, in order: they fix the texts, the tokenizer and
-  `max_length`.
-
-Privacy: the features are derived from the corpus's texts (in a simulation, the clients' data),
-so they are as private as the corpus: each file is owner-only (0600), and the folder is created
-owner-only (0700; a folder that exists keeps its mode: `--feature_cache_dir=/tmp` must not close
-/tmp). A file is written to a temporary name and renamed, so a reader sees a whole file or
-none. A file that does not load as [N, d] float32 for the N texts is computed again and
-replaced.
+frozen, so every text's pooled state depends only on the backbone's weights, the text's tokens
+and the pooling, and computing them takes most of a run (docs/benchmarks.md, "Measurements behind
+the code"). They are computed once per (backbone, tokens, pooling) and kept as `KEY.npy` in a
+cache folder, KEY the SHA-256 of the three (`cache_key`). The features are derived from the
+corpus's texts (in a simulation, the clients' data), so they are as private as the corpus: the
+files and the folder are owner-only (docs/retrieval.md, "Performance").
 """
 
 import hashlib
@@ -41,7 +29,11 @@ def default_dir() -> str:
 
 
 def cache_key(backbone, tokens: Dict[str, np.ndarray], pooling: str) -> str:
-  """The hex SHA-256 naming the features of `tokens` through `backbone` (module docstring).
+  """The hex SHA-256 naming the features of `tokens` through `backbone`.
+
+  It hashes the backbone's class and every weight (name, dtype, shape, bytes), so another
+  checkpoint, or the same one changed, is another entry; the pooling; and the token ids and mask
+  of every text, in order, which fix the texts, the tokenizer and `max_length`.
 
   Args:
     backbone: the frozen backbone (a Keras model; its weights are built if they are not yet).
@@ -75,7 +67,8 @@ def cached_features(cache_dir: Optional[str], backbone, tokens: Dict[str, np.nda
     compute: () -> [N, d] float32, the features computed.
 
   Returns:
-    (the features, whether they came from the cache).
+    (the features, whether they came from the cache). A cached file that does not load as
+    [N, d] float32 is computed again and replaced.
   """
   if cache_dir is None:
     return compute(), False
@@ -92,8 +85,10 @@ def cached_features(cache_dir: Optional[str], backbone, tokens: Dict[str, np.nda
       logging.warning('%s: shape %s %s, not [%d, d] float32; computing the features again.',
                       path, features.shape, features.dtype, count)
   features = np.asarray(compute(), np.float32)
+  # A folder that exists keeps its mode: `--feature_cache_dir=/tmp` must not close /tmp.
   os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-  descriptor, partial = tempfile.mkstemp(dir=cache_dir, suffix='.partial')  # 0600
+  # Written to a temporary name (0600) and renamed: a reader sees a whole file or none.
+  descriptor, partial = tempfile.mkstemp(dir=cache_dir, suffix='.partial')
   try:
     with os.fdopen(descriptor, 'wb') as f:
       np.save(f, features, allow_pickle=False)

@@ -2,17 +2,12 @@
 
 The classifier-as-retriever (Fofonjka et al., webAI 2025) hands the classifier's top-K classes to
 the generator as the retrieved documents. `load_retriever` rebuilds a `train_retriever` run's
-model from its `model.npz` alone (the tensors and the metadata beside them: class names, mode,
-head, pooling, `max_length`, backbone): the frozen backbone, the adapter in the adapter mode,
-the trained head, and the backbone's tokenizer. `Retriever.retrieve` is one `tf.function` from
-strings to {ids, names, scores} (scores: softmax probabilities over the classes), and
-`export_saved_model` writes it as a SavedModel that plain `tf.saved_model.load` runs.
-
-The tokenizer must be TensorFlow ops for the SavedModel: WordPiece backbones (MiniLM, BERT) use
-tensorflow-text's, so loading the SavedModel needs `import tensorflow_text` first (and a
-TensorFlow Serving build with those ops). Llama backbones tokenize with SentencePiece or
-`tokenizers` outside the graph; their retrievers run in Python through `Retriever.retrieve_texts`
-and are not exported.
+model and tokenizer from its `model.npz` alone; `Retriever.retrieve` is one `tf.function` from
+strings to {ids, names, scores}, and `export_saved_model` writes it as a SavedModel that plain
+`tf.saved_model.load` runs. The SavedModel needs the tokenizer as TensorFlow ops: WordPiece
+backbones (MiniLM, BERT) use tensorflow-text's, so `import tensorflow_text` before loading it;
+Llama backbones tokenize outside the graph, so their retrievers run in Python
+(`Retriever.retrieve_texts`) and are not exported (docs/retrieval.md, "Retrieve").
 """
 
 import json
@@ -35,6 +30,8 @@ from fedasr_tff.text_models import tokenizer as tokenizer_lib
 
 class Retriever(tf.Module):
   """Queries -> {'ids': [B, K] int32, 'names': [B, K] string, 'scores': [B, K] float32}.
+
+  The scores are the classifier's softmax probabilities over the classes.
 
   Attributes:
     class_names: the documents, by class id.
@@ -82,6 +79,10 @@ class Retriever(tf.Module):
 
 def load_retriever(model_path: str, k: Optional[int] = None) -> Retriever:
   """The retriever a `train_retriever` run wrote to `model_path` (its `model.npz`).
+
+  Rebuilt from the file alone, its tensors and the metadata beside them (class names, mode,
+  head, pooling, `max_length`, backbone): the frozen backbone, the adapter in the adapter mode,
+  the trained head, and the backbone's tokenizer.
 
   Args:
     model_path: the run's `model.npz`.

@@ -14,12 +14,12 @@ from fedasr_tff import reading
 from fedasr_tff import validation
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
-from fedasr_tff.retrieval import corpora
 from fedasr_tff.retrieval import dp_prototypes
 from fedasr_tff.retrieval import feature_cache as feature_cache_lib
 from fedasr_tff.retrieval import local_dp as local_dp_lib
 from fedasr_tff.retrieval import logit_gap_check
 from fedasr_tff.retrieval import process as process_lib
+from fedasr_tff.retrieval import text_corpora
 from fedasr_tff.retrieval import tff_model
 
 CORPORA = ('fortunes', 'sms_spam', 'ag_news', 'table', 'debian_packages')
@@ -47,14 +47,14 @@ class RetrieverConfig:
                        'package descriptions (`apt-cache dumpavail` output; class '
                        '--package_label, client the Maintainer).', CORPORA)
   corpus_path: Optional[str] = _field(None, 'Corpus file (or fortunes folder; default '
-                                      f'{corpora.FORTUNES_DIR}).')
+                                      f'{text_corpora.FORTUNES_DIR}).')
   text_column: str = _field('text', 'Text column of --corpus=table.')
   label_column: str = _field('label', 'Label column of --corpus=table.')
   client_column: Optional[str] = _field(None, 'Client column of --corpus=table '
                                         '(--client_split=column).')
   package_label: str = _field('debtag', '--corpus=debian_packages: label a package by its most '
                               'specific debtag or by its archive section.',
-                              corpora.DEBIAN_LABELS)
+                              text_corpora.DEBIAN_LABELS)
   malformed_rows: str = _field(
       'error', 'A malformed row of --corpus_path or --test_path (another number of fields than '
       'the header, a field holding a line break, an empty text or label, a line without a '
@@ -178,7 +178,7 @@ class RetrieverConfig:
   def __post_init__(self):
     for name, value, options in (('corpus', self.corpus, CORPORA),
                                  ('client_split', self.client_split, SPLITS),
-                                 ('package_label', self.package_label, corpora.DEBIAN_LABELS),
+                                 ('package_label', self.package_label, text_corpora.DEBIAN_LABELS),
                                  ('malformed_rows', self.malformed_rows, reading.MALFORMED),
                                  ('mode', self.mode, tff_model.MODES),
                                  ('weighting', self.weighting, process_lib.WEIGHTINGS),

@@ -1,29 +1,13 @@
 """A disk cache of the parts of a round's map-reduce form, keyed by the round itself.
 
-The in-process engine (`inprocess.MapReduceRound`) runs a round from its map-reduce form, which
-TFF compiles from the round's computation
-(`tff.backends.mapreduce.get_map_reduce_form_for_computation`): for a small model most of the
-first round (docs/benchmarks.md, "Measurements behind the code"). The form is a function of the
-round's computation proto, of the TFF and TensorFlow that compile it and of the compiler's
-options, and of nothing else, so it is kept on disk under a SHA-256 of exactly those. A different
-model, aggregator, optimizer or hyperparameter is a different computation and so a different key:
-an entry is never found for a round it was not compiled from. For a warm cache to hit in a new
-process, the round's proto must come out the same in every process that builds it: client work
-builds its model with zero-initialised trainable variables
-(`fedasr_tff.algorithms.local_training.client_model`), so no initializer seed that Keras draws
-per process reaches the round.
-
-What is written: the TensorFlow computations the engine runs (`prepare`, `work`, `zero`,
-`accumulate`, `report`, `update`), graphs derived from the round's computation alone, which is
-what TFF would send its worker. Never state, never the data of a call, and never `initialize`,
-whose graph holds the DP noise seed (`fedasr_tff.aggregators.per_layer_query`): the cache is only
-handed rounds. A round that captures values in its graph (a constant tensor made inside a
-`tff.tensorflow.computation`) writes them too; the binaries' rounds capture hyperparameters only.
-
-Trust: the engine runs a cached graph as it is, so the directory must be the user's own. It is
-made with mode 0700, and one owned by another user or writable by group or others is refused.
-An entry is written to a temporary file and renamed, so a crashed write leaves no partial entry;
-an entry that does not parse is compiled again and rewritten, with a warning naming the file.
+The in-process engine (`inprocess.MapReduceRound`) runs a round from the map-reduce form TFF
+compiles (`tff.backends.mapreduce.get_map_reduce_form_for_computation`), a compilation that is
+most of a small model's first round (docs/benchmarks.md, "Measurements behind the code"). The
+form depends only on the round's computation proto, the TFF and TensorFlow versions and the
+compiler's options, so it is kept under a SHA-256 of those (`CompileCache.key`): another round is
+another entry. An entry holds the parts' graphs, what TFF would send its worker: never state,
+data or `initialize` (which holds the DP noise seed). The engine runs them as they are, so the
+directory must be the user's own (docs/running.md, "Engines").
 """
 
 import hashlib
@@ -92,6 +76,10 @@ class CompileCache:
       A hexadecimal digest.
     """
     digest = hashlib.sha256()
+    # The proto comes out the same in every process that builds the round, so a warm cache hits
+    # in a new process: client work's model has zero-initialised trainable variables
+    # (`fedasr_tff.algorithms.local_training.client_model`), so no initializer seed that Keras
+    # draws per process reaches the round.
     for part in (_FORMAT, tff.__version__.encode(), tf.__version__.encode(), compiler_options,
                  tff.framework.ConcreteComputation.get_proto(computation).SerializeToString(
                      deterministic=True)):

@@ -37,8 +37,8 @@ from fedasr_tff.runtime import namespace_bridge
 WORKER_PROCESS_NAME = 'worker_binary'
 WORKER_PATH = os.path.join(os.path.dirname(tff.__file__), 'data', WORKER_PROCESS_NAME)
 ALLOW_EXPOSED_WORKER_VARIABLE = 'FEDASR_TFF_ALLOW_EXPOSED_WORKER'
-# Messages up to TFF's 2 GB (gRPC: 4 MB received); a first retry after 50 ms (gRPC: 1 s), as a
-# worker starts fast.
+# Messages up to TFF's 2 GB (gRPC: 4 MB received); a first retry sooner than gRPC's default, as
+# a worker starts fast.
 CHANNEL_OPTIONS = [('grpc.max_receive_message_length', 2 * 10**9),
                    ('grpc.max_send_message_length', 2 * 10**9),
                    ('grpc.initial_reconnect_backoff_ms', 50)]
@@ -351,7 +351,7 @@ EXECUTORS_PER_WORKER = 32
 # Computations an executor keeps: a run calls a handful (initialize, next, the mergeable parts).
 COMPUTATIONS_PER_EXECUTOR = 8
 # A worker answers a DisposeExecutor in milliseconds; one that took longer than this at exit is
-# not asked again (a distributed run's disposals time out after 5 s: `distributed`).
+# not asked again (a distributed run's disposals time out too: `distributed`).
 _SLOW_CLOSE_SECONDS = 1.0
 
 

@@ -1,28 +1,14 @@
 """A federated round run in this process from TFF's own compiled map-reduce form.
 
-TFF compiles a round `next(server_state, client_data) -> (server_state, server_output)` with one
-aggregation into a `tff.backends.mapreduce.MapReduceForm`
-(`tff.backends.mapreduce.get_map_reduce_form_for_computation`), whose parts are TensorFlow
-computations with documented semantics (TFF's `forms.py`):
-
-  client_input = prepare(server_state)
-  for each client: client_update = work(client_data, client_input)
-  accumulator = zero(); accumulator = accumulate(accumulator, client_update[0]) per client
-  aggregate = report(accumulator)
-  server_state, server_output = update(server_state, (aggregate, *secure sums))
-
-`MapReduceRound` runs exactly that, each part imported by `tff_graphs.InProcessComputation`, the
-whole round one call of one TensorFlow function: the clients in a `tf.while_loop`, `lanes` at a
-time (each lane an import of `work` of its own, running at the same time as the others), their
-updates accumulated one by one in cohort order, and every server part once per round (a DP
-factory's noise, drawn in `update` from the state's seed, is added once). It is the same TFF
-computation the C++ worker runs, compiled by TFF, not a re-implementation of the algorithm. Two
-things differ from the worker, neither in what is computed: client datasets are iterated without
-tf.data's graph rewrites (`_for_one_pass`), and the round runs without Grappler
-(`_without_grappler_calls`).
-
-`inprocess_context.InProcessContext` runs a process's rounds with it: the binaries' default
-engine (--engine=inprocess).
+TFF compiles a round `next(server_state, client_data)` with one aggregation into a
+`tff.backends.mapreduce.MapReduceForm`, whose parts are TensorFlow computations with documented
+semantics (TFF's `forms.py`). `MapReduceRound` runs them as one TensorFlow function: `prepare`,
+`work` per client (`lanes` clients at a time), the updates accumulated in cohort order (`zero`,
+`accumulate`, `report`), and `update` once per round (where a DP aggregator adds its noise). It
+is the computation TFF's C++ worker runs, not a re-implementation, and differs from the worker
+in how it runs, not what: client datasets skip tf.data's graph rewrites (`_for_one_pass`) and
+the round runs without Grappler (`_without_grappler_calls`). `inprocess_context` runs processes'
+rounds with it, the binaries' default engine (docs/running.md, "Engines").
 """
 
 import contextlib
@@ -118,6 +104,10 @@ class MapReduceRound:
         tf.TensorSpec([], tf.int32)])
 
   def _round_graph(self, *state_and_clients):
+    # TFF's semantics of the form (`forms.py`): client_input = prepare(server_state); per client
+    # client_update = work(client_data, client_input); accumulator = zero(), then
+    # accumulate(accumulator, client_update[0]) per client; server_state, server_output =
+    # update(server_state, (report(accumulator), *secure sums)). Secure sums are refused.
     # The first `clients` of `client_variants` are the cohort's datasets (an empty cohort passes
     # one unused dataset: a tensor of variants cannot be empty).
     *state, client_variants, clients = state_and_clients

@@ -1,26 +1,13 @@
 """A TFF context that runs computations in this process where it can, and on a TFF worker where
 it cannot: an in-process simulation engine.
 
-`InProcessContext.invoke(comp, arg)` looks at what TFF compiled `comp` into and runs:
-
-* a TensorFlow computation (`tff.tensorflow.computation`: a process's `get_model_weights`,
-  `set_model_weights`, ...) by `tff_graphs.InProcessComputation`;
-* a federated computation of no argument with a SERVER-placed result (a process's
-  `initialize`) by the TensorFlow computation TFF's map-reduce backend extracts from it
-  (`tff.backends.mapreduce.get_state_initialization_computation`);
-* a round, `(state@SERVER, data@CLIENTS) -> (state@SERVER, output@SERVER)` (a process's `next`,
-  DP aggregation included), by `inprocess.MapReduceRound` from its map-reduce form;
-* anything else (mixed FL's three-argument round, the retriever's round with CLIENTS-placed
-  outputs, secure sums, a round TFF cannot compile to a map-reduce form) on a TFF worker: the
-  fallback context, made on first use (a local worker then starts, isolated as
-  `execution_context` starts it).
-
-Each computation is examined once (by identity, as TFF's own compiler cache), and a round's
-compiled form can be kept on disk across processes (`cache`); what runs in
-process is TFF's compiled form of the same computation, run by TensorFlow's runtime, so it
-places ops on a GPU where one is visible. Results are returned as the worker's are: in the
-Python containers of the computation's type, with numpy arrays
-(`tff.tensorflow.transform_result`).
+`InProcessContext.invoke(comp, arg)` runs in process a TensorFlow computation
+(`tff_graphs.InProcessComputation`), a federated computation of no argument with a SERVER-placed
+result (a process's `initialize`, by the TensorFlow computation TFF's map-reduce backend
+extracts) and a round `(state@SERVER, data@CLIENTS) -> (state@SERVER, output@SERVER)` (by
+`inprocess.MapReduceRound`). Anything else (mixed FL's three-argument round, the retriever's,
+secure sums) runs on the fallback context, a TFF worker made on first use. Results come back as
+the worker's would (docs/running.md, "Engines").
 """
 
 import threading
@@ -87,8 +74,9 @@ class InProcessContext(tff.framework.SyncContext):
     self._make_fallback = fallback
     self._fallback: Optional[tff.framework.SyncContext] = None
     self._lanes = lanes
-    # By computation object: (the computation, kept alive so that its id stays its own; the
-    # in-process runner, or None for the fallback).
+    # By computation object, each examined once, as TFF's own compiler cache does: (the
+    # computation, kept alive so that its id stays its own; the in-process runner, or None for
+    # the fallback).
     self._runners: Dict[int, Tuple[tff.Computation, Optional[Callable[[Any], Any]]]] = {}
     self._fallback_reasons: Dict[int, str] = {}
 
@@ -120,6 +108,7 @@ class InProcessContext(tff.framework.SyncContext):
                              'main thread only (it dies with the thread that starts it).')
         self._fallback = self._make_fallback()
       return self._fallback.invoke(comp, arg)
+    # As the worker returns results: the type's Python containers, with numpy arrays.
     return tff.tensorflow.transform_result(runner(arg))
 
   def _runner(self, comp) -> Optional[Callable[[Any], Any]]:
@@ -142,10 +131,10 @@ class InProcessContext(tff.framework.SyncContext):
       raise TypeError(f'not a concrete TFF computation ({type(comp).__name__})')
     type_signature = comp.type_signature
     kind = tff.framework.ConcreteComputation.get_proto(comp).WhichOneof('computation')
-    if kind == 'tensorflow':
+    if kind == 'tensorflow':  # a process's `get_model_weights`, `set_model_weights`, ...
       return _TensorFlowRunner(tff_graphs.InProcessComputation(comp, 'a TensorFlow computation'),
                                type_signature.result)
-    if type_signature.parameter is None:
+    if type_signature.parameter is None:  # a process's `initialize`
       result = type_signature.result
       if not (isinstance(result, tff.FederatedType) and result.placement is tff.SERVER):
         raise TypeError(f'a computation of no argument returning {result}, not a SERVER-placed '
@@ -157,6 +146,8 @@ class InProcessContext(tff.framework.SyncContext):
     if not is_round_type(type_signature):
       raise TypeError(f'{type_signature} is not a round (state@SERVER, data@CLIENTS) -> '
                       '(state@SERVER, output@SERVER), the one shape with a map-reduce form')
+    # A process's `next`, DP aggregation included; what TFF cannot compile to a map-reduce form
+    # raises here and runs on the fallback.
     round_ = inprocess.MapReduceRound(comp, lanes=self._lanes, cache=self._cache)
     return lambda arg: round_(*_arguments(arg))
 

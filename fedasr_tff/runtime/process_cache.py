@@ -1,54 +1,14 @@
 """A disk cache of built learning processes, keyed by what builds them.
 
-Building a process is Python tracing: Keras models, TFF's and our aggregators, optimizers and
-client work traced into TFF computations: seconds for a small model, every run, before anything
-is compiled (`compile_cache` keeps the compiled round, not this). A built process is a function of
-the arguments its builder is given, of the code that builds it and of the libraries that trace
-it, and of nothing else when the builder draws no randomness of its own (checked, below). So
-`learning_process` keeps its computations (`initialize`, `next`, `get_model_weights`,
-`set_model_weights` and the hyperparameter ones), with the Python containers of their types, in
-the compile cache's directory under a SHA-256 of:
-
-* `recipe`, the caller's JSON description of everything it hands the builder (for the speech
-  binaries, `FederatedConfig.process_recipe`);
-* the source of every module of `fedasr_tff` and of the `modules` the caller names (its model
-  function's, for example);
-* the versions of Python, TensorFlow (Keras with it), TFF, tensorflow-privacy and dp-accounting.
-
-A process read back is made of TFF `ConcreteComputation`s from the same protos, so its rounds
-are the computations a build gives (the same compile-cache key, bit-equal rounds:
-`tests/runtime/process_cache_test.py`), in a small fraction of the build's time
-(docs/benchmarks.md, "Measurements behind the code").
-
-Privacy: no noise seed that a run draws its noise from is ever written. A process is built for
-the cache inside `per_layer_query.unset_noise_seeds()`, so every DP query that would draw its
-seed from OS entropy leaves it at a placeholder that a round refuses to start with (an in-graph
-check in the queries' `derive_sample_params`: a state never filled stops at its first round).
-Every process `learning_process` returns, built or read, initialises through `initialize` =
-fill(the builder's `initialize`), where fill replaces each placeholder seed of the state with 63
-fresh bits of OS entropy drawn when the process is made; that computation lives in memory only.
-A seed the caller fixes (`noise_seed=`) is part of the recipe and is kept as given: it is public
-by the caller's choice (docs/privacy.md).
-
-Initial weights. Keras draws the seeds of a model's initializers from Python's `random` when
-the model is traced, into the graph of `initialize`; the cache builds with `random` seeded by
-the entry's key (the caller's stream restored after), so `initialize`'s model weights are a
-function of the recipe, the same in every run that uses it, read or built. They are the weights
-before any data, and the binaries replace them anyway (their seed model, or initial weights from
---seed); a caller that wants other initial weights in every run sets them
-(`set_model_weights`). A builder must not draw secrets from `random` (Mersenne Twister is no
-source of secrets anyway; ours come from `secrets`).
-
-Two builds agree. Randomness a builder draws elsewhere at build time (another library's noise
-seed from the clock, a key from OS entropy) would be written into the entry and replayed by
-every run that reads it. So an entry is first written as a candidate, and read only after a
-build in a later process gave the same computations, byte for byte; a build that differs marks
-the entry as not cacheable, and every later run builds, as without a cache. A recipe's first two
-runs build; later runs read.
-
-Trust: as the compile cache's (`compile_cache.CompileCache`: the user's own directory, 0700);
-an entry is written to a temporary file and renamed; one that does not parse is built again and
-rewritten, with a warning naming the file.
+Building a process traces Keras models, TFF and our aggregators into TFF computations: seconds in
+every run, before anything is compiled (`compile_cache` keeps compiled rounds, not this).
+`learning_process` keeps a process's computations in the compile cache's directory under a
+SHA-256 of the caller's recipe, the source of `fedasr_tff` and of the caller's `modules`, and the
+library versions (`recipe_key`). An entry is read only after a build in a later process gave the
+same bytes; builds that differ mark it not cacheable. No noise seed a run draws from is written:
+processes are built with their DP noise seeds unset, and every process returned, built or read,
+fills them from OS entropy at `initialize`. Trusted as the compile cache is (docs/running.md,
+"Engines"; docs/privacy.md).
 """
 
 import collections
@@ -76,7 +36,7 @@ from tensorflow_federated.proto.v0 import computation_pb2
 import tensorflow_privacy as tfp
 
 import fedasr_tff
-from fedasr_tff.aggregators import per_layer_query
+from fedasr_tff.aggregators import noise_seeds
 from fedasr_tff.runtime import compile_cache
 
 # Changed whenever an entry's layout changes, so that older entries are never read.
@@ -126,10 +86,15 @@ def learning_process(cache: compile_cache.CompileCache,
       return _with_fresh_noise_seeds(process)
   outside = random.getstate()
   # Keras draws its initializers' seeds from Python's `random` when a model is traced, so the
-  # initial weights are fixed by the recipe (module docstring); the caller's stream is restored.
+  # initial weights are a function of the recipe, read or built (a caller wanting others sets
+  # them, `set_model_weights`); the caller's stream is restored. A builder must not draw
+  # secrets from `random` (Mersenne Twister is no source of secrets; ours come from `secrets`).
   random.seed(key)
   try:
-    with per_layer_query.unset_noise_seeds():
+    # Every DP query that would draw its noise seed from OS entropy leaves it at a placeholder,
+    # which a round refuses to start with (an in-graph check in the queries'
+    # `derive_sample_params`); a seed the caller fixes (`noise_seed=`) is in the recipe, public.
+    with noise_seeds.unset_noise_seeds():
       process = build()
   finally:
     random.setstate(outside)
@@ -203,12 +168,14 @@ def _package_digest() -> str:
 def _with_fresh_noise_seeds(
     process: tff.learning.templates.LearningProcess) -> tff.learning.templates.LearningProcess:
   """`process` whose `initialize` fills the state's unset noise seeds with fresh ones
-  (`per_layer_query.fill_unset_noise_seeds`, seeds drawn now)."""
+  (`noise_seeds.fill_unset_noise_seeds`, seeds drawn now)."""
+  # initialize = fill(the builder's `initialize`): the cache keeps the builder's, seeds unset;
+  # this one lives in memory only.
   initialize = process.initialize
 
   @tff.tensorflow.computation(initialize.type_signature.result.member)
   def fill(state):
-    return per_layer_query.fill_unset_noise_seeds(state)
+    return noise_seeds.fill_unset_noise_seeds(state)
 
   @tff.federated_computation
   def initialize_with_fresh_seeds():
@@ -229,6 +196,9 @@ def _computations(process) -> Dict[str, tff.framework.ConcreteComputation]:
 
 def _record(path: str, process, entry: Optional[_Entry]) -> None:
   """Writes what this build tells: a candidate, its confirmation, or that it differed."""
+  # Randomness a builder draws elsewhere (a library's seed from the clock, a key from OS
+  # entropy) would be written and replayed by every run that reads the entry: an entry is read
+  # only once a build in a later process gave the same bytes.
   computations = _computations(process)
   try:
     types = {name: _containers(comp.type_signature) for name, comp in computations.items()}
@@ -295,6 +265,8 @@ def _warn_unreadable(path: str, error: Exception) -> None:
 
 
 def _process_from(entry: _Entry) -> tff.learning.templates.LearningProcess:
+  # `ConcreteComputation`s from the built process's protos: the same rounds (the same
+  # compile-cache key, bit-equal rounds: `tests/runtime/process_cache_test.py`).
   stack = tff.framework.get_context_stack()
   parts = {}
   for name, proto in entry.computations.items():

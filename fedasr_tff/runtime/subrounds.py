@@ -1,35 +1,13 @@
-"""One federated computation spread over several TFF contexts in subrounds, in cohort order.
+"""One federated computation run over several TFF contexts in subrounds, in cohort order.
 
-TFF compiles a computation with one logical aggregation into its mergeable form
-(`tff.backends.native.compile_to_mergeable_comp_form`): `up_to_merge` (the work up to the
-aggregation, over a block of the clients), `merge` (of two partial aggregates) and `after_merge`
-(the rest, given the merged aggregate). `SubroundContext` runs that form over several contexts
-(TFF workers): `up_to_merge` on one contiguous block of the cohort's clients per subround, at
-once; `merge` of the partial aggregates; `after_merge` once, or once per block when the result
-holds CLIENTS-placed values. TFF 0.87's own `MergeableCompExecutionContext` does the same with
-two defects, which this context exists to avoid:
-
-1. Blocks. It slices every CLIENTS-placed argument into blocks but moves on to the next block
-   only when the argument's last element is CLIENTS-placed (its `_partition_value` keeps the
-   position its last element reached). Where a SERVER-placed argument follows the clients' (mixed
-   FL's `next(state, client_data, central_data)`; the retriever's with a frozen backbone), every
-   subround gets the first block: those clients are trained and summed once per subround, the
-   others never. Under DP that doubles their contribution to the sum, twice the sensitivity the
-   noise was calibrated to. Measured: the final model of 3 rounds of mixed FL on 2 workers moved
-   0.017-0.028 off the local run's; here it equals it up to float summation order
-   (`tests/runtime/subrounds_test.py`).
-2. Order. It merges partial aggregates and joins CLIENTS-placed results in the order in which
-   subrounds finish. Here both follow the cohort: partial aggregates are merged block by block,
-   so two runs add the same floats in the same order, and per-client results come back in cohort
-   order.
-
-TFF's mergeable form recomputes in `after_merge` whatever it needs from before the aggregation
-(values cross the merge only through the aggregation). When the result is SERVER-placed the
-executor never evaluates that unused client work (an `after_merge` call takes a small share of
-its `up_to_merge`: docs/benchmarks.md, "Measurements behind the code"), but a CLIENTS-placed
-result makes every block train its clients a second time. Processes meant for workers return
-per-client values through the aggregation instead (the retriever's local DP states:
-`retrieval.process`).
+TFF compiles a computation with one aggregation into its mergeable form
+(`tff.backends.native.compile_to_mergeable_comp_form`): `up_to_merge` over a block of clients,
+`merge` of two partial aggregates, `after_merge` on the merged one. `SubroundContext` runs it
+over several contexts (TFF workers), one contiguous block of the cohort per subround. It replaces
+TFF 0.87's `MergeableCompExecutionContext`, which sends some clients twice and others never when
+a SERVER-placed argument follows the clients' (mixed FL, the retriever: under DP, twice the
+sensitivity the noise was calibrated for), and merges and joins blocks in the order they finish;
+here both follow the cohort (docs/distributed.md; `tests/runtime/subrounds_test.py`).
 """
 
 import asyncio
@@ -205,6 +183,9 @@ class SubroundContext(tff.framework.SyncContext):
       # No client values to split: one subround (TFF would run the whole computation in each).
       arguments = [arg]
     else:
+      # Every CLIENTS-placed value cut alike, wherever it sits in the argument: TFF's own context
+      # moves to the next block only when the argument's last element is CLIENTS-placed (its
+      # `_partition_value`), so a SERVER value after the clients' sent every subround block 0.
       arguments = [slice_clients(arg, parameter, start, stop)
                    for start, stop in block_bounds(clients, self._num_subrounds)]
     future = asyncio.run_coroutine_threadsafe(self._run(form, arguments, arg is not None),
@@ -233,7 +214,11 @@ class SubroundContext(tff.framework.SyncContext):
 
     result_type = form.after_merge.type_signature.result
     if not _holds_clients_values(result_type):
-      # Equal in every block (no value per client): computed once, from the first block.
+      # Equal in every block (no value per client): computed once, from the first block. The
+      # client work `after_merge` recomputes (values cross the merge only through the
+      # aggregation) is then never evaluated; a CLIENTS-placed result makes every block train its
+      # clients again, so processes meant for workers return per-client values through the
+      # aggregation (the retriever's local DP states: `retrieval.process`).
       return await contexts[0].invoke(form.after_merge, after_merge_argument(arguments[0]))
     results = await asyncio.gather(*(on_context(i, form.after_merge, after_merge_argument(a))
                                      for i, a in enumerate(arguments)))

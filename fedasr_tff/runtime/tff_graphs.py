@@ -1,20 +1,12 @@
 """TFF's TensorFlow computations run in this process, by TensorFlow's own runtime.
 
-TFF serialises a `tff.tensorflow.computation` as a TensorFlow GraphDef with bindings (TFF's
-`computation.proto`, message `TensorFlow`): which placeholders take the parameter's tensors, which
-tensors are the result, in the order of the computation's type, and an `initialize_op`. TFF's C++
-worker imports the graph into a session and, on every call, runs `initialize_op` and then fetches
-the result tensors (TFF's `tensorflow_executor.cc`). `InProcessComputation` does the same through
-`tf.compat.v1.wrap_function`, pruned to the bindings: the graph is TFF's, unchanged but for names,
-and TensorFlow places its ops (on a GPU where one is visible).
-
-One process holds what TFF's worker keeps in separate sessions, so two names are made unique per
-imported computation: the functions of the graph's library (function names are global to
-TensorFlow's eager context, where this process's own `tf.function`s live too) and the shared names
-of its variables (resource names are global to the context as well).
-
-This module reads TFF's computation protos, internals that TFF does not promise to keep: it is
-pinned to TFF 0.87 (`tests/runtime/tff_graphs_test.py` fails loudly if the layout changes).
+TFF serialises a `tff.tensorflow.computation` as a GraphDef with bindings (TFF's
+`computation.proto`, message `TensorFlow`): the parameter's placeholders, the result's tensors
+and an `initialize_op`. Its C++ worker imports the graph into a session and, on every call, runs
+`initialize_op` and then fetches the result (TFF's `tensorflow_executor.cc`);
+`InProcessComputation` does the same through `tf.compat.v1.wrap_function`, on TFF's graph
+unchanged but for names. It reads TFF's computation protos, internals that TFF does not promise
+to keep: it is pinned to TFF 0.87 (`tests/runtime/tff_graphs_test.py` fails if the layout changes).
 """
 
 import itertools
@@ -183,6 +175,9 @@ class InProcessComputation:
     graph_def = tf.compat.v1.GraphDef()
     if not tensorflow.graph_def.Unpack(graph_def):
       raise ValueError(f'{name}: its graph_def is not a GraphDef (not TFF 0.87?).')
+    # One process holds what TFF's worker keeps in separate sessions: library function names and
+    # variables' shared names are global to TensorFlow's eager context (where this process's own
+    # `tf.function`s live too), so each import gets names of its own.
     prefix = f'fedasr_{next(_import_ids)}_'
     graph_def = _uniquely_named(graph_def, prefix)
     initialized = None

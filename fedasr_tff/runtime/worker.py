@@ -3,24 +3,11 @@ r"""One TFF worker of a distributed run, on any machine with this project's set-
   python -m fedasr_tff.runtime.worker --port=8000 [--max_concurrent_computation_calls=4]
   python -m fedasr_tff.runtime.worker --unix_socket=/run/fedasr/worker.sock
 
-It runs, in the foreground and in place of this process (so signals and the exit status are the
-worker's own), the C++ `worker_binary` that ships in the tensorflow-federated wheel: the same
-binary that runs every local round (`execution_context.set_local_cpp_execution_context`). A
-driver started with `--workers=host:8000,...` sends it computations and client data over gRPC;
-it needs no data, checkpoints or shared filesystem of its own.
-
-What the machine needs: this project's environment (`make setup`, or the container image of
-`tools/worker.Dockerfile`), with the same tensorflow-federated version as the driver (the
-worker runs the TensorFlow graphs the driver serialises; this prints the version it serves).
-
-Trust: the worker serves plaintext, unauthenticated gRPC and runs whatever TensorFlow graph it is
-sent, with raw client data and un-noised partial sums in its memory. It is trusted like the
-server. With `--port` it serves on every interface (TFF's binary has no address option): run it
-only on a private network reachable from the driver alone, or behind a proxy that requires
-mutual TLS. With `--unix_socket` it serves on that socket alone (created 0600), from a network
-namespace of its own: nothing on the network reaches it, only local processes of this user (and
-root), e.g. a mutual-TLS proxy on the same machine, or a driver given `--workers=unix:PATH`
-(docs/privacy.md, "Security", and docs/distributed.md).
+It execs the C++ `worker_binary` of the tensorflow-federated wheel (the driver's version). The
+worker serves plaintext, unauthenticated gRPC and runs any TensorFlow graph it is sent, with raw
+client data and un-noised sums in memory: with `--port` (every interface) run it only on a
+private network or behind a mutual-TLS proxy; with `--unix_socket` only local processes of this
+user reach it (docs/distributed.md; docs/privacy.md, "Security").
 """
 
 import os
@@ -65,9 +52,11 @@ def main(argv):
     except execution_context.WorkerIsolationError as e:
       raise app.UsageError(f'--unix_socket: {e}') from e
     where = f'unix socket {_UNIX_SOCKET.value}'
+  # The version served: the driver's must match (the worker runs the graphs it serialises).
   print(f'fedasr-tff worker: tensorflow-federated {tff.__version__}, {where}, '
         f'pid {os.getpid()}', flush=True)
   sys.stdout.flush()
+  # In place of this process, in the foreground: signals and the exit status are the worker's.
   os.execvp(command[0], command)
 
 

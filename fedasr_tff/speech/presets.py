@@ -1,26 +1,14 @@
 """Named defaults of the training flags: what trains at small scale on a CPU, and the paper's.
 
-A preset is {flag (field) name: default}, for the flattened fields of `config.FederatedConfig`
-and of `central_training.CentralConfig` (their names do not collide); a value may be
-`fields.Derived` from the other fields. The binaries make the chosen preset their flags'
-defaults, so a flag given explicitly wins, and the fields themselves are saved in `config.json`:
-a preset only changes defaults. The configuration classes' own defaults are the `PAPER` preset.
-
-- `CPU` is the demo's recipe (`experiments/recipe.py`, `make demo`), tuned on its synthetic corpus
-  (docs/results.md, "The demo, measured") and on its voices recorded as through a phone
-  (docs/results.md, "The recipe on unseen voices and recording conditions"): a seed model by
-  Adam at 2e-3 for 2,000 steps (better than 1,000 on the recorded voices), the rate halved
-  every third of the steps; federated fine-tuning in 30 rounds of 16
-  clients with one local step each, LAMB at 0.003 on the server, the clip C = client_lr x
-  local_clip x local_steps; SpecAugment off; features with each mel channel's mean removed
-  (`cmn`), which helped most on recorded 8 kHz speech and cost little on the clean synthetic
-  corpus.
-- `PAPER` is the large-scale setting of Pelikan et al., "Enabling Differentially Private
-  Federated Learning for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient
-  Clipping", NeurIPS 2025, arXiv:2310.00098, App. F: LARS at 0.5 halved every 50k steps after
-  40k, 10 local steps, LAMB at 0.002, C = 0.01, SpecAugment on, each utterance's features
-  normalised as a whole; at the binaries' former run size (100 rounds of 8 clients; the paper's
-  cohorts are far larger).
+A preset is {flag (field) name: default} for the flattened fields of `config.FederatedConfig` and
+`central_training.CentralConfig` (their names do not collide); a value may be `fields.Derived`
+from the other fields. The binaries make the chosen preset their flags' defaults, so a flag given
+explicitly wins and `config.json` saves the values, not the preset. `CPU` is the demo's recipe
+(`experiments/recipe.py`, `make demo`), tuned on its synthetic corpus and on recorded voices.
+`PAPER`, also the configuration classes' own defaults, is the large-scale setting of Pelikan et
+al., "Enabling Differentially Private Federated Learning for Speech Recognition: Benchmarks,
+Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098, App. F. The values
+and why: docs/running.md, "Experiment binaries", and docs/results.md, "The defaults chosen".
 """
 
 from typing import Any
@@ -48,21 +36,27 @@ ONE_LOCAL_STEP = fields_lib.Derived(
 THIRD_OF_STEPS = fields_lib.Derived('a third of --steps',
                                     lambda values: max(1, values['steps'] // 3))
 
+# The demo's recipe, tuned on its synthetic corpus and on its voices recorded as through a phone
+# (docs/results.md, "The demo, measured" and "The recipe on unseen voices and recording
+# conditions").
 CPU = {
-    # train_central.
+    # train_central. 2,000 steps: better than 1,000 on the recorded voices.
     'steps': 2000, 'optimizer': 'adam', 'learning_rate': 2e-3, 'decay_every': THIRD_OF_STEPS,
     'decay_start': THIRD_OF_STEPS,
-    # train_central and train_federated.
+    # train_central and train_federated. `cmn` (each mel channel's mean removed) helped most on
+    # recorded 8 kHz speech and cost little on the clean synthetic corpus.
     'spec_augment': False, 'feature_normalization': 'cmn',
     # train_federated.
     'rounds': 30, 'cohort_size': 16, 'local_steps': ONE_LOCAL_STEP, 'server_lr': 0.003,
     'clip': MAX_DELTA_NORM,
 }
+# The paper's large-scale setting (Pelikan et al., NeurIPS 2025, arXiv:2310.00098, App. F).
 PAPER = {
     'steps': 1000, 'optimizer': 'lars', 'learning_rate': 0.5, 'decay_every': 50_000,
     'decay_start': 40_000,
     'spec_augment': True, 'feature_normalization': 'utterance',
     # local_steps None: 10 (`config.ClientConfig.DEFAULT_LOCAL_STEPS`) unless --local_epochs.
+    # The binaries' former run size (100 rounds of 8 clients); the paper's cohorts are far larger.
     'rounds': 100, 'cohort_size': 8, 'local_steps': None, 'server_lr': 0.002, 'clip': 0.01,
 }
 

@@ -43,7 +43,7 @@ class Transcriber(tf.Module):
          training features were)
       -> the CTC transformer (inference mode) -> greedy decoding -> text
 
-  Every utterance needs at least one 25 ms frame (`data.features.FRAME_LENGTH` samples), else
+  Every utterance needs at least one analysis frame (`data.features.FRAME_LENGTH` samples), else
   the call fails. The module also carries its vocabulary (`tokens`, a [V] string variable).
   """
 
@@ -164,7 +164,7 @@ class Transcript:
 
 
 def load_waveform(path: str) -> np.ndarray:
-  """`data.load_audio`, refusing audio shorter than one 25 ms frame.
+  """`data.load_audio`, refusing audio shorter than one analysis frame.
 
   Args:
     path: the audio file.

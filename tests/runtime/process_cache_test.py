@@ -18,7 +18,7 @@ import tensorflow_federated as tff
 from fedasr_tff import aggregators
 from fedasr_tff import algorithms
 from fedasr_tff import optimizers
-from fedasr_tff.aggregators import per_layer_query
+from fedasr_tff.aggregators import noise_seeds
 from fedasr_tff.runtime import compile_cache
 from fedasr_tff.runtime import execution_context
 from fedasr_tff.runtime import inprocess_context
@@ -150,10 +150,10 @@ class ProcessCacheTest(absltest.TestCase):
     self.assertFalse(np.array_equal(_seed(state), [0, seeds[2]]))  # split every round
 
   def test_a_state_never_filled_refuses_to_noise(self):
-    with per_layer_query.unset_noise_seeds():
+    with noise_seeds.unset_noise_seeds():
       process = _process()
     state = dp_mlp.initial_state(process)
-    np.testing.assert_array_equal(_seed(state), [0, per_layer_query.UNSET_NOISE_SEED])
+    np.testing.assert_array_equal(_seed(state), [0, noise_seeds.UNSET_NOISE_SEED])
     with self.assertRaisesRegex(tf.errors.InvalidArgumentError, 'noise seed was never set'):
       process.next(state, dp_mlp.datasets(count=4))
 

@@ -1,27 +1,14 @@
 """Clients' training examples in files the TFF workers read, batched there in TensorFlow ops.
 
-TFF's pattern for simulation at scale: the driver sends each client's key, and a serializable
-dataset computation builds that client's dataset inside the worker
+TFF's pattern for simulation at scale has each worker build its clients' datasets from their keys
 (`tff.simulation.compose_dataset_computation_with_computation`). Speech clients decode audio in
-Python (`pipeline.SpeechClientData`), which a worker cannot run, so their features are written
-once, before training, to a client store: one file per client, `client_NNNNNN.pb` (the client's
-index in the store's sorted ids), a serialized `tf.train.Example` of every one of its utterances
-in corpus order: whether the pipeline uses it (an utterance it skips is kept, marked unusable,
-so that both modes order the same list), its frames and label count, and, concatenated, the
-log-mels (the feature cache's) and label ids. `manifest.json` records the format, the client ids
-and what the features depend on.
-
-`client_dataset` builds a client's batches from its file in TF ops (the file read, parsed,
-ordered and cut into batches by the computation's graph; each batch gathered and padded by the
-dataset's one map), exactly as
-`SpeechClientData.create_tf_dataset_for_client` builds them in the driver: the same seeded
-utterance order (`utterance_order`, a stateless TF draw both modes use), dynamic batches filled
-greedily up to the same frames, the same padding, the same element seeds and SpecAugment
-masks. The tests check the two bit for bit.
-
-Privacy: the store holds features of raw client audio, like the feature cache, so it is
-owner-only (`private_files`). A worker that reads it can read every client in it, not only the
-round's: the trust statement of a run in this mode says so.
+Python (`pipeline.SpeechClientData`), which a worker cannot run, so `write_client_store` writes
+their features once, before training, to a client store: one file per client and a manifest.
+`client_dataset` builds a client's batches from its file in TF ops exactly as
+`SpeechClientData.create_tf_dataset_for_client` does in the driver (the tests check bit for bit).
+The store holds features of raw client audio, like the feature cache, so it is owner-only, and a
+worker that reads it can read every client in it (docs/distributed.md, "Workers read their
+clients' data").
 """
 
 import collections
@@ -54,6 +41,9 @@ _CLIENT_FEATURES = {
 def utterance_order(seed, count):
   """The seeded order of a client's `count` utterances, as TF ops (eager or traced).
 
+  Both modes draw it: `client_dataset` in the worker and `pipeline.SpeechClientData` in the
+  driver, so a client's seeded sample is the same in each.
+
   Args:
     seed: the client's seed, an int64 scalar in [0, 2**63).
     count: its utterances.
@@ -67,13 +57,18 @@ def utterance_order(seed, count):
 
 
 def client_file(store_dir: str, index: int) -> str:
-  """The file of the client at `index` of the store's ids."""
+  """The file of the client at `index` of the store's ids (sorted), `client_NNNNNN.pb`."""
   return os.path.join(store_dir, f'client_{index:06d}.pb')
 
 
 def _client_record(examples) -> bytes:
   """One client's utterances, each None (skipped by the pipeline) or (log-mels [T, 80], label
-  ids), as one serialized `tf.train.Example`."""
+  ids), as one serialized `tf.train.Example`.
+
+  Every utterance, in corpus order: whether the pipeline uses it, its frames and label count,
+  and, concatenated, the log-mels (the feature cache's) and the label ids. A skipped utterance
+  is kept, marked unusable, so that the store and the driver order the same list.
+  """
   usable = [int(e is not None) for e in examples]
   frames = [0 if e is None else e[0].shape[0] for e in examples]
   labels = [[] if e is None else [int(t) for t in e[1]] for e in examples]
@@ -105,6 +100,7 @@ def write_client_store(client_data, store_dir: str) -> List[str]:
     The client ids in store order (a client's index is its position).
   """
   ids = list(client_data.client_ids)
+  # The format, the client ids and what the features depend on.
   manifest = {'format': STORE_FORMAT, 'features': client_data.feature_description,
               'client_ids': ids}
   path = os.path.join(store_dir, MANIFEST)
@@ -228,6 +224,10 @@ def client_dataset(store_dir, index, seed, *, max_batch_frames: int,
                    max_batches: Optional[int] = None,
                    spec_augment: bool = False) -> tf.data.Dataset:
   """A client's batches, read from the store in TF ops (module docstring).
+
+  The same batches as `pipeline.SpeechClientData.create_tf_dataset_for_client`: the same
+  seeded utterance order (`utterance_order`), dynamic batches filled greedily up to the same
+  frames (`batch_ids`), the same padding, element seeds and SpecAugment masks.
 
   Args:
     store_dir: the store's folder (a string or string tensor).

@@ -23,7 +23,7 @@ class TransformerConfig:
     num_heads: attention heads.
     num_mels: log-mel features per frame (the input width).
     conv_kernel: kernel of the 1-D convolution front-end (stride `conv_stride`, GLU).
-    conv_stride: frames per output frame (3: 10 ms -> 30 ms).
+    conv_stride: feature frames per output frame.
     dropout: dropout on attention weights, the MLP hidden layer and after the front-end.
     layer_drop: probability of skipping a whole block during training.
     cape_max_global_shift: CAPE's random global shift during training, in seconds.

@@ -1,18 +1,14 @@
-"""The paper's vanilla pre-LN transformer encoder for CTC, in Keras.
+"""The paper's vanilla pre-LN transformer encoder for CTC, in Keras (`CTCTransformer`).
 
 Pelikan et al., "Enabling Differentially Private Federated Learning for Speech Recognition:
 Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098: Sec. 4
 "Central Training" (pre-LN) and App. F "Model" and "Positional Embedding".
 
-    features [B, T, 80] (per-utterance normalised log-mels)
-    -> input normalisation: learnable scalar scale and bias
+    features [B, T, 80] (normalised log-mels) -> learnable scalar scale and bias
     -> 1-D conv over time (kernel 7, stride 3) to 2d channels, GLU -> d, dropout
     -> + CAPE positional embedding (no parameters; random global shift while training)
-    -> N pre-LN blocks:  x += Attn(LN1 x);  x += MLP(LN2 x)   (each skipped whole with
-       probability `layer_drop` while training)
+    -> N pre-LN blocks: x += Attn(LN1 x); x += MLP(LN2 x) (each dropped whole: `layer_drop`)
     -> final LayerNorm -> linear to vocabulary + CTC blank
-
-Linear layers inside blocks have no biases and LayerNorm uses ε = 1e-5, as in the released code.
 """
 
 import math
@@ -36,8 +32,9 @@ OUTER_LAYERS = ('input_norm', 'conv', 'final_ln', 'output')
 
 _BLOCK_TENSOR = re.compile(r'^block_(?P<block>\d+)/(?P<parameter>[^/]+)/(?P<variable>.+)$')
 
+# LayerNorm's epsilon, as in the released code.
 _LN_EPSILON = 1e-5
-# Seconds between output frames: 10 ms feature hop times the conv stride.
+# Seconds between output frames: the feature hop times the conv stride.
 _FEATURE_HOP_SECONDS = 0.01
 
 # The uses of the model's seed, each folded into it to give that use its own stream.
@@ -261,6 +258,7 @@ class TransformerBlock(tf.keras.layers.Layer):
     self._dropout = dropout
     self._layer_drop = layer_drop
     self.ln1 = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='ln1')
+    # The block's linear layers have no biases, as in the released code.
     self.wqkv = tf.keras.layers.Dense(3 * model_dim, use_bias=False, name='wqkv')
     self.wf = tf.keras.layers.Dense(model_dim, use_bias=False, name='wf')
     self.ln2 = tf.keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name='ln2')

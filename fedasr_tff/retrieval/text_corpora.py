@@ -1,4 +1,4 @@
-"""Labelled text corpora for the classifier-as-retriever, and their splits over clients.
+"""Labelled text corpora for the classifier-as-retriever, one reader per layout.
 
 The classifier-as-retriever (Fofonjka, Zehtabi, Behtash, Mauer and Stout, "Federated Learning
 with Ad-hoc Adapter Insertions: The Case of Soft-Embeddings for Training Classifier-as-Retriever",
@@ -14,7 +14,6 @@ corpus (`LabelledTexts.subset` applies them).
 
 import collections
 import dataclasses
-import math
 import os
 import stat
 from typing import Iterator
@@ -33,8 +32,6 @@ FORTUNES_DIR = '/usr/share/games/fortunes'
 AG_NEWS_CLASSES = ('World', 'Sports', 'Business', 'Sci/Tech')
 # Files beside the categories in a fortunes directory: strfile's index, and the UTF-8 alias.
 _FORTUNES_NOT_CATEGORIES = ('.dat', '.u8')
-# Draws of `split_dirichlet` before it gives up on giving every client an example.
-_DIRICHLET_DRAWS = 100
 # Column names a LABEL<TAB>TEXT file's header line uses (lower case): `_is_header`.
 _HEADER_NAMES = frozenset({'label', 'labels', 'class', 'category', 'target', 'type', 'tag', 'v1',
                            'text', 'sms', 'message', 'sentence', 'document', 'body', 'content',
@@ -589,136 +586,3 @@ def read_debian_packages(path: str, label: str = 'debtag', *,
     raise ValueError(f'{path}: no package has a {label} label.')
   return _from_string_labels(path, [packages[i][0] for i in kept], [labels[i] for i in kept],
                              [packages[i][3] for i in kept])
-
-
-def _check_data(data) -> None:
-  if not isinstance(data, LabelledTexts):
-    raise ValueError(f'`data` must be a LabelledTexts, got {type(data).__name__}.')
-
-
-def split_evenly(data: LabelledTexts, num_clients: int, seed: int) -> List[np.ndarray]:
-  """The even split of examples over clients the paper uses.
-
-  Our reading: a uniform random partition into parts of equal size, up to one; a permutation of
-  the examples drawn from `seed`, dealt round-robin.
-
-  Args:
-    data: the corpus.
-    num_clients: the parts, at most the number of examples.
-    seed: seed of the permutation.
-
-  Returns:
-    `num_clients` disjoint sorted index arrays covering `data`, of sizes differing by at most
-    one.
-  """
-  _check_data(data)
-  validation.check_positive_integer('num_clients', num_clients)
-  validation.check_non_negative_integer('seed', seed)
-  if num_clients > len(data):
-    raise ValueError(f'`num_clients` ({num_clients}) must be at most the number of examples '
-                     f'({len(data)}), so that every client has one.')
-  order = np.random.default_rng(seed).permutation(len(data))
-  return [np.sort(order[client::num_clients]) for client in range(num_clients)]
-
-
-def split_dirichlet(data: LabelledTexts, num_clients: int, alpha: float,
-                    seed: int) -> List[np.ndarray]:
-  """Label-skewed clients, the usual FL convention for non-IID splits.
-
-  Hsu, Qi and Brown, "Measuring the Effects of Non-Identical Data Distribution for Federated
-  Visual Classification", arXiv:1909.06335, 2019: for each class c, shares q_c ~ Dir(α, ..., α)
-  over the N clients, and the class's examples, in a random order, cut at the cumulative shares
-  (client i gets about q_c,i of class c). Small α gives clients of one or a few classes; as α
-  grows each client's classes approach the corpus's proportions. A draw that leaves a client
-  without an example is drawn again, up to `_DIRICHLET_DRAWS` times.
-
-  Args:
-    data: the corpus.
-    num_clients: N, at most the number of examples.
-    alpha: α > 0, the concentration.
-    seed: seed of the draws.
-
-  Returns:
-    `num_clients` disjoint sorted index arrays covering `data`, none empty.
-
-  Raises:
-    ValueError: naming the argument out of range, or `alpha` and `num_clients` when no draw
-      gives every client an example.
-  """
-  _check_data(data)
-  validation.check_positive_integer('num_clients', num_clients)
-  validation.check_positive('alpha', alpha)
-  validation.check_non_negative_integer('seed', seed)
-  if num_clients > len(data):
-    raise ValueError(f'`num_clients` ({num_clients}) must be at most the number of examples '
-                     f'({len(data)}), so that every client has one.')
-  rng = np.random.default_rng(seed)
-  for _ in range(_DIRICHLET_DRAWS):
-    parts = [[] for _ in range(num_clients)]
-    for label in range(data.num_classes):
-      members = rng.permutation(np.flatnonzero(data.labels == label))
-      shares = rng.dirichlet(np.full(num_clients, float(alpha)))
-      cuts = np.round(np.cumsum(shares)[:-1] * len(members)).astype(np.int64)
-      for client, part in enumerate(np.split(members, cuts)):
-        parts[client].extend(part.tolist())
-    if all(parts):
-      return [np.sort(np.asarray(part, np.int64)) for part in parts]
-  raise ValueError(f'`alpha` = {alpha} left a client without examples in each of '
-                   f'{_DIRICHLET_DRAWS} draws over {num_clients} clients and {len(data)} '
-                   'examples: give a larger `alpha` or fewer `num_clients`.')
-
-
-def split_by_client(data: LabelledTexts) -> Tuple[List[str], List[np.ndarray]]:
-  """The natural split over clients, by the corpus's client column.
-
-  Args:
-    data: a corpus with `clients`.
-
-  Returns:
-    (the client ids, sorted; the sorted indices of each one's examples).
-
-  Raises:
-    ValueError: if the corpus has no client column.
-  """
-  _check_data(data)
-  if data.clients is None:
-    raise ValueError('`data.clients` is None: the corpus has no client column (read it with '
-                     '`read_labelled_table(..., client_column=...)`, or use `split_evenly`).')
-  ids, codes = np.unique(np.array(data.clients, dtype=object), return_inverse=True)
-  order = np.argsort(codes, kind='stable')
-  parts = np.split(order, np.cumsum(np.bincount(codes, minlength=len(ids)))[:-1])
-  return [str(i) for i in ids], [part.astype(np.int64) for part in parts]
-
-
-def train_test_split(data: LabelledTexts, test_fraction: float,
-                     seed: int) -> Tuple[np.ndarray, np.ndarray]:
-  """A train/test split stratified by label.
-
-  Of the n_c examples of class c, round(test_fraction n_c) (halves up) drawn from `seed` go to
-  test, but at least one and at most n_c - 1 when n_c >= 2; a class's only example goes to
-  train.
-
-  Args:
-    data: the corpus.
-    test_fraction: in (0, 1).
-    seed: seed of the draws.
-
-  Returns:
-    (train, test) indices: both sorted; disjoint; together all of `data`.
-  """
-  _check_data(data)
-  validation.check_open_unit_interval('test_fraction', test_fraction)
-  validation.check_non_negative_integer('seed', seed)
-  rng = np.random.default_rng(seed)
-  test = []
-  for label in range(data.num_classes):
-    members = np.flatnonzero(data.labels == label)
-    if len(members) < 2:
-      continue
-    count = min(len(members) - 1, max(1, math.floor(test_fraction * len(members) + 0.5)))
-    test.append(rng.choice(members, size=count, replace=False))
-  test = np.sort(np.concatenate(test)) if test else np.zeros([0], np.int64)
-  in_test = np.zeros(len(data), bool)
-  in_test[test] = True
-  return np.flatnonzero(~in_test).astype(np.int64), test.astype(np.int64)
-
