@@ -29,6 +29,7 @@ from fedasr_tff.audit import distinguishing
 from fedasr_tff.audit import one_run
 from fedasr_tff.program import dp_config
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import models
 
 _CANARIES = flags.DEFINE_integer('canaries', 4000, 'Canaries of the one-run audit.')
@@ -69,7 +70,7 @@ def main(argv):
   {'inprocess': runtime.set_inprocess_execution_context,
    'worker': runtime.set_local_cpp_execution_context}[_ENGINE.value]()
   if _MODEL.value:
-    config = config_lib.FederatedConfig(model=config_lib.ModelConfig(model_config=_MODEL.value))
+    config = config_lib.FederatedConfig(model=data_config.ModelConfig(model_config=_MODEL.value))
     shapes, names = config.model.trainable_leaves(config.data.vocabulary().size)
     small_shapes = shapes
   else:

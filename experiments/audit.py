@@ -30,10 +30,11 @@ from fedasr_tff.audit import mechanism
 from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import models
 
-config_flags.define_flags(config_lib.DataConfig, ['language'])
-config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
+config_flags.define_flags(data_config.DataConfig, ['language'])
+config_flags.define_flags(data_config.ModelConfig, ['model_config'])
 config_flags.define_flags(dp_config.DPConfig)
 config_flags.define_flags(config_lib.RunConfig, ['rounds', 'cohort_size', 'sampling', 'seed'])
 config_flags.define_flags(mechanism.AuditConfig)

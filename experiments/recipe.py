@@ -78,6 +78,7 @@ from fedasr_tff import private_files
 from fedasr_tff import reading
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import corpus_clients
+from fedasr_tff.speech import data_config as data_config_lib
 from fedasr_tff.speech import decoding
 from fedasr_tff.speech import evaluation
 from fedasr_tff.speech import models
@@ -90,7 +91,7 @@ FLAGS = flags.FLAGS
 # train_federated keep the field's 10% under every preset, so the seed part one trains on and the
 # federated part the other trains on never overlap by default.
 RECIPE_SEED_FRACTION = 0.3
-config_flags.define_flags(config_lib.DataConfig, ['layout', 'split', 'eval_split', 'language',
+config_flags.define_flags(data_config_lib.DataConfig, ['layout', 'split', 'eval_split', 'language',
                                                   'seed_fraction', 'split_seed'],
                           defaults={'seed_fraction': RECIPE_SEED_FRACTION},
                           helps={'seed_fraction': 'Fraction of the speakers left after the '
@@ -153,7 +154,7 @@ def federated_config(data_config, sigma_dp, **fields) -> config_lib.FederatedCon
       'checkpoint_every': FLAGS.eval_every, **fields})
 
 
-def recipe_data(output_dir: str) -> config_lib.DataConfig:
+def recipe_data(output_dir: str) -> data_config_lib.DataConfig:
   """The data flags (--corpus_dir, --layout, --split, --eval_split, ...), or the synthetic
   corpus's with --synthetic_speakers (written by `write_synthetic_corpus`); the features cached
   in `output_dir/feature_cache`."""
@@ -174,11 +175,11 @@ def recipe_data(output_dir: str) -> config_lib.DataConfig:
   if FLAGS.eval_split and (_HELD_OUT.value or FLAGS['held_out_speakers'].present):
     raise app.UsageError('--eval_split holds out its own speakers: give it, or --held_out / '
                          '--held_out_speakers, not both.')
-  return config_lib.DataConfig(
+  return data_config_lib.DataConfig(
       corpus_dir=speech_stages.CORPUS_DIR.value, layout=FLAGS.layout, split=FLAGS.split,
       eval_split=FLAGS.eval_split or None, language=FLAGS.language,
       max_batch_seconds=FLAGS.max_batch_seconds,
-      feature_cache_dir=os.path.join(output_dir, config_lib.FEATURE_CACHE_SUBDIR), **fields)
+      feature_cache_dir=os.path.join(output_dir, data_config_lib.FEATURE_CACHE_SUBDIR), **fields)
 
 
 def write_synthetic_corpus(output_dir: str) -> None:
@@ -189,7 +190,7 @@ def write_synthetic_corpus(output_dir: str) -> None:
         output_dir, {_SYNTHETIC_TRAIN: _SYNTHETIC_SPEAKERS.value, _SYNTHETIC_HELD_OUT: None})
 
 
-def speaker_roles(data: config_lib.DataConfig, utterances,
+def speaker_roles(data: data_config_lib.DataConfig, utterances,
                   output_dir: str) -> corpus_clients.SpeakerRoles:
   """The roles of the speakers of `utterances` (--split's; `corpus_clients.assign_speakers`),
   compared with `output_dir/speakers.json` if there (`save_speaker_roles` writes it).
@@ -240,7 +241,7 @@ def _client_data(data, split, vocab, speaker_ids, spec_augment=False):
       feature_cache_dir=data.feature_cache(), feature_normalization=data.feature_normalization)
 
 
-def seed_word_list(data: config_lib.DataConfig, utterances, roles: corpus_clients.SpeakerRoles,
+def seed_word_list(data: data_config_lib.DataConfig, utterances, roles: corpus_clients.SpeakerRoles,
                    vocab) -> decoding.WordList:
   """The words of the seed speakers' transcripts among `utterances` (--split's;
   `decoding.WordList.from_transcripts`; `main`

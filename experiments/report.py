@@ -142,7 +142,8 @@ def _mean_over_rounds(metrics: Mapping[str, np.ndarray], name: str) -> float:
   return float(values.mean()) if values.size else math.nan
 
 
-def _save(fig: mpl_figure.Figure, png_path: str) -> str:
+def save_figure(fig: mpl_figure.Figure, png_path: str) -> str:
+  """Writes `fig` to `png_path` (its folder made if missing) owner-only; returns the path."""
   directory = os.path.dirname(png_path)
   if directory:
     os.makedirs(directory, exist_ok=True)
@@ -195,7 +196,7 @@ def plot_error_rates(runs: Mapping[str, str], png_path: str,
     axes.set_ylabel(f'{title.split()[0][0]}ER (%)')
     axes.grid(True, alpha=0.3)
   wer_axes.legend()
-  return _save(fig, png_path)
+  return save_figure(fig, png_path)
 
 
 def _plot_rate(axes, metrics: Mapping[str, np.ndarray], name: str, label: str) -> bool:
@@ -338,7 +339,7 @@ def plot_layer_norms(csv_path: str, png_path: str, label: Optional[str] = None) 
   fig.suptitle(f'Per-layer update norms, averaged over rounds: {label or csv_path}'
                + ('\n(exact client statistics: outside any DP guarantee)' if exact else
                   '\n(released quantities only: inside the DP guarantee)'))
-  return _save(fig, png_path)
+  return save_figure(fig, png_path)
 
 
 def _profile_group(layer: str) -> str:
@@ -424,7 +425,7 @@ def plot_study(error_rates: Mapping[str, Mapping[str, tuple[float, float]]],
     axes.set_title(profile_title, fontsize='small')
     axes.grid(True, which='both', alpha=0.3)
     axes.legend(fontsize='small')
-  return _save(fig, png_path)
+  return save_figure(fig, png_path)
 
 
 def _draw_blocks(axes, metrics, by_layer, series, colours, scale: float) -> None:
@@ -485,7 +486,7 @@ def plot_privacy(csv_path: str, png_path: str, label: Optional[str] = None) -> O
   axes.set_yscale('log')
   axes.grid(True, which='both', alpha=0.3)
   axes.legend(fontsize='small')
-  return _save(fig, png_path)
+  return save_figure(fig, png_path)
 
 
 # The report.
@@ -606,7 +607,7 @@ def write_report(output_dir: str, *, title: str, results: Sequence[Mapping[str, 
                  '\n'.join(f'- {label}: `{path}`' for label, path in runs.items())]
   if inputs:
     sections += ['## Input files', input_section(inputs)]
-  return _write_sections(output_dir, sections, notes)
+  return write_sections(output_dir, sections, notes)
 
 
 def _skipped_cell(skipped: Mapping[str, int]) -> str:
@@ -653,7 +654,7 @@ def input_section(inputs: Mapping[str, Mapping[str, object]]) -> str:
   return text
 
 
-def _write_sections(output_dir: str, sections: Sequence[str], notes: Sequence[str]) -> str:
+def write_sections(output_dir: str, sections: Sequence[str], notes: Sequence[str]) -> str:
   """Writes `output_dir/report.md`: the sections, then "Notes" (a bullet each) if any."""
   if notes:
     sections = [*sections, '## Notes', '\n'.join(f'- {note}' for note in notes)]
@@ -661,88 +662,3 @@ def _write_sections(output_dir: str, sections: Sequence[str], notes: Sequence[st
   with private_files.writing(report_path), open(report_path, 'w') as f:
     f.write('\n\n'.join(sections) + '\n')
   return report_path
-
-
-# The retriever's report.
-
-# The largest number of classes drawn as a confusion matrix (the issue's ~20: beyond, the labels
-# no longer fit); above it the report lists the most confused pairs.
-MAX_CONFUSION_CLASSES = 20
-
-
-def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], png_path: str) -> str:
-  """Draws a confusion matrix (rows: true class, columns: top-1 prediction), each row as the
-  fraction of its class's examples, with the counts written in the cells.
-
-  Returns:
-    `png_path`.
-  """
-  confusion = np.asarray(confusion)
-  rows = confusion.sum(axis=1, keepdims=True)
-  shares = np.divide(confusion, rows, out=np.zeros(confusion.shape), where=rows > 0)
-  size = 2.5 + 0.45 * len(class_names)
-  fig = mpl_figure.Figure(figsize=(size + 1.5, size))
-  axes = fig.add_subplot()
-  image = axes.imshow(shares, cmap='Blues', vmin=0.0, vmax=1.0)
-  fig.colorbar(image, ax=axes, label='fraction of the true class')
-  ticks = np.arange(len(class_names))
-  axes.set_xticks(ticks, class_names, rotation=60, ha='right', fontsize=8)
-  axes.set_yticks(ticks, class_names, fontsize=8)
-  axes.set_xlabel('predicted (top-1)')
-  axes.set_ylabel('true class')
-  for (i, j), count in np.ndenumerate(confusion):
-    if count:
-      axes.text(j, i, str(count), ha='center', va='center', fontsize=7,
-                color='white' if shares[i, j] > 0.5 else 'black')
-  fig.tight_layout()
-  return _save(fig, png_path)
-
-
-def write_retriever_report(output_dir: str, *, title: str, scores, class_names: Sequence[str],
-                           privacy_statement: str, notes: Sequence[str] = (),
-                           inputs: Optional[Mapping[str, Mapping[str, object]]] = None) -> str:
-  """Writes `output_dir/report.md` of a retriever run: top-1, top-K and macro-F1 first, the
-  per-class precision, recall and F1, the confusion matrix (`confusion.png`, up to
-  `MAX_CONFUSION_CLASSES` classes; the most confused pairs beyond), the privacy statement, and
-  the input files (`input_section`) if `inputs` are given.
-
-  Args:
-    output_dir: the run's folder.
-    title: the report's title.
-    scores: the final model's `fedasr_tff.retrieval.classification_report.Scores`.
-    class_names: the name of each class.
-    privacy_statement: Markdown, inserted as it is.
-    notes: one bullet each.
-    inputs: as in `input_section`.
-
-  Returns:
-    The path of report.md.
-  """
-  lead = (f'**Top-1 {100 * scores.top1:.1f}%, top-{scores.k} {100 * scores.topk:.1f}% (K = '
-          f'{scores.k}: the documents retrieved per query), macro-F1 {100 * scores.macro_f1:.1f}%'
-          f' on {int(scores.support.sum())} held-out examples of {len(class_names)} classes.** '
-          "Each example's top-K classes: `predictions.tsv`.")
-  rows = ['| class | held-out examples | precision (%) | recall (%) | F1 (%) |',
-          '|---|---|---|---|---|']
-  for name, support, precision, recall, f1 in zip(class_names, scores.support, scores.precision,
-                                                   scores.recall, scores.f1, strict=True):
-    rows.append(f'| {name} | {support} | {100 * precision:.1f} | {100 * recall:.1f} | '
-                f'{100 * f1:.1f} |')
-  sections = [f'# {title}', '## Results', lead, '### Per class', '\n'.join(rows),
-              '### Confusion matrix']
-  if len(class_names) <= MAX_CONFUSION_CLASSES:
-    plot_confusion(scores.confusion, class_names, os.path.join(output_dir, 'confusion.png'))
-    sections.append('![Confusion matrix](confusion.png)')
-  else:
-    errors = scores.confusion.copy()
-    np.fill_diagonal(errors, 0)
-    pairs = [(count, i, j) for (i, j), count in np.ndenumerate(errors) if count]
-    pairs.sort(key=lambda pair: (-pair[0], pair[1], pair[2]))
-    listed = '\n'.join(f'- {class_names[i]} → {class_names[j]}: {count}'
-                       for count, i, j in pairs[:10]) or '- none'
-    sections.append(f'Not drawn for more than {MAX_CONFUSION_CLASSES} classes. The most '
-                    f'frequent confusions (true → predicted: examples):\n\n{listed}')
-  sections += ['## Privacy', privacy_statement.strip()]
-  if inputs:
-    sections += ['## Input files', input_section(inputs)]
-  return _write_sections(output_dir, sections, notes)

@@ -37,8 +37,8 @@ from fedasr_tff.speech.data import synthetic
 
 FLAGS = flags.FLAGS
 
-config_flags.define_flags(config_lib.DataConfig, ['max_batch_seconds'])
-config_flags.define_flags(config_lib.ModelConfig, ['model_config'])
+config_flags.define_flags(data_config_lib.DataConfig, ['max_batch_seconds'])
+config_flags.define_flags(data_config_lib.ModelConfig, ['model_config'])
 config_flags.define_flags(config_lib.RunConfig, ['seed'])
 CORPUS_DIR = flags.DEFINE_string(
     'corpus_dir', None, 'Folder of the synthetic corpus, written there if it has none (its '
@@ -141,13 +141,13 @@ def synthetic_corpus(output_dir: str, speakers: Mapping[str, Optional[int]], *,
 
 
 def data_config(corpus_dir: str, output_dir: str, split: str,
-                **fields) -> config_lib.DataConfig:
+                **fields) -> data_config_lib.DataConfig:
   """The data of a study: `split` of the synthetic corpus at `corpus_dir`, --max_batch_seconds,
   the features cached in `output_dir/feature_cache`; `fields` are other `DataConfig` fields."""
-  return config_lib.DataConfig(
+  return data_config_lib.DataConfig(
       corpus_dir=corpus_dir, layout=LAYOUT, split=split, language=LANGUAGE,
       max_batch_seconds=FLAGS.max_batch_seconds,
-      feature_cache_dir=os.path.join(output_dir, config_lib.FEATURE_CACHE_SUBDIR), **fields)
+      feature_cache_dir=os.path.join(output_dir, data_config_lib.FEATURE_CACHE_SUBDIR), **fields)
 
 
 # What a seed model was trained with, beside it: a reused one must match the flags.
@@ -223,7 +223,7 @@ def _flag_value(value) -> str:
   return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def federated_config(data: config_lib.DataConfig, *, unused_flags: Sequence[str] = (),
+def federated_config(data: data_config_lib.DataConfig, *, unused_flags: Sequence[str] = (),
                      preset: Optional[Mapping[str, object]] = None,
                      **fields) -> config_lib.FederatedConfig:
   """A federated run of a study: the runner's flags its binary defines (but `unused_flags`, which

@@ -18,14 +18,14 @@ from experiments import cli
 from experiments import common
 from experiments import config_flags
 from fedasr_tff.speech import central_training
-from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import corpus_clients
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import presets
 
 # --model_config and --seed are shared flags (`common`).
 _PRESET = config_flags.define_preset_flag(presets.PRESETS, presets.DEFAULT)
-config_flags.define_flags(config_lib.DataConfig, defaults=presets.for_config(
-    presets.PRESETS[presets.DEFAULT], config_lib.DataConfig))
+config_flags.define_flags(data_config.DataConfig, defaults=presets.for_config(
+    presets.PRESETS[presets.DEFAULT], data_config.DataConfig))
 config_flags.define_flags(central_training.CentralConfig, defaults=presets.for_config(
     presets.PRESETS[presets.DEFAULT], central_training.CentralConfig))
 
@@ -38,7 +38,7 @@ def main(argv):
   with config_flags.flag_errors():
     preset = presets.PRESETS[_PRESET.value]
     data = config_flags.config_from_flags(
-        config_lib.DataConfig, preset=preset).with_default_feature_cache(common.OUTPUT_DIR.value)
+        data_config.DataConfig, preset=preset).with_default_feature_cache(common.OUTPUT_DIR.value)
     config = config_flags.config_from_flags(central_training.CentralConfig, preset=preset)
     vocab = data.vocabulary()
     train_data = data.load_client_data(data.split, vocab, speakers='seed', training=True,

@@ -29,7 +29,7 @@ from absl import flags
 from experiments import cli
 from experiments import common
 from experiments import config_flags
-from experiments import report
+from experiments import retriever_report
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import retriever_config
 from fedasr_tff.retrieval import training
@@ -71,7 +71,7 @@ def main(argv):
   statement = common.with_trust_statement(result.privacy_statement, workers)
   print(statement)
   corpus = config.corpus_path or config.corpus
-  path = report.write_retriever_report(
+  path = retriever_report.write_retriever_report(
       config.output_dir, title=f'Classifier-as-retriever on {corpus}', scores=result.scores,
       class_names=result.class_names, privacy_statement=statement,
       notes=[f'{metrics["test_examples_left_out"]} examples of --test_path were left out: '

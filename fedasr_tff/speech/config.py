@@ -1,18 +1,15 @@
 """The configuration of a speech run, grouped by what each part configures.
 
-A federated run is a `FederatedConfig` of sub-configurations: data, model, client work, server
-optimisation, DP (`program.dp_config`), the run, and the server's data and algorithms (mixed FL,
-DGA). Every field is the command-line flag of the same name (`program.fields`): its help and
-choices are in the field, and it reaches a library builder's keyword arguments in exactly one
+A federated run is a `FederatedConfig` of sub-configurations: data and model (`data_config`,
+which needs no TFF), client work, server optimisation, DP (`program.dp_config`), the run, and the
+server's data and algorithms (mixed FL, DGA). Every field is the command-line flag of the same
+name (`program.fields`), and it reaches a library builder's keyword arguments in exactly one
 place, a method of its sub-configuration, which re-raises the builder's `ValueError` naming the
-field. The configuration itself checks only what no builder owns: choices between builders and
-combinations of fields. The fields' defaults are the paper's settings; the training binaries'
-flag defaults are a preset (`speech.presets`: the CPU one unless --preset=paper).
-
-Flag help cites Pelikan et al. 2025: M. Pelikan, S. S. Azam, V. Feldman, J. Silovsky,
-K. Talwar, C. G. Brinton, T. Likhomanenko, "Enabling Differentially Private Federated Learning
-for Speech Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
-arXiv:2310.00098.
+field. The configuration checks only what no builder owns: choices between builders and
+combinations of fields. Defaults are the paper's settings (Pelikan et al., "Enabling
+Differentially Private Federated Learning for Speech Recognition: Benchmarks, Adaptive
+Optimizers and Gradient Clipping", NeurIPS 2025, arXiv:2310.00098), which flag help cites; the
+binaries' flag defaults are a preset (`speech.presets`).
 """
 
 import dataclasses
@@ -38,12 +35,6 @@ from fedasr_tff.speech import corpus_clients
 from fedasr_tff.speech import data
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import models
-
-# The data and model parts, which need no TFF (`data_config`), under their usual names here.
-FEATURE_CACHE_SUBDIR = data_config.FEATURE_CACHE_SUBDIR
-NO_FEATURE_CACHE = data_config.NO_FEATURE_CACHE
-DataConfig = data_config.DataConfig
-ModelConfig = data_config.ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +178,7 @@ class CentralDataConfig:
     """Whether the server's data is configured (`central_split`)."""
     return bool(self.central_split)
 
-  def load(self, data_config: DataConfig, vocabulary: data.Vocabulary, *,
+  def load(self, data_config: data_config.DataConfig, vocabulary: data.Vocabulary, *,
            training: bool = True) -> data.SpeechClientData:
     """The server's data (SpecAugment as the clients' training data, unless not `training`).
 
@@ -509,8 +500,8 @@ class FederatedConfig:
       server-side algorithms and their data; sampling, DGA, client noise and client statistics
       against DP noise).
   """
-  data: DataConfig = dataclasses.field(default_factory=DataConfig)
-  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  data: data_config.DataConfig = dataclasses.field(default_factory=data_config.DataConfig)
+  model: data_config.ModelConfig = dataclasses.field(default_factory=data_config.ModelConfig)
   client: ClientConfig = dataclasses.field(default_factory=ClientConfig)
   server: ServerConfig = dataclasses.field(default_factory=ServerConfig)
   dp: dp_config.DPConfig = dataclasses.field(default_factory=dp_config.DPConfig)

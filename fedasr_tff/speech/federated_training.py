@@ -14,8 +14,7 @@ divides by the expected cohort S (σ_DP·C on the average). z is resolved once
 (`dp_config.DPConfig.noise_level`), given to the aggregator, and the ledger accounts the z the
 aggregator's state applies (`privacy_ledger.applied_noise_multiplier`, checked every round) at
 q = S/K, and z' = σ_DP·S' at q' = S'/K' for the declared population. What a run releases, keeps
-private and replays is in docs/privacy.md; `_round_metrics` and `client_statistic_columns` are
-where the code applies it.
+private and replays is in docs/privacy.md; `released_metrics` is where the code applies it.
 """
 
 import dataclasses
@@ -49,6 +48,7 @@ from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data_config
 from fedasr_tff.speech import evaluation
 from fedasr_tff.speech import models
+from fedasr_tff.speech import released_metrics
 from fedasr_tff.speech.data import client_store
 from fedasr_tff.speech.data import pipeline
 from fedasr_tff.speech.data import text as text_lib
@@ -74,61 +74,6 @@ class FederatedResult:
   def privacy_statement(self) -> str:
     """The run's privacy statement, in Markdown (`PrivacyLedger.statement`)."""
     return self.ledger.statement(self.rounds, self.disclosures)
-
-
-# Client statistics go under this prefix, so every sink shows which columns they are.
-CLIENT_PREFIX = 'client'
-
-
-def _round_metrics(config: config_lib.FederatedConfig, output, learning_rate, update_norm,
-                   seconds) -> Dict[str, Any]:
-  """The released metrics of one round (names as `experiments/report.py` reads them).
-
-  The aggregator's measurements (`aggregators.PerLayerDPFactory`) are keyed by clipping group;
-  its client statistics are there only when `config.client_diagnostics` holds.
-  """
-  values = {
-      'server': {'learning_rate': float(learning_rate), 'update_norm': float(update_norm)},
-      'time': {'round_seconds': float(seconds)},
-  }
-  # Public: server data and quantities derived from the noised aggregate (`mixed_fl`, DGA's
-  # rehearsal); DGA-RL's choice runs only without noise (`config.FederatedConfig`).
-  for group in ('mixed', 'rehearsal', 'dga_rl'):
-    if group in output.metrics:
-      values[group] = {k: float(v) for k, v in output.metrics[group].items()}
-  client = {}
-  if config.client_diagnostics:
-    client_work = output.metrics['client_work']
-    client['train'] = {k: float(v) for k, v in client_work['train'].items()}
-    for group in ('gradient_dissimilarity', 'weights'):
-      if group in client_work:
-        client[group] = {k: float(v) for k, v in client_work[group].items()}
-  dp = output.metrics['aggregator'].get('dp_query_metrics')
-  if dp is not None:
-    # Public: the clips of this round are constants or the noised adaptive state, and the
-    # noise std on the averaged update follows from them.
-    values['dp'] = {'noise_stddev': float(dp['noise_stddev']), 'clip': float(dp['clip'])}
-    for name in ('weight_sum', 'weight_denominator'):
-      if name in dp:  # DGA weights: the noised weight sum (`aggregators.bounded_weight_dp`).
-        values['dp'][name] = float(dp[name])
-    if len(dp['per_group']) > 1:
-      # Public too: norms of the released (noised) average update per layer, the noise's
-      # expected share of them, and the adaptive clips.
-      keys = ['released_norm'] + ['noise_norm'] * config.dp.adds_noise + (
-          ['clip'] * config.dp.adaptive_clipping)
-      values['per_layer'] = {name: {key: float(group[key]) for key in keys}
-                             for name, group in dp['per_group'].items()}
-    if config.client_diagnostics:
-      statistics = dp['client_statistics']
-      client['dp'] = {'clipped_fraction': float(statistics['clipped_fraction']),
-                      'nonfinite_clients': float(statistics['nonfinite_clients'])}
-      if 'weight_sum' in statistics:
-        client['dp']['weight_sum'] = float(statistics['weight_sum'])
-      client['per_layer'] = {name: {k: float(v) for k, v in group.items()}
-                             for name, group in statistics['per_group'].items()}
-  if client:
-    values[CLIENT_PREFIX] = client
-  return values
 
 
 def check_eval_data(config: config_lib.FederatedConfig,
@@ -163,41 +108,6 @@ def check_eval_data(config: config_lib.FederatedConfig,
         'statistics of the clients\' data. Give an `eval_split` of held-out speakers, or '
         '`release_client_evaluation` to release them OUTSIDE the DP guarantee.')
   return len(shared)
-
-
-def _evaluation_column(evaluated_clients: int) -> Tuple[str, ...]:
-  """The released evaluation, named as a client statistic when it scores clients."""
-  if not evaluated_clients:
-    return ()
-  return (f'eval/* and eval_per_speaker.csv (scores of {evaluated_clients} federated clients\' '
-          'own data)',)
-
-
-def client_statistic_columns(config: config_lib.FederatedConfig) -> Tuple[str, ...]:
-  """The released column groups computed from client data without noise.
-
-  Args:
-    config: the run.
-
-  Returns:
-    A description of each released `client/` column group; none unless
-    `config.client_diagnostics`.
-  """
-  if not config.client_diagnostics:
-    return ()
-  columns = [f'{CLIENT_PREFIX}/train/* (loss, examples, steps, clients, delta and gradient '
-             'norms)']
-  if config.dga.enabled:
-    columns.append(f'{CLIENT_PREFIX}/weights/* (sum and effective number of the clients\' '
-                   'aggregation weights)')
-  if config.mixed.gradient_dissimilarity:
-    columns.append(f'{CLIENT_PREFIX}/gradient_dissimilarity/* (G2, B2 from un-noised client '
-                   'gradients)')
-  if config.dp.clipping != 'none':
-    columns += [f'{CLIENT_PREFIX}/dp/* (clipped fraction, non-finite clients)',
-                f'{CLIENT_PREFIX}/per_layer/* (norms before and after clipping, clipped '
-                'fractions)']
-  return tuple(columns)
 
 
 # config.json layout: 2 holds the grouped configuration (`config.FederatedConfig`); 3 adds
@@ -242,52 +152,6 @@ def _initial_weights(model_fn, seed) -> tff.learning.models.ModelWeights:
   """Seeded random initialisation, done eagerly so it does not depend on TFF's tracing."""
   tf.keras.utils.set_random_seed(seed)
   return model_io.model_weights(model_fn().keras_model)
-
-
-def _disclosures(config: config_lib.FederatedConfig,
-                 evaluated_clients: int = 0) -> privacy_ledger.Disclosures:
-  return privacy_ledger.Disclosures(
-      evaluated_clients=evaluated_clients if config.dp.adds_noise else 0,
-      sampling=config.effective_sampling, sampling_seed_known=config.run.seed is not None,
-      noise_seed_known=config.dp.noise_seed is not None,
-      noise_placement=config.dp.noise_placement,
-      client_statistics=client_statistic_columns(config), pseudo_clients=config.data.iid,
-      adaptive_clipping=config.dp.adaptive_clipping,
-      central_data=_central_data_description(config), weighting=_weighting_description(config))
-
-
-def _central_data_description(config: config_lib.FederatedConfig) -> str:
-  if not config.uses_central_data:
-    return ''
-  central = config.central
-  source = central.central_corpus_dir or config.data.corpus_dir
-  data_text = (f'split {central.central_split!r} ({central.central_speakers} speakers) of '
-               f'{source!r}')
-  if config.mixed.enabled:
-    return (f'Mixed federated learning on {data_text}, --mixed={config.mixed.mixed}, '
-            f'w_c = {config.mixed.central_weight:g}')
-  uses = []
-  if config.dga.rehearses:
-    uses.append(f'server rehearsal (--rehearsal_steps={config.dga.rehearsal_steps})')
-  if config.dga.rl:
-    uses.append('the validation CER of DGA-RL')
-  return f'{" and ".join(uses)} on {data_text}'
-
-
-def _weighting_description(config: config_lib.FederatedConfig) -> str:
-  weighting = config.dga.weighting()
-  if weighting is None:
-    return ''
-  text = (f'--aggregation={config.dga.aggregation}: each client\'s delta weighs '
-          f'exp(-{weighting.beta:g} (L - {weighting.loss_floor:g})) of its own training loss L '
-          f'clipped to [{weighting.loss_floor:g}, {weighting.loss_clip:g}], a weight in '
-          f'[{weighting.min_weight:.3g}, 1].')
-  if config.dp.adds_noise:
-    text += (' The weighted clipped deltas and the sum of the weights are both noised and '
-             'accounted as one Gaussian mechanism at the z above '
-             f'({100 * config.dga.dga_weight_budget:g}% of its budget on the weight sum); the '
-             'update is their ratio with a public floor on the denominator (post-processing).')
-  return text
 
 
 @dataclasses.dataclass
@@ -371,8 +235,9 @@ class FederatedRun:
     """
     rounds = _SpeechRounds(self)
     training_loop.train(rounds, self.output_dir, outputs, show_progress=show_progress, log=log)
-    return FederatedResult(rounds.weights, self.config.run.rounds, rounds.final_evaluation,
-                           self.ledger, _disclosures(self.config, self.evaluated_clients))
+    return FederatedResult(
+        rounds.weights, self.config.run.rounds, rounds.final_evaluation, self.ledger,
+        released_metrics.disclosures(self.config, self.evaluated_clients))
 
 
 def build_run(config: config_lib.FederatedConfig,
@@ -528,7 +393,7 @@ def train(config: config_lib.FederatedConfig,
     `config.json` and `checkpoints/` (`run_record`, `training_loop`), `metrics.csv`,
     `tensorboard/`, `model.npz` (`model_io`), `summary.json` (owner-only), with evaluation data
     `eval_per_speaker.csv` (owner-only), and the feature cache `feature_cache/` (owner-only) when
-    the data was loaded with `config.DataConfig.with_default_feature_cache`.
+    the data was loaded with `data_config.DataConfig.with_default_feature_cache`.
 
   Raises:
     ValueError: as `build_run`, before anything is trained; or if the latest checkpoint in
@@ -578,11 +443,11 @@ class _SpeechRounds(training_loop.Task):
     if self.config.dp.adds_noise and self.config.client_diagnostics:
       lines.append('Releasing client statistics OUTSIDE the DP guarantee '
                    '(--release_client_diagnostics): '
-                   + '; '.join(client_statistic_columns(self.config)))
+                   + '; '.join(released_metrics.client_statistic_columns(self.config)))
     if self.config.dp.adds_noise and self.run.evaluated_clients:
       lines.append('Releasing client statistics OUTSIDE the DP guarantee '
                    '(--release_client_evaluation): '
-                   + '; '.join(_evaluation_column(self.run.evaluated_clients)))
+                   + '; '.join(released_metrics.evaluation_column(self.run.evaluated_clients)))
     return lines
 
   def run_round(self, round_num: int) -> Dict[str, Any]:
@@ -604,7 +469,7 @@ class _SpeechRounds(training_loop.Task):
         ledger=self.ledger)
     self.state = output.state
     new_weights = run.process.get_model_weights(self.state)
-    values = _round_metrics(config, output, run.schedule(round_num - 1),
+    values = released_metrics.round_metrics(config, output, run.schedule(round_num - 1),
                             training_loop.update_norm(self.weights, new_weights),
                             time.perf_counter() - started)
     self.weights = new_weights
@@ -641,7 +506,7 @@ class _SpeechRounds(training_loop.Task):
                                                       self.weights))
       evaluation.write_per_speaker_csv(self.final_evaluation,
                                        os.path.join(run.output_dir, 'eval_per_speaker.csv'))
-    disclosures = _disclosures(config, run.evaluated_clients)
+    disclosures = released_metrics.disclosures(config, run.evaluated_clients)
     return {
         'rounds': rounds,
         'eval': self.final_evaluation.metrics() if self.final_evaluation else None,
@@ -650,7 +515,7 @@ class _SpeechRounds(training_loop.Task):
         'noise_multiplier': self.ledger.noise_multiplier,
         'sampling': config.effective_sampling,
         'client_statistics_released': list(disclosures.client_statistics) + list(
-            _evaluation_column(disclosures.evaluated_clients)),
+            released_metrics.evaluation_column(disclosures.evaluated_clients)),
         'privacy_statement': self.ledger.statement(rounds, disclosures),
         # What the readers made of the input files before training (public, as K is).
         'inputs': run.inputs,

@@ -14,12 +14,12 @@ from absl.testing import absltest
 
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.retrieval import retriever_config
-from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The flags of the speech wing's data and model: no retriever binary takes them.
-_SPEECH = {*fields_lib.config_fields(config_lib.DataConfig),
-           *fields_lib.config_fields(config_lib.ModelConfig)}
+_SPEECH = {*fields_lib.config_fields(data_config.DataConfig),
+           *fields_lib.config_fields(data_config.ModelConfig)}
 # The retriever's configuration, whose fields its binaries define.
 _RETRIEVER = set(fields_lib.config_fields(retriever_config.RetrieverConfig))
 _PRINT_FLAGS = ('import importlib, json, sys\n'

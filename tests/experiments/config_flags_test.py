@@ -9,6 +9,7 @@ from fedasr_tff.program import dp_config
 from fedasr_tff.program import fields as fields_lib
 from fedasr_tff.speech import central_training
 from fedasr_tff.speech import config as config_lib
+from fedasr_tff.speech import data_config
 from fedasr_tff.speech import presets
 
 # The federated and the central configurations, as the binaries define them (central training
@@ -123,7 +124,7 @@ class ConfigFlagsTest(absltest.TestCase):
                                                     _flag_values(*argv)), config)
 
   def test_argv_from_config_refuses_a_none_no_flag_can_give(self):
-    config = config_lib.FederatedConfig(data=config_lib.DataConfig(layout=None))
+    config = config_lib.FederatedConfig(data=data_config.DataConfig(layout=None))
     with self.assertRaisesRegex(ValueError, '`layout` is None'):
       config_flags.argv_from_config(config)
 
@@ -139,19 +140,19 @@ class ConfigFlagsTest(absltest.TestCase):
     self.assertEqual(
         _preset_config(config_lib.FederatedConfig, _binary_flag_values('--preset=paper')),
         config_lib.FederatedConfig())
-    classes = (config_lib.DataConfig, central_training.CentralConfig)
+    classes = (data_config.DataConfig, central_training.CentralConfig)
     flag_values = _binary_flag_values(classes=classes)
     # The demo's seed model (`speech_stages.SeedConfig.central_config` at 2,000 steps).
     self.assertEqual(_preset_config(central_training.CentralConfig, flag_values),
                      central_training.CentralConfig(
                          steps=2000, optimizer='adam', learning_rate=2e-3, schedule='step',
                          decay_rate=0.5, decay_every=666, decay_start=666))
-    cpu_data = _preset_config(config_lib.DataConfig, flag_values)
+    cpu_data = _preset_config(data_config.DataConfig, flag_values)
     self.assertEqual((cpu_data.spec_augment, cpu_data.feature_normalization), (False, 'cmn'))
     flag_values = _binary_flag_values('--preset=paper', classes=classes)
     self.assertEqual(_preset_config(central_training.CentralConfig, flag_values),
                      central_training.CentralConfig())
-    paper_data = _preset_config(config_lib.DataConfig, flag_values)
+    paper_data = _preset_config(data_config.DataConfig, flag_values)
     self.assertEqual((paper_data.spec_augment, paper_data.feature_normalization),
                      (True, 'utterance'))
 

@@ -1,21 +1,17 @@
 import asyncio
-import errno
 import math
 import os
 import re
 import tempfile
-from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
-from PIL import Image
 import tensorflow_federated as tff
 
 from experiments import report
 from fedasr_tff import reading
-from fedasr_tff.retrieval import classification_report
+from tests.experiments import png
 
-_PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 _BLOCK_LAYERS = ('ln1/gamma', 'ln1/beta', 'wqkv/kernel', 'wf/kernel', 'ln2/gamma', 'ln2/beta',
                  'w1/kernel', 'w2/kernel')
 _OUTER_LAYERS = ('conv/conv/kernel', 'conv/conv/bias', 'input_norm/scale', 'input_norm/bias',
@@ -105,15 +101,7 @@ class ReportTest(absltest.TestCase):
     return self.path(name)
 
   def assertPng(self, png_path):
-    self.assertTrue(os.path.isfile(png_path), png_path)
-    with open(png_path, 'rb') as f:
-      self.assertEqual(f.read(8), _PNG_SIGNATURE)
-    with Image.open(png_path) as image:
-      self.assertEqual(image.format, 'PNG')
-      width, height = image.size
-      image.verify()
-    self.assertGreater(width, 300)
-    self.assertGreater(height, 200)
+    png.assert_png(self, png_path)
 
   def test_read_metrics_parses_empty_cells_as_nan(self):
     csv_path = _run(self.path('dp.csv'), ['all'])
@@ -346,57 +334,6 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(re.findall(r'!\[[^\]]*\]\(([^)]+)\)', text), ['error_rates.png'])
     self.assertIn('| FL | 50.0 |', text)
     self.assertCountEqual(os.listdir(out_dir), ['report.md', 'error_rates.png'])
-
-
-  def test_retriever_report(self):
-    logits = np.array([[3.0, 1.0, 0.0], [0.0, 3.0, 1.0], [3.0, 0.0, 2.0], [1.0, 3.0, 2.0]])
-    scores = classification_report.score(logits, np.array([0, 1, 2, 0]), 2)
-    path = report.write_retriever_report(
-        self.dir, title='Retriever', scores=scores, class_names=('ham', 'spam', 'eggs'),
-        privacy_statement='No DP.', notes=['a note'])
-    with open(path) as f:
-      text = f.read()
-    self.assertIn('**Top-1 50.0%, top-2 75.0% (K = 2: the documents retrieved per query), '
-                  'macro-F1 38.9% on 4 held-out examples of 3 classes.**', text)
-    self.assertIn('| spam | 1 | 50.0 | 100.0 | 66.7 |', text)
-    self.assertIn('![Confusion matrix](confusion.png)', text)
-    self.assertIn('## Privacy\n\nNo DP.', text)
-    self.assertIn('- a note', text)
-    self.assertNotIn('## Input files', text)
-    self.assertPng(self.path('confusion.png'))
-
-  def test_retriever_report_lists_confusions_beyond_twenty_classes(self):
-    names = tuple(f'class{i}' for i in range(21))
-    labels = np.arange(21).repeat(2)
-    logits = np.eye(21)[labels]
-    logits[0] = np.eye(21)[5]   # class0 -> class5, twice
-    logits[1] = np.eye(21)[5]
-    logits[2] = np.eye(21)[0]   # class1 -> class0, once
-    scores = classification_report.score(logits, labels, 3)
-    out_dir = os.path.join(self.dir, 'many')
-    os.makedirs(out_dir)
-    with open(report.write_retriever_report(
-        out_dir, title='Many', scores=scores, class_names=names, privacy_statement='-')) as f:
-      text = f.read()
-    self.assertIn('Not drawn for more than 20 classes', text)
-    self.assertIn('- class0 → class5: 2\n- class1 → class0: 1\n\n## Privacy', text)
-    self.assertNotIn('confusion.png', os.listdir(out_dir))
-
-  def test_a_full_disk_names_the_figure_or_report_it_could_not_write(self):
-    # write() fails on a full disk, naming no file: the binary's one line must say which.
-    logits = np.array([[3.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
-    scores = classification_report.score(logits, np.array([0, 1]), 2)
-    no_space = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    savefig = 'matplotlib.figure.Figure.savefig'
-    for failing, written in ((savefig, 'confusion.png'), ('builtins.open', 'report.md')):
-      with self.subTest(written):
-        with mock.patch(savefig), mock.patch(failing, side_effect=no_space), \
-            self.assertRaises(OSError) as raised:
-          report.write_retriever_report(self.dir, title='Retriever', scores=scores,
-                                        class_names=('ham', 'spam', 'eggs'),
-                                        privacy_statement='-')
-        self.assertEqual((raised.exception.errno, raised.exception.filename),
-                         (errno.ENOSPC, self.path(written)))
 
 
 if __name__ == '__main__':

@@ -19,7 +19,7 @@ from fedasr_tff.speech import data_config
 from fedasr_tff.speech import models
 from fedasr_tff.speech import presets
 
-_SUB_CONFIGS = (config_lib.DataConfig, config_lib.ModelConfig, config_lib.ClientConfig,
+_SUB_CONFIGS = (data_config.DataConfig, data_config.ModelConfig, config_lib.ClientConfig,
                 config_lib.ServerConfig, dp_config.DPConfig, config_lib.RunConfig,
                 config_lib.CentralDataConfig, config_lib.MixedConfig, config_lib.DGAConfig)
 
@@ -52,7 +52,7 @@ class ConfigTest(absltest.TestCase):
 
   def test_feature_cache_defaults_under_the_output_directory(self):
     root = '/cache/root'
-    data = config_lib.DataConfig(corpus_dir='/corpus')
+    data = data_config.DataConfig(corpus_dir='/corpus')
     self.assertEqual(data.with_default_feature_cache('/out').feature_cache_dir,
                      '/out/feature_cache')
     self.assertIsNone(data.with_default_feature_cache(None).feature_cache_dir)
@@ -66,7 +66,7 @@ class ConfigTest(absltest.TestCase):
         self.assertEqual(load.call_args.kwargs['feature_cache_dir'], want)
 
   def test_spec_augment_applies_to_training_data_only(self):
-    data = config_lib.DataConfig(corpus_dir='/corpus')
+    data = data_config.DataConfig(corpus_dir='/corpus')
     central = config_lib.CentralDataConfig(central_split='train')
     with mock.patch.object(config_lib.corpus_clients, 'load_client_data') as load:
       for spec_augment in (False, True):

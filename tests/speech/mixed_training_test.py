@@ -15,6 +15,7 @@ from fedasr_tff.program import privacy_ledger
 from fedasr_tff.speech import config as config_lib
 from fedasr_tff.speech import data
 from fedasr_tff.speech import federated_training
+from fedasr_tff.speech import released_metrics
 from fedasr_tff.speech.data import synthetic
 
 
@@ -75,13 +76,13 @@ class MixedTrainingTest(absltest.TestCase):
   def test_gradient_dissimilarity_is_a_labelled_client_statistic(self):
     config = self._config(mixed='two_way', sigma_dp=None, clipping='none',
                           gradient_dissimilarity=True)
-    self.assertTrue([c for c in federated_training.client_statistic_columns(config)
+    self.assertTrue([c for c in released_metrics.client_statistic_columns(config)
                      if c.startswith('client/gradient_dissimilarity/')])
     output = tff.learning.templates.LearningProcessOutput(state=None, metrics={
         'client_work': {'train': {'loss': 1.0},
                         'gradient_dissimilarity': {'G2': 0.5, 'B2': 1.5}},
         'aggregator': {}, 'mixed': {'central_loss': 2.0}})
-    values = federated_training._round_metrics(  # pylint: disable=protected-access
+    values = released_metrics.round_metrics(
         config, output, learning_rate=0.1, update_norm=0.2, seconds=1.0)
     self.assertEqual(values['client']['gradient_dissimilarity'], {'G2': 0.5, 'B2': 1.5})
     self.assertEqual(values['mixed'], {'central_loss': 2.0})
