@@ -118,3 +118,27 @@ def check_unit_interval(name: str, value) -> None:
   """
   if not _is_real(value) or not 0 <= value <= 1:
     raise ValueError(f'`{name}` must lie in [0, 1], got {value!r}.')
+
+
+def check_cohort_within_population(cohort_size, population, *,
+                                   cohort_name: str = 'cohort_size',
+                                   population_name: str = 'population',
+                                   population_description: str = '') -> None:
+  """Checks that a cohort of `cohort_size` clients can be drawn from `population` clients.
+
+  Args:
+    cohort_size: S, an integer >= 1.
+    population: K, an integer >= 1.
+    cohort_name: the cohort argument's name, for the error.
+    population_name: the population argument's name, for the error.
+    population_description: what the error calls the population instead of
+      "`population_name` (K)", e.g. "the population of 3 training clients".
+
+  Raises:
+    ValueError: naming the argument, unless both are integers >= 1 and S <= K.
+  """
+  check_positive_integer(cohort_name, cohort_size)
+  check_positive_integer(population_name, population)
+  if cohort_size > population:
+    described = population_description or f'`{population_name}` ({population})'
+    raise ValueError(f'`{cohort_name}` ({cohort_size}) exceeds {described}.')

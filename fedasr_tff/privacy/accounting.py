@@ -195,10 +195,7 @@ def compute_epsilon_without_replacement(noise_multiplier: float, population: int
     ValueError: for an argument out of range or S > K.
   """
   validation.check_positive('noise_multiplier', noise_multiplier)
-  validation.check_positive_integer('population', population)
-  validation.check_positive_integer('cohort_size', cohort_size)
-  if cohort_size > population:
-    raise ValueError(f'`cohort_size` ({cohort_size}) exceeds `population` ({population}).')
+  validation.check_cohort_within_population(cohort_size, population)
   validation.check_non_negative_integer('steps', steps)
   validation.check_open_unit_interval('delta', delta)
   if steps == 0:

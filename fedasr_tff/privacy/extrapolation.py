@@ -62,11 +62,7 @@ def privacy_of_configuration(sigma_dp: float, cohort_size: int, population: int,
     ValueError: for an argument out of range or S > K.
   """
   validation.check_positive('sigma_dp', sigma_dp)
-  validation.check_positive_integer('cohort_size', cohort_size)
-  validation.check_positive_integer('population', population)
-  if cohort_size > population:
-    raise ValueError(f'`cohort_size` ({cohort_size}) must not exceed `population` '
-                     f'({population}).')
+  validation.check_cohort_within_population(cohort_size, population)
   noise_multiplier = conventions.noise_multiplier_from_sigma_dp(sigma_dp, cohort_size)
   sampling_rate = cohort_size / population
   epsilon = accounting.compute_epsilon(noise_multiplier, sampling_rate, steps, delta, accountant)

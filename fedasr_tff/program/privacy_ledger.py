@@ -142,16 +142,16 @@ class PrivacyLedger:
                  'planned_rounds'):
       validation.check_positive_integer(name, getattr(self, name))
     validation.check_open_unit_interval('delta', self.delta)
-    if self.cohort_size > self.population:
-      raise ValueError(f'`cohort_size` ({self.cohort_size}) exceeds the population of '
-                       f'{self.population} training clients.')
+    validation.check_cohort_within_population(
+        self.cohort_size, self.population,
+        population_description=f'the population of {self.population} training clients')
     if self.declared_population < self.population:
       raise ValueError(f'The declared `population` ({self.declared_population}) is smaller than '
                        f'the {self.population} training clients.')
-    if self.declared_cohort_size > self.declared_population:
-      raise ValueError(f'The declared cohort `population_cohort_size` '
-                       f'({self.declared_cohort_size}) exceeds the declared `population` '
-                       f'({self.declared_population}).')
+    validation.check_cohort_within_population(
+        self.declared_cohort_size, self.declared_population,
+        cohort_name='population_cohort_size', population_name='population',
+        population_description=f'the declared `population` ({self.declared_population})')
     if self.sampling not in SAMPLINGS:
       raise ValueError(f'`sampling` must be one of {SAMPLINGS}, got {self.sampling!r}.')
     if self.sampling == WITH_REPLACEMENT and self.noise_multiplier > 0:
