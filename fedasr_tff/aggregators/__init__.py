@@ -6,6 +6,7 @@ from fedasr_tff.aggregators.allocation import group_clips
 from fedasr_tff.aggregators.bounded_weight_dp import BoundedWeightDPFactory
 from fedasr_tff.aggregators.per_layer_dp import GLOBAL_GROUP
 from fedasr_tff.aggregators.per_layer_dp import PerLayerDPFactory
+from fedasr_tff.aggregators.per_layer_dp import PerLayerDPParams
 from fedasr_tff.aggregators.per_layer_query import NOISE_DRAWS
 from fedasr_tff.aggregators.per_layer_query import NOISE_PLACEMENTS
 from fedasr_tff.aggregators.per_layer_query import PerLayerClipGaussianSumQuery

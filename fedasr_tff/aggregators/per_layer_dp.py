@@ -8,8 +8,10 @@ arXiv:2310.00098 (Sec. 3, Def. 3). Usage: `docs/aggregators.md`.
 """
 
 import collections
+import dataclasses
 from typing import Optional
 from typing import Sequence
+from typing import Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -25,10 +27,74 @@ from fedasr_tff.aggregators import per_layer_query
 GLOBAL_GROUP = 'all'
 
 
-def _check_noise_placement(noise_placement):
+@dataclasses.dataclass(frozen=True)
+class PerLayerDPParams:
+  """What a `PerLayerDPFactory` runs, checked once (`PerLayerDPFactory.gaussian_fixed` and
+  `gaussian_adaptive`, whose Args document each field).
+
+  Attributes:
+    noise_multiplier: z, the total multiplier of a round.
+    clients_per_round: S >= 1.
+    clip: the total clip C (the initial one if adaptive).
+    allocation: how C is split over the groups.
+    layer_weights: a_h per group, for "weighted".
+    normalize: rescale every group to C_h once the delta's norm reaches C.
+    noise_placement: "server" or "client".
+    grouping: the group of every leaf; None for one group per leaf tensor.
+    diagnostics: report un-noised client statistics.
+    noise_seed: seed of the server-side noise; None draws one for every process built.
+    leaf_names: names of the value's leaves, naming the groups in the measurements.
+    target_quantile: γ of adaptive clipping; None for fixed clips.
+    learning_rate: η of adaptive clipping.
+    clipped_count_stddev: σ_b of the noised clipped counts.
+  """
+  noise_multiplier: float
+  clients_per_round: float
+  clip: float
+  allocation: str
+  layer_weights: Optional[Tuple[float, ...]]
+  normalize: bool
+  noise_placement: str
+  grouping: Optional[Tuple[int, ...]]
+  diagnostics: bool
+  noise_seed: Optional[int]
+  leaf_names: Optional[Sequence[str]]
+  target_quantile: Optional[float] = None
+  learning_rate: float = 0.0
+  clipped_count_stddev: float = 0.0
+
+
+def _checked_params(noise_multiplier, clients_per_round, clip, clip_name, allocation,
+                    layer_weights, normalize, noise_placement, grouping, diagnostics,
+                    noise_seed, leaf_names, target_quantile=None, learning_rate=0.0,
+                    clipped_count_stddev=None) -> PerLayerDPParams:
+  """The `PerLayerDPParams` of a named constructor's arguments, each checked here once."""
+  validation.check_non_negative('noise_multiplier', noise_multiplier)
+  validation.check_positive(clip_name, clip)
+  validation.check_positive('clients_per_round', clients_per_round)
+  if clients_per_round < 1:
+    raise ValueError(f'`clients_per_round` must be >= 1, got {clients_per_round!r}.')
+  allocation_lib.check_allocation(allocation, layer_weights)
   if noise_placement not in per_layer_query.NOISE_PLACEMENTS:
     raise ValueError(f'`noise_placement` must be one of {per_layer_query.NOISE_PLACEMENTS}, '
                      f'got {noise_placement!r}.')
+  if grouping is not None:
+    grouping = tuple(int(g) for g in grouping)
+    if not grouping or min(grouping) < 0:
+      raise ValueError(f'`grouping` must give a group index >= 0 for every leaf, got '
+                       f'{list(grouping)!r}.')
+  if noise_seed is not None:
+    validation.check_non_negative_integer('noise_seed', noise_seed)
+  if clipped_count_stddev is None:
+    # TFF's default σ_b; none without noise.
+    clipped_count_stddev = 0.05 * float(clients_per_round) if noise_multiplier > 0 else 0.0
+  return PerLayerDPParams(
+      float(noise_multiplier), float(clients_per_round), float(clip), allocation,
+      None if layer_weights is None else tuple(layer_weights), bool(normalize), noise_placement,
+      grouping, bool(diagnostics),
+      # None reaches the query, which draws a fresh seed for every process built: two
+      # processes sharing one noise stream would let their difference cancel the noise.
+      noise_seed, leaf_names, target_quantile, float(learning_rate), float(clipped_count_stddev))
 
 
 class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -99,11 +165,9 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       ValueError: for an argument out of range or inconsistent with the others.
     """
     tff_default_context.warn_if_current('aggregators.PerLayerDPFactory.gaussian_fixed')
-    validation.check_non_negative('noise_multiplier', noise_multiplier)
-    validation.check_positive('clip', clip)
-    return cls(noise_multiplier, clients_per_round, clip, allocation, layer_weights, normalize,
-               noise_placement, grouping, diagnostics, target_quantile=None,
-               noise_seed=noise_seed, leaf_names=leaf_names)
+    return cls(_checked_params(noise_multiplier, clients_per_round, clip, 'clip', allocation,
+                               layer_weights, normalize, noise_placement, grouping, diagnostics,
+                               noise_seed, leaf_names))
 
   @classmethod
   def gaussian_adaptive(cls,
@@ -145,80 +209,42 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
         (`per_layer_query.adaptive_value_noise_multiplier`).
     """
     tff_default_context.warn_if_current('aggregators.PerLayerDPFactory.gaussian_adaptive')
-    validation.check_non_negative('noise_multiplier', noise_multiplier)
-    validation.check_positive('initial_clip', initial_clip)
     validation.check_open_unit_interval('target_quantile', target_quantile)
     validation.check_non_negative('learning_rate', learning_rate)
     if clipped_count_stddev is not None:
       validation.check_non_negative('clipped_count_stddev', clipped_count_stddev)
-    return cls(noise_multiplier, clients_per_round, initial_clip, allocation, layer_weights,
-               False, noise_placement, grouping, diagnostics, target_quantile=target_quantile,
-               learning_rate=learning_rate, clipped_count_stddev=clipped_count_stddev,
-               noise_seed=noise_seed, leaf_names=leaf_names)
+    return cls(_checked_params(
+        noise_multiplier, clients_per_round, initial_clip, 'initial_clip', allocation,
+        layer_weights, False, noise_placement, grouping, diagnostics, noise_seed, leaf_names,
+        target_quantile, float(learning_rate), clipped_count_stddev))
 
-  def __init__(self, noise_multiplier, clients_per_round, clip, allocation, layer_weights,
-               normalize, noise_placement, grouping, diagnostics, *, target_quantile,
-               learning_rate=0.0, clipped_count_stddev=None, noise_seed=None, leaf_names=None):
-    """Use `gaussian_fixed` or `gaussian_adaptive`.
+  def __init__(self, params: PerLayerDPParams):
+    """Use `gaussian_fixed` or `gaussian_adaptive`, which check the parameters.
 
     Args:
-      noise_multiplier: z, the total multiplier of a round.
-      clients_per_round: S >= 1.
-      clip: the total clip C (the initial one if adaptive).
-      allocation: as in `gaussian_fixed`.
-      layer_weights: as in `gaussian_fixed`.
-      normalize: as in `gaussian_fixed`.
-      noise_placement: as in `gaussian_fixed`.
-      grouping: as in `gaussian_fixed`.
-      diagnostics: as in `gaussian_fixed`.
-      target_quantile: γ of adaptive clipping; None for fixed clips.
-      learning_rate: as in `gaussian_adaptive`.
-      clipped_count_stddev: as in `gaussian_adaptive`.
-      noise_seed: as in `gaussian_fixed`.
-      leaf_names: as in `gaussian_fixed`.
+      params: the checked `PerLayerDPParams`.
     """
-    validation.check_positive('clients_per_round', clients_per_round)
-    if clients_per_round < 1:
-      raise ValueError(f'`clients_per_round` must be >= 1, got {clients_per_round!r}.')
-    allocation_lib.check_allocation(allocation, layer_weights)
-    _check_noise_placement(noise_placement)
-    if grouping is not None:
-      grouping = [int(g) for g in grouping]
-      if not grouping or min(grouping) < 0:
-        raise ValueError(f'`grouping` must give a group index >= 0 for every leaf, got '
-                         f'{grouping!r}.')
-    self._noise_multiplier = float(noise_multiplier)
-    self._clients_per_round = float(clients_per_round)
-    self._clip = float(clip)
-    self._allocation = allocation
-    self._layer_weights = None if layer_weights is None else list(layer_weights)
-    self._normalize = bool(normalize)
-    self._noise_placement = noise_placement
-    self._grouping = grouping
-    self._diagnostics = bool(diagnostics)
-    self._target_quantile = target_quantile
-    self._learning_rate = float(learning_rate)
-    if clipped_count_stddev is None:
-      clipped_count_stddev = 0.05 * self._clients_per_round if noise_multiplier > 0 else 0.0
-    self._clipped_count_stddev = float(clipped_count_stddev)
-    if noise_seed is not None:
-      validation.check_non_negative_integer('noise_seed', noise_seed)
-    # None reaches the query, which draws a fresh seed for every process built: two processes
-    # sharing one noise stream would let their difference cancel the noise.
-    self._noise_seed = noise_seed
-    self._leaf_names = leaf_names
+    if not isinstance(params, PerLayerDPParams):
+      raise TypeError(f'`params` must be a PerLayerDPParams (use `gaussian_fixed` or '
+                      f'`gaussian_adaptive`), got {type(params).__name__}.')
+    self._params = params
+
+  @property
+  def params(self) -> PerLayerDPParams:
+    """The parameters the factory runs."""
+    return self._params
 
   def _groups(self, leaves):
     """Group index per leaf and number of parameters per group."""
-    if self._allocation == 'global':
+    if self._params.allocation == 'global':
       group_ids = [0] * len(leaves)
-    elif self._grouping is not None:
-      if len(self._grouping) != len(leaves):
-        raise ValueError(f'`grouping` has {len(self._grouping)} entries but the value has '
+    elif self._params.grouping is not None:
+      if len(self._params.grouping) != len(leaves):
+        raise ValueError(f'`grouping` has {len(self._params.grouping)} entries but the value has '
                          f'{len(leaves)} tensors.')
-      group_ids = self._grouping
+      group_ids = self._params.grouping
       if sorted(set(group_ids)) != list(range(max(group_ids) + 1)):
-        raise ValueError(f'`grouping` must use every group index 0..H-1, got {group_ids!r}.')
+        raise ValueError(f'`grouping` must use every group index 0..H-1, got {list(group_ids)!r}.')
     else:
       group_ids = list(range(len(leaves)))
     sizes = np.zeros(max(group_ids) + 1)
@@ -228,7 +254,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def _group_names(self, leaves, num_groups):
     """The groups' names in the measurements (class docstring), after checking `leaf_names`."""
-    leaf_names = self._leaf_names
+    leaf_names = self._params.leaf_names
     if leaf_names is not None:
       if isinstance(leaf_names, str) or not all(isinstance(n, str) for n in leaf_names):
         raise ValueError(f'`leaf_names` must be a sequence of strings, got {leaf_names!r}.')
@@ -239,26 +265,26 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       duplicates = sorted(n for n, count in collections.Counter(leaf_names).items() if count > 1)
       if duplicates:
         raise ValueError(f'`leaf_names` must be unique, got {duplicates!r} more than once.')
-    if self._allocation == 'global':
+    if self._params.allocation == 'global':
       return [GLOBAL_GROUP]
-    if self._grouping is None and leaf_names is not None:
+    if self._params.grouping is None and leaf_names is not None:
       return leaf_names
     return [f'group_{h}' for h in range(num_groups)]
 
   @property
   def clients_per_round(self) -> float:
     """S, the divisor of the sum."""
-    return self._clients_per_round
+    return self._params.clients_per_round
 
   @property
   def noise_placement(self) -> str:
     """"server" or "client" (`gaussian_fixed`)."""
-    return self._noise_placement
+    return self._params.noise_placement
 
   @property
   def diagnostics(self) -> bool:
     """Whether the measurements include client statistics."""
-    return self._diagnostics
+    return self._params.diagnostics
 
   def build_query(self, value_type) -> tfp.DPQuery:
     """The normalized DPQuery this factory runs for `value_type`.
@@ -270,7 +296,7 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
       `build_sum_query(value_type)` inside a `tfp.NormalizedQuery` dividing by S.
     """
     return tfp.NormalizedQuery(self.build_sum_query(value_type),
-                               denominator=self._clients_per_round)
+                               denominator=self._params.clients_per_round)
 
   def build_sum_query(self, value_type) -> per_layer_query.PerLayerClipGaussianSumQuery:
     """The clipped, noised sum query for `value_type`, before division by the cohort.
@@ -300,24 +326,26 @@ class PerLayerDPFactory(tff.aggregators.UnweightedAggregationFactory):
                          f'{value_type}.')
     group_ids, sizes = self._groups(leaves)
     group_names = self._group_names(leaves, len(sizes))
-    clips = allocation_lib.group_clips(self._clip, sizes, self._allocation, self._layer_weights)
-    if self._target_quantile is None:
-      value_noise_multiplier = self._noise_multiplier
+    params = self._params
+    clips = allocation_lib.group_clips(params.clip, sizes, params.allocation,
+                                       params.layer_weights)
+    if params.target_quantile is None:
+      value_noise_multiplier = params.noise_multiplier
     else:
       value_noise_multiplier = per_layer_query.adaptive_value_noise_multiplier(
-          self._noise_multiplier, self._clipped_count_stddev, len(clips))
+          params.noise_multiplier, params.clipped_count_stddev, len(clips))
     return per_layer_query.PerLayerClipGaussianSumQuery(
         group_ids,
         clips,
         value_noise_multiplier,
-        self._clients_per_round,
-        normalize=self._normalize,
-        noise_placement=self._noise_placement,
-        target_quantile=self._target_quantile,
-        learning_rate=self._learning_rate,
-        clipped_count_stddev=self._clipped_count_stddev,
-        diagnostics=self._diagnostics,
-        noise_seed=self._noise_seed,
+        params.clients_per_round,
+        normalize=params.normalize,
+        noise_placement=params.noise_placement,
+        target_quantile=params.target_quantile,
+        learning_rate=params.learning_rate,
+        clipped_count_stddev=params.clipped_count_stddev,
+        diagnostics=params.diagnostics,
+        noise_seed=params.noise_seed,
         group_names=group_names)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:

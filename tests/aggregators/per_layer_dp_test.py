@@ -1,4 +1,5 @@
 
+import dataclasses
 import itertools
 
 from absl.testing import absltest
@@ -533,6 +534,23 @@ class BadInputTest(parameterized.TestCase):
     kwargs.update(override)
     with self.assertRaisesRegex(ValueError, name):
       aggregators.PerLayerDPFactory.gaussian_adaptive(**kwargs).create(_VALUE_TYPE)
+
+  def test_named_constructors_check_once_into_a_frozen_record(self):
+    factory = aggregators.PerLayerDPFactory.gaussian_adaptive(
+        2.0, 8, 0.5, allocation='uniform', grouping=[0, 1] * 5 + [0], noise_seed=3)
+    params = factory.params
+    self.assertEqual((params.noise_multiplier, params.clients_per_round, params.clip),
+                     (2.0, 8.0, 0.5))
+    self.assertEqual(params.grouping, (0, 1) * 5 + (0,))
+    self.assertAlmostEqual(params.clipped_count_stddev, 0.4)  # TFF's default, 0.05 S.
+    self.assertEqual(aggregators.PerLayerDPFactory.gaussian_fixed(
+        0.0, 8, 1.0).params.clipped_count_stddev, 0.0)
+    with self.assertRaises(dataclasses.FrozenInstanceError):
+      params.clip = 1.0
+    # `__init__` takes only the record the named constructors check.
+    with self.assertRaisesRegex(TypeError, 'PerLayerDPParams'):
+      aggregators.PerLayerDPFactory(2.0)
+    self.assertIs(aggregators.PerLayerDPFactory(params).params, params)
 
   def test_query_refuses_unnoised_counts_with_noised_values(self):
     with self.assertRaisesRegex(ValueError, 'clipped_count_stddev'):

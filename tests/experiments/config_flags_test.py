@@ -184,7 +184,7 @@ class ConfigFlagsTest(absltest.TestCase):
       self.assertAlmostEqual(config.dp.clip, clip, msg=argv)
       # The aggregator (its noise std is z x C) is built with the resolved C.
       factory = config.dp.aggregator(0.5, 4, ['output/kernel'], diagnostics=False)
-      self.assertAlmostEqual(factory._clip, clip, msg=argv)  # pylint: disable=protected-access
+      self.assertAlmostEqual(factory.params.clip, clip, msg=argv)
     self.assertIsNone(_preset_config(config_lib.FederatedConfig, _binary_flag_values(
         '--local_epochs=2', '--clip=0.3')).client.local_steps)
     for argv, named in ((['--local_epochs=2'], '--local_epochs .*give --clip'),
