@@ -23,7 +23,7 @@ from fedasr_tff.audit import rounds as rounds_lib
 
 CANARIES = ('below_clip', 'one_leaf', 'at_total_clip', 'non_finite')
 
-# Far beyond any clip, as the ε audits' canaries (`configuration`).
+# Far beyond any clip, as the ε audits' canaries (`mechanism`).
 _FAR = 1e3
 
 

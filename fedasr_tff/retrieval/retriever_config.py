@@ -239,7 +239,7 @@ class RetrieverConfig:
     return self.local_dp != 'none' or self.central_dp != 'none'
 
   def noise_std(self) -> float:
-    """σ of `noise_check`: σ_DP, the per-coordinate noise std of a round's averaged update over
+    """σ of `logit_gap_check`: σ_DP, the per-coordinate noise std of a round's averaged update over
     the clip: z/S for central DP; for local DP the uploads' own noise z_rel averaged over the
     cohort, z_rel/√S (with equal weights, the least noise S uploads can average to); 0 without
     noise."""
@@ -252,7 +252,7 @@ class RetrieverConfig:
 
   @property
   def classes_per_client(self) -> Optional[int]:
-    """D_c of `noise_check`: None (all) for even splits; 1, the worst case, for label-skewed
+    """D_c of `logit_gap_check`: None (all) for even splits; 1, the worst case, for label-skewed
     ones (a client column, Dirichlet shares), whose class mix the server cannot know."""
     return None if self.client_split == 'even' else 1
 

@@ -5,9 +5,9 @@ corpus split into a held-out test set (the server's) and clients; a frozen backb
 features are cached (classifier only) or through which the clients train an adapter; rounds of
 `process.build_retrieval_process` with every client (the paper's full participation) or a
 Poisson cohort, with local DP per client, the project's central DP (`PerLayerDPFactory`) or
-none; top-1 and top-K accuracy and macro-F1 on the test set (`evaluation`), and the final model's
-top-K classes for each test example (`predictions.tsv`). Modes, corpora and evidence:
-docs/retrieval.md.
+none; top-1 and top-K accuracy and macro-F1 on the test set (`classification_report`), and the
+final model's top-K classes for each test example (`predictions.tsv`). Modes, corpora and
+evidence: docs/retrieval.md.
 
 Privacy. `seed` is public (initialisation, batch orders, dropout). The DP noise and the cohorts
 come from a separate noise secret, drawn from OS entropy and kept only in the owner-only
@@ -483,7 +483,7 @@ class _RetrieverRounds(training_loop.Task):
         'median_round_seconds': (float(np.median(self.round_seconds)) if self.round_seconds
                                  else None),
         'privacy': self._privacy_values(config.rounds) if config.adds_noise else None,
-        # `noise_check`'s ρ, from the configuration alone (no data).
+        # `logit_gap_check`'s ρ, from the configuration alone (no data).
         'noise_to_gap_ratio': (config.noise_to_gap_ratio(data.texts.num_classes)
                                if data.texts.num_classes > 1 else None),
         'local_epsilon_per_client': _local_epsilons(config, data.client_ids,

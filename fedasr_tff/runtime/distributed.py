@@ -41,7 +41,7 @@ def trust_statement(workers: Sequence[str], tls: bool, mutual_tls: bool = False,
     tls: Whether the channels use TLS (`tls` credentials were given).
     mutual_tls: Whether the driver also presented its own certificate (mutual TLS).
     client_store: the client store the workers read the clients' data from
-      (`data.client_store`), or None when the driver sends it with each round.
+      (`speech.data.client_store`), or None when the driver sends it with each round.
 
   Returns:
     One line, naming the workers, what their channels protect and what the guarantee assumes.
@@ -323,7 +323,7 @@ def create_distributed_execution_context(
   of the cohort's clients (a subround each, in cohort order), merges the partial aggregates in
   cohort order (float sums may differ from a local run's in the last bits), and runs the rest
   once. Client datasets are arguments like any other: built in the driver and sent, or built on
-  the workers from keys (`algorithms.with_dataset_computation`, `data.client_store`).
+  the workers from keys (`algorithms.with_dataset_computation`, `speech.data.client_store`).
 
   Args:
     workers: 'host:port' of running TFF workers (`parse_workers`).

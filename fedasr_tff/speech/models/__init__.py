@@ -2,8 +2,8 @@
 
 The model of Pelikan et al., "Enabling Differentially Private Federated Learning for Speech
 Recognition: Benchmarks, Adaptive Optimizers and Gradient Clipping", NeurIPS 2025,
-arXiv:2310.00098, Sec. 4 and App. F. Its TFF wrapper (`tff_model`) loads on first use (PEP 562):
-it imports TensorFlow Federated, which running the Keras model needs not.
+arXiv:2310.00098, Sec. 4 and App. F. Its TFF wrapper (`ctc_speech_model`) loads on first use
+(PEP 562): it imports TensorFlow Federated, which running the Keras model needs not.
 """
 
 import importlib
