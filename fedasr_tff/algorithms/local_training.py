@@ -457,10 +457,9 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
               tf.maximum(max_norm, grad_norm), tf.maximum(max_clipped_norm, clipped_norm))
 
     # A while loop over an iterator, not `dataset.reduce`: under TFF's C++ executor the reduce
-    # form ran several times slower per round and its worker's memory grew every round
-    # (benchmarks/round_overhead.py; docs/benchmarks.md, "Measurements behind the code").
-    # Written out rather than left to AutoGraph, whose conversion of this function (and of
-    # every function it calls) was most of the time TFF took to build a process.
+    # form is slower per round and its worker's memory grows every round (docs/benchmarks.md,
+    # "Measurements behind the code"). Written out rather than left to AutoGraph, whose
+    # conversion of this function (and of every function it calls) dominates building a process.
     batches = iter(_local_dataset(dataset, local_steps, local_epochs))
 
     def next_step(more, state):
@@ -498,8 +497,8 @@ def _build_client_update(model, local_steps, local_epochs, local_clip_norm, fedp
     return result, sums, maxima
 
   # Traced without AutoGraph: the code above is written in TensorFlow's control flow, and
-  # AutoGraph's conversion of it and of every function it calls was most of the time TFF took to
-  # build a process (benchmarks.md, "In-process engine"). A model or `update_weight_fn` whose
+  # AutoGraph's conversion of it and of every function it calls dominates building a process
+  # (docs/benchmarks.md, "In-process engine"). A model or `update_weight_fn` whose
   # Python code branches on tensors needs AutoGraph, as TFF's own client work allows: tracing
   # without it raises, and the update is traced with it.
   without_autograph = tf.function(client_update, autograph=False)

@@ -165,13 +165,16 @@ def check_checkpoints(output_dir: str) -> None:
     release_journal.check_latest(checkpoint_manager(checkpoint_dir), checkpoint_dir)
 
 
-def standard_outputs(output_dir: str, task: Task, *, show_progress: bool = True) -> RunOutputs:
+def standard_outputs(output_dir: str, rounds: int, *,
+                     shown_metrics: Sequence[str] = progress_lib.DEFAULT_SHOWN,
+                     show_progress: bool = True) -> RunOutputs:
   """A run's outputs in `output_dir`, as the binaries write them: owner-only checkpoints in
   `checkpoints/`, `metrics.csv`, `tensorboard/` and a progress bar on stderr.
 
   Args:
     output_dir: the run's output directory.
-    task: the task (its rounds and the metrics its progress bar shows).
+    rounds: the run's rounds, the progress bar's total.
+    shown_metrics: the released metrics the bar shows (a task's `shown_metrics`).
     show_progress: draw the progress bar.
 
   Raises:
@@ -187,7 +190,7 @@ def standard_outputs(output_dir: str, task: Task, *, show_progress: bool = True)
       state_manager,
       (file_sinks.metrics_csv(os.path.join(output_dir, 'metrics.csv')),
        file_sinks.tensorboard(os.path.join(output_dir, 'tensorboard'))),
-      progress_lib.ProgressBarReleaseManager(task.rounds, shown=task.shown_metrics,
+      progress_lib.ProgressBarReleaseManager(rounds, shown=shown_metrics,
                                              disable=not show_progress))
 
 
@@ -201,8 +204,8 @@ def train(task: Task, output_dir: str, outputs: Optional[RunOutputs] = None, *,
   Args:
     task: the task, built and checked (its `run_record` written or compared).
     output_dir: the run's output directory, where `model.npz` and `summary.json` are written.
-    outputs: the checkpoints and sinks (`RunOutputs`); default `standard_outputs(output_dir,
-      task, show_progress=show_progress)`.
+    outputs: the checkpoints and sinks (`RunOutputs`); default `standard_outputs` of
+      `output_dir` for the task's rounds and shown metrics.
     show_progress: draw a progress bar on stderr (for the default outputs).
     log: where the log lines go (held back like the metrics).
 
@@ -214,7 +217,8 @@ def train(task: Task, output_dir: str, outputs: Optional[RunOutputs] = None, *,
       `private_files.writing`).
   """
   if outputs is None:
-    outputs = standard_outputs(output_dir, task, show_progress=show_progress)
+    outputs = standard_outputs(output_dir, task.rounds, shown_metrics=task.shown_metrics,
+                               show_progress=show_progress)
   state_manager, progress = outputs.state_manager, outputs.progress
   checkpoint_dir = state_manager.root_dir
   journal = release_journal.ReleaseJournal(os.path.join(checkpoint_dir, 'held_releases.json'))

@@ -239,7 +239,8 @@ def train(config: retriever_config.RetrieverConfig, *, show_progress: bool = Tru
     show_progress: draw a progress bar on stderr.
     log: where the per-evaluation lines go (held back like the metrics).
     outputs: where checkpoints and releases go; default the binaries' own
-      (`training_loop.standard_outputs` of `config.output_dir`).
+      (`training_loop.standard_outputs` of `config.output_dir` and `config.rounds`; add a sink
+      with its `with_release_manager`).
 
   Returns:
     The final weights, summary, privacy statement and timings.

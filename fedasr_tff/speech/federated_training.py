@@ -228,7 +228,8 @@ class FederatedRun:
       show_progress: draw a progress bar on stderr.
       log: where the per-evaluation lines go (held back like the metrics).
       outputs: where checkpoints and releases go; default the binaries' own
-        (`training_loop.standard_outputs` of the output directory).
+        (`training_loop.standard_outputs` of the output directory, the run's rounds and
+        `evaluation.SHOWN_METRICS`; add a sink with its `with_release_manager`).
 
     Returns:
       The run's `FederatedResult`.

@@ -56,7 +56,7 @@ PAPER = {
     'decay_start': 40_000,
     'spec_augment': True, 'feature_normalization': 'utterance',
     # local_steps None: 10 (`config.ClientConfig.DEFAULT_LOCAL_STEPS`) unless --local_epochs.
-    # The binaries' former run size (100 rounds of 8 clients); the paper's cohorts are far larger.
+    # A run size for the paper's settings on a small machine; the paper's cohorts are far larger.
     'rounds': 100, 'cohort_size': 8, 'local_steps': None, 'server_lr': 0.002, 'clip': 0.01,
 }
 

@@ -139,10 +139,10 @@ class TrainingLoopTest(absltest.TestCase):
     killed = _CountingTask(kill_at=4, seed=7)
     with self.assertRaises(_Killed):
       training_loop.train(killed, output_dir, training_loop.standard_outputs(
-          output_dir, killed, show_progress=False).with_release_manager(first), log=_quiet)
+          output_dir, killed.rounds, show_progress=False).with_release_manager(first), log=_quiet)
     resumed = _CountingTask(seed=7)
     training_loop.train(resumed, output_dir, training_loop.standard_outputs(
-        output_dir, resumed, show_progress=False).with_release_manager(second), log=_quiet)
+        output_dir, resumed.rounds, show_progress=False).with_release_manager(second), log=_quiet)
     # Held like the standard sinks' releases: rounds covered by a checkpoint, each once.
     self.assertEqual([key for key, _ in first.released], [0, 1, 2])
     self.assertEqual([key for key, _ in second.released], [3, 4, 5])
